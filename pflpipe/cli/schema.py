@@ -1,0 +1,29 @@
+"""``pflpipe schema``: print the JSON Schema of the spec (for editors)."""
+
+import json
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    """Add the verb to the command line."""
+    parser = subparsers.add_parser(
+        "schema", help="Print the JSON Schema of the spec.",
+        description="Print the spec's JSON Schema; point your editor's YAML plugin at it.")
+    parser.add_argument("-o", "--output", type=Path, help="Write to this file instead of stdout.")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    """Print or write the schema."""
+    from pflpipe.spec import Spec
+
+    schema = Spec.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "pflpipe spec"
+    text = json.dumps(schema, indent=2) + "\n"
+    if args.output:
+        args.output.write_text(text)
+        print(f"wrote {args.output}")
+    else:
+        print(text, end="")
+    return 0

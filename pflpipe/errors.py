@@ -1,0 +1,30 @@
+"""Typed errors of the library. The CLI maps each to an exit code and one clear message."""
+
+
+class PflpipeError(Exception):
+    """Base class of every error pflpipe raises on purpose."""
+
+
+class SpecError(PflpipeError, ValueError):
+    """The spec is invalid. ``problems`` holds one formatted line per problem."""
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class DataError(PflpipeError):
+    """The data cannot be loaded or partitioned as the spec asks."""
+
+
+class DivergenceError(PflpipeError):
+    """Training produced a non-finite loss; names the client and the round."""
+
+    def __init__(self, message: str, client: int | None = None, round_idx: int | None = None):
+        self.client = client
+        self.round_idx = round_idx
+        super().__init__(message)
+
+
+class StorageError(PflpipeError):
+    """An object store refused or failed a request (after retries)."""

@@ -1,0 +1,239 @@
+"""Read a YAML spec safely, keep every key's line, and turn validation errors into clear lines.
+
+Each problem becomes ``FILE:LINE: dotted.path: what is wrong (got X); what to do``. Duplicate keys
+are errors (PyYAML would silently keep the last one).
+"""
+
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from pflpipe.errors import SpecError
+from pflpipe.spec.spec import Spec
+
+Loc = tuple[str | int, ...]
+_CREDENTIAL_WORDS = ("secret", "password", "token", "access_key", "credential")
+_TAGS = ("name", "strategy", "architecture", "kind")  # discriminator keys of the spec's unions
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Load and validate a spec file; raise SpecError listing every problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+        raise SpecError(f"{path}: cannot read the spec ({err.__class__.__name__}: {err})") from None
+    return parse_spec(text, str(path))
+
+
+def parse_spec(text: str, filename: str = "<spec>") -> Spec:
+    """Validate spec text; raise SpecError listing every problem with its line."""
+    data, lines = parse_yaml(text, filename)
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(format_errors(err, data, lines, filename)) from None
+
+
+def parse_yaml(text: str, filename: str = "<spec>") -> tuple[dict, dict[Loc, int]]:
+    """Parse YAML into plain data plus the 1-based line of every key and list item."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            raise SpecError(f"{filename}: the spec is empty; expected a mapping with at least "
+                            "experiment, dataset and partition")
+        if not isinstance(node, yaml.MappingNode):
+            kind = {yaml.SequenceNode: "a list", yaml.ScalarNode: "a single value"}[type(node)]
+            raise SpecError(f"{filename}:{node.start_mark.line + 1}: the spec must be a mapping of "
+                            f"sections (experiment, dataset, partition, ...), got {kind}")
+        lines: dict[Loc, int] = {(): node.start_mark.line + 1}
+        data = _build(loader, node, (), lines, filename)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f"{filename}:{mark.line + 1}" if mark else filename
+        problem = getattr(err, "problem", None) or str(err)
+        raise SpecError(f"{where}: invalid YAML: {problem}") from None
+    finally:
+        loader.dispose()
+    return data, lines
+
+
+def _build(loader: yaml.SafeLoader, node, loc: Loc, lines: dict[Loc, int], filename: str) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        loader.flatten_mapping(node)
+        out: dict = {}
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if not isinstance(key, str | int | float | bool) or key is None:
+                raise SpecError(f"{filename}:{line}: {_dotted(loc) or 'spec'}: keys must be plain "
+                                f"names (got {key!r})")
+            if key in out:
+                raise SpecError(f"{filename}:{line}: {_dotted((*loc, key))}: duplicate key (first "
+                                f"given on line {lines[(*loc, key)]}); keep only one")
+            lines[(*loc, key)] = line
+            out[key] = _build(loader, value_node, (*loc, key), lines, filename)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        items = []
+        for index, item in enumerate(node.value):
+            lines[(*loc, index)] = item.start_mark.line + 1
+            items.append(_build(loader, item, (*loc, index), lines, filename))
+        return items
+    return loader.construct_object(node, deep=True)
+
+
+def _dotted(loc: Loc) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _data_loc(loc: Loc, data: Any) -> Loc:
+    """Drop the union-tag elements pydantic inserts into a location (`partition.ds2.alpha`)."""
+    out: list = []
+    current = data
+    for part in loc:
+        if isinstance(current, dict) and part not in current and any(
+            current.get(tag) == part for tag in _TAGS
+        ):
+            continue
+        if not isinstance(part, str | int) or (isinstance(part, str) and part.startswith(
+                ("function-", "list[", "dict[", "union["))):
+            continue
+        out.append(part)
+        try:
+            current = current[part]
+        except (KeyError, IndexError, TypeError):
+            current = None
+    return tuple(out)
+
+
+def _model_at(loc: Loc, data: Any) -> type[BaseModel] | None:
+    """Return the spec model that validates the mapping found at `loc` in `data`."""
+    annotation: Any = Spec
+    current = data
+    for part in loc:
+        annotation = _pick(annotation, current)
+        if isinstance(part, int):
+            args = typing.get_args(annotation)
+            annotation = args[0] if args else None
+        elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(part) or next(
+                (f for f in annotation.model_fields.values() if f.alias == part), None)
+            if field is None:
+                return None
+            annotation = field.annotation
+        else:
+            return None
+        current = current[part] if isinstance(current, dict | list) else None
+    annotation = _pick(annotation, current)
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+
+
+def _pick(annotation: Any, value: Any) -> Any:
+    """Resolve Optional/Annotated/union annotations using the union tag found in `value`."""
+    while True:
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+            continue
+        if origin in (typing.Union, types.UnionType):
+            options = [a for a in typing.get_args(annotation) if a is not type(None)]
+            models = [a for a in options if isinstance(a, type) and issubclass(a, BaseModel)]
+            if len(options) == 1:
+                annotation = options[0]
+                continue
+            for model in models:
+                if isinstance(value, dict) and any(
+                    value.get(tag) in typing.get_args(model.model_fields[tag].annotation)
+                    for tag in _TAGS if tag in model.model_fields
+                ):
+                    return model
+            return models[0] if len(models) == 1 else None
+        return annotation
+
+
+def _keys_of(model: type[BaseModel]) -> list[str]:
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, dict | list) or value is None:
+        return ""
+    text = repr(value)
+    return f" (got {text if len(text) < 60 else text[:57] + '...'})"
+
+
+def _message(error: dict, loc: Loc, data: Any) -> tuple[Loc, str]:
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1], data)
+        allowed = _keys_of(model) if model else []
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.5)
+        parent = _value_at(loc[:-1], data)
+        owner = next((parent[t] for t in ("name",) if isinstance(parent, dict) and t in parent), None)
+        if any(word in str(loc[-1]).lower() for word in _CREDENTIAL_WORDS):
+            return loc, ("credentials are never read from the spec; set AWS_ACCESS_KEY_ID / "
+                         "AWS_SECRET_ACCESS_KEY in the environment, or name a Kubernetes secret "
+                         "in storage.secret_name")
+        what = f"not a parameter of {owner!r}" if owner and loc[:1] == ("personalization",) \
+            else "unknown key"
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return loc, f"{what}{hint} (allowed: {', '.join(allowed)})" if allowed else what + hint
+    if kind == "union_tag_invalid":
+        tags = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
+        close = difflib.get_close_matches(str(ctx.get("tag")), tags, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return (*loc, ctx["discriminator"].strip("'")), (
+            f"unknown value {ctx.get('tag')!r}{hint} (allowed: {', '.join(tags)})")
+    if kind == "union_tag_not_found":
+        disc = str(ctx.get("discriminator", "")).strip("'")
+        return (*loc, disc), f"required field missing; say which one{_options(loc)}"
+    if kind == "missing":
+        return loc, "required field missing"
+    message = error["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    message = message.replace("Input should be", "must be").replace("Input should", "must")
+    if kind != "spec" and "(got" not in message:
+        message += _got(error.get("input"))
+    return loc, message
+
+
+def _options(loc: Loc) -> str:
+    known = {"dataset": "mnist, fashion_mnist, emnist, cifar10, cifar100, digits, arrays, "
+                        "synthetic, gaussian",
+             "partition": "iid, ds1, ds2, ds3, ds4, shards, label_skew, concept_drift, natural",
+             "model": "mlp, cnn_cifar, logistic, fedavg_cnn, custom",
+             "personalization": "local, fedavg_ft, fedper, pfedme, per_fedavg, ditto, apfl, persfl",
+             "storage": "local, s3"}
+    return f" ({known[loc[0]]})" if loc and loc[0] in known else ""
+
+
+def _value_at(loc: Loc, data: Any) -> Any:
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def format_errors(err: ValidationError, data: Any, lines: dict[Loc, int], filename: str) -> list[str]:
+    """Format every validation error as `FILE:LINE: path: message`, in file order."""
+    out: list[tuple[int, str]] = []
+    for error in err.errors():
+        loc, message = _message(error, _data_loc(error["loc"], data), data)
+        line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
+        out.append((line, f"{filename}:{line}: {_dotted(loc) or 'spec'}: {message}"))
+    return [text for _, text in sorted(out, key=lambda item: item[0])]

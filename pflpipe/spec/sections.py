@@ -1,0 +1,266 @@
+"""The remaining spec sections: experiment, federation, teachers, distillation, evaluation,
+tracking, storage, resources and engine."""
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from pflpipe.spec.base import Section
+
+STAGES = (
+    "partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",
+    "distill_grid_search", "evaluate_fairness",
+)
+METRICS = (
+    "PUI", "PUD", "MPI", "API", "MPD", "APD", "AA", "AV", "CS", "Entropy", "JI", "std", "min",
+    "bottom_decile",
+)
+_QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+class Experiment(Section):
+    """What the experiment is called, its repetitions and where results go."""
+
+    name: str = Field(description="Experiment name: lowercase letters, digits and '-'.")
+    description: str = Field("", description="Free text shown in the report and MLflow.")
+    seeds: list[int] = Field([0], min_length=1, description="Repeated runs, one per seed.")
+    output_dir: str | None = Field(None, description="Results directory; results/<name> if omitted.")
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", value):
+            raise ValueError(
+                f"must be 1-63 lowercase letters, digits or '-', starting and ending with a letter "
+                f"or digit (a Kubeflow pipeline name), e.g. 'persfl-digits' (got {value!r})"
+            )
+        return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _unique(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"must not repeat a seed (got {value})")
+        if any(seed < 0 for seed in value):
+            raise ValueError(f"must be 0 or more (got {value})")
+        return value
+
+    @property
+    def results_dir(self) -> str:
+        """The results directory."""
+        return self.output_dir or f"results/{self.name}"
+
+
+class EarlyStop(Section):
+    """Stop FedAvg when the mean validation loss has not improved for `patience` rounds."""
+
+    patience: int = Field(5, ge=1, description="Rounds without improvement before stopping.")
+    min_delta: float = Field(0.0, ge=0, description="Smallest decrease counted as improvement.")
+
+
+class Federation(Section):
+    """FedAvg's rounds and the default local-training settings of every algorithm."""
+
+    rounds: int = Field(20, ge=1, description="Global rounds of the FedAvg warm start.")
+    local_epochs: int = Field(1, ge=1, description="Local epochs per round.")
+    batch_size: int = Field(20, ge=1, description="Local mini-batch size.")
+    optimizer: Literal["sgd", "adam"] = Field("sgd", description="Local optimizer.")
+    lr: float = Field(0.05, gt=0, le=100, description="Local learning rate.")
+    momentum: float = Field(0.0, ge=0, lt=1, description="SGD momentum.")
+    weight_decay: float = Field(0.0, ge=0, description="L2 weight decay.")
+    client_fraction: float = Field(
+        1.0, gt=0, le=1, description="Fraction of clients sampled per round (at least one)."
+    )
+    early_stop: EarlyStop | None = Field(None, description="Optional stop on a validation plateau.")
+
+    @model_validator(mode="after")
+    def _momentum_is_sgd(self):
+        if self.optimizer == "adam" and self.momentum:
+            raise ValueError("momentum applies to sgd only; adam uses fixed betas (0.9, 0.999)")
+        return self
+
+
+class Teachers(Section):
+    """How each client's optimal teacher round is chosen (PersFL stage 1)."""
+
+    criterion: Literal["val_loss", "val_accuracy"] = Field(
+        "val_loss", description="Lowest validation cross-entropy (thesis eq. 4.1) or best accuracy."
+    )
+
+
+def _grid(values: list[float], what: str) -> list[float]:
+    if len(set(values)) != len(values):
+        raise ValueError(f"{what} grid must not repeat a value (got {values})")
+    return values
+
+
+class Distillation(Section):
+    """PersFL stage 2: λ/T grid-search distillation of each client's teacher."""
+
+    lambdas: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        [0.0, 0.25, 0.5, 0.75, 1.0], min_length=1, description="λ grid, each in [0, 1]."
+    )
+    temperatures: list[Annotated[float, Field(gt=0)]] = Field(
+        [1.0, 5.0, 10.0, 15.0, 20.0, 25.0], min_length=1, description="T grid, each > 0."
+    )
+    epochs: int = Field(10, ge=1, description="Distillation epochs (E).")
+    objective: Literal["kl", "ce"] = Field(
+        "kl", description="kl: PersFL (eq. 4.2); ce: PersFL-GD's soft cross-entropy (eq. 6.1)."
+    )
+    teacher: Literal["optimal", "last_round"] = Field(
+        "optimal", description="Per-client optimal round, or the last round's model (ablation)."
+    )
+    selection_split: Literal["val", "train", "test"] = Field(
+        "val",
+        description="Split whose accuracy chooses (λ, T). 'test' reproduces a test-selected "
+        "protocol and is flagged in the report as leaking test labels.",
+    )
+    lr: float | None = Field(None, gt=0, description="Learning rate; federation.lr when omitted.")
+    batch_size: int | None = Field(None, ge=1, description="Batch size; federation's when omitted.")
+
+    _lambdas = field_validator("lambdas")(lambda v: _grid(v, "λ"))
+    _temperatures = field_validator("temperatures")(lambda v: _grid(v, "T"))
+
+
+class Baselines(Section):
+    """Which result-table models are the baselines of QoI = P − max(G, L)."""
+
+    local: str = Field("local", description="Model name of the local-only baseline (L).")
+    global_: str = Field("fedavg", alias="global", description="Model name of the global model (G).")
+
+    model_config = Section.model_config | {"populate_by_name": True}
+
+
+class Evaluation(Section):
+    """Metrics and baselines of the fairness report."""
+
+    metrics: list[Literal[METRICS]] = Field(  # type: ignore[valid-type]
+        list(METRICS), min_length=1, description="Metrics reported (all by default)."
+    )
+    baselines: Baselines = Field(default_factory=Baselines, description="Baseline model names.")
+    selection: Literal["best_val", "last_round"] = Field(
+        "best_val",
+        description="Which per-client model is scored: the round/epoch best on validation, or the "
+        "last one. Both are recorded.",
+    )
+
+
+class Tracking(Section):
+    """MLflow tracking."""
+
+    enabled: bool = Field(True, description="Track runs in MLflow.")
+    uri: str | None = Field(
+        None,
+        description="Tracking URI; $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the "
+        "working directory.",
+    )
+    experiment: str | None = Field(None, description="MLflow experiment; experiment.name if omitted.")
+    log_models: bool = Field(True, description="Log every client's personalized state_dict.")
+
+
+class _Storage(Section):
+    """Where checkpoints and artifacts are kept. Never holds credentials: they come from the
+    environment (or a Kubernetes secret on a cluster) only."""
+
+
+class LocalStorage(_Storage):
+    """Checkpoints and artifacts on the local file system."""
+
+    kind: Literal["local"]
+    path: str | None = Field(None, description="Directory; experiment.output_dir when omitted.")
+
+
+class S3Storage(_Storage):
+    """An S3-compatible object store (AWS, MinIO, Ceph)."""
+
+    kind: Literal["s3"]
+    bucket: str = Field(description="Bucket name.")
+    prefix: str = Field("", description="Key prefix under which the experiment writes.")
+    endpoint_url: str | None = Field(None, description="Endpoint, e.g. http://minio:9000.")
+    region: str | None = Field(None, description="Region name.")
+    secret_name: str | None = Field(
+        None,
+        description="Kubernetes secret holding AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, mounted "
+        "as environment variables on the cluster (never read by pflpipe itself).",
+    )
+    max_attempts: int = Field(5, ge=1, le=20, description="Attempts per request on transient errors.")
+
+    @field_validator("bucket")
+    @classmethod
+    def _bucket(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", value):
+            raise ValueError(f"is not a valid bucket name (got {value!r})")
+        return value
+
+
+Storage = Annotated[LocalStorage | S3Storage, Field(discriminator="kind")]
+
+
+class Toleration(Section):
+    """A Kubernetes toleration."""
+
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+def _quantity(value: str | None) -> str | None:
+    if value is not None and not _QUANTITY.match(value):
+        raise ValueError(f"must be a Kubernetes quantity such as '500m', '2' or '4Gi' (got {value!r})")
+    return value
+
+
+class StageResources(Section):
+    """Kubernetes resources of one stage's pod."""
+
+    cpu: str | None = Field(None, description="CPU request, e.g. '2' or '500m'.")
+    cpu_limit: str | None = Field(None, description="CPU limit.")
+    memory: str | None = Field(None, description="Memory request, e.g. '8Gi'.")
+    memory_limit: str | None = Field(None, description="Memory limit.")
+    gpus: int = Field(0, ge=0, description="GPUs requested (accelerator limit).")
+    gpu_type: str = Field("nvidia.com/gpu", description="Accelerator resource name.")
+    node_selector: dict[str, str] = Field({}, description="Node selector labels.")
+    tolerations: list[Toleration] = Field([], description="Tolerations.")
+    image: str | None = Field(None, description="Image of this stage; resources.image if omitted.")
+
+    _quantities = field_validator("cpu", "cpu_limit", "memory", "memory_limit")(_quantity)
+
+
+class Resources(Section):
+    """Per-stage Kubernetes resources; each stage's settings override `default`."""
+
+    image: str = Field("pflpipe:0.1.0-cpu", description="Component image (name:tag).")
+    default: StageResources = Field(default_factory=StageResources, description="All stages.")
+    partition_data: StageResources | None = None
+    warm_start_fedavg: StageResources | None = None
+    train_local: StageResources | None = None
+    personalize: StageResources | None = None
+    select_teachers: StageResources | None = None
+    distill_grid_search: StageResources | None = None
+    evaluate_fairness: StageResources | None = None
+
+    def for_stage(self, stage: str) -> StageResources:
+        """Return `default` overridden by the stage's own settings."""
+        own = getattr(self, stage)
+        merged = self.default.model_dump()
+        if own is not None:
+            merged.update(own.model_dump(exclude_unset=True))
+        if merged["image"] is None:
+            merged["image"] = self.image
+        return StageResources.model_validate(merged)
+
+
+class Engine(Section):
+    """How clients are trained."""
+
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="cuda when available under 'auto'."
+    )
+    mode: Literal["batched", "sequential"] = Field(
+        "batched", description="batched: all clients as one computation; sequential: a loop."
+    )
+    max_members: int | None = Field(
+        None, ge=1, description="Most models stepped together (limits memory); all when omitted."
+    )

@@ -1,0 +1,153 @@
+"""The root of the spec and the checks that span sections."""
+
+import hashlib
+import json
+
+from pydantic import Field, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+from pflpipe.spec.algorithms import Algorithm, LocalParams, PersFLParams
+from pflpipe.spec.base import Section
+from pflpipe.spec.dataset import GROUPED, Dataset, n_classes_of
+from pflpipe.spec.model import Model
+from pflpipe.spec.partition import Partition
+from pflpipe.spec.sections import (
+    Distillation,
+    Engine,
+    Evaluation,
+    Experiment,
+    Federation,
+    LocalStorage,
+    Resources,
+    Storage,
+    Teachers,
+    Tracking,
+)
+
+IMAGE_SHAPES = {
+    "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28), "emnist": (1, 28, 28),
+    "cifar10": (3, 32, 32), "cifar100": (3, 32, 32), "digits": (1, 8, 8),
+}
+
+
+class Spec(Section):
+    """A whole pflpipe experiment: data, federation, personalization, evaluation, platform."""
+
+    experiment: Experiment
+    dataset: Dataset
+    partition: Partition
+    model: Model = Field(
+        default_factory=lambda: {"architecture": "mlp"},
+        description="The network; the thesis's DNN (one hidden layer of 100) when omitted.",
+    )
+    federation: Federation = Field(default_factory=Federation)
+    personalization: list[Algorithm] = Field(
+        default_factory=lambda: [{"name": "persfl"}],
+        description="Algorithms compared against FedAvg and the local baseline.",
+    )
+    teachers: Teachers = Field(default_factory=Teachers)
+    distillation: Distillation = Field(default_factory=Distillation)
+    evaluation: Evaluation = Field(default_factory=Evaluation)
+    tracking: Tracking = Field(default_factory=Tracking)
+    storage: Storage = Field(default_factory=lambda: LocalStorage(kind="local"))
+    resources: Resources = Field(default_factory=Resources)
+    engine: Engine = Field(default_factory=Engine)
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        errors = [*_data_errors(self), *_model_errors(self), *_algorithm_errors(self)]
+        if errors:
+            raise ValidationError.from_exception_data(
+                "Spec",
+                [InitErrorDetails(type=PydanticCustomError("spec", msg), loc=loc, input=value)
+                 for loc, msg, value in errors],
+            )
+        return self
+
+    # ---- conveniences read by every stage -------------------------------------------------
+    def algorithm(self, label: str):
+        """Return the personalization entry whose display name is `label`."""
+        for entry in self.personalization:
+            if entry.display_name == label:
+                return entry
+        names = [entry.display_name for entry in self.personalization]
+        raise KeyError(f"no personalization entry named {label!r} (have {names})")
+
+    @property
+    def has_persfl(self) -> bool:
+        """Whether the PersFL stages run."""
+        return any(isinstance(entry, PersFLParams) for entry in self.personalization)
+
+    @property
+    def local_params(self) -> LocalParams:
+        """Settings of the local-only baseline (an explicit `local` entry, else defaults)."""
+        for entry in self.personalization:
+            if isinstance(entry, LocalParams):
+                return entry
+        return LocalParams(name="local")
+
+    def content_hash(self) -> str:
+        """Return a short sha256 of the validated spec (defaults included)."""
+        payload = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _data_errors(spec: Spec):
+    dataset, partition = spec.dataset, spec.partition
+    n_classes = n_classes_of(dataset)
+    if partition.strategy == "natural" and dataset.name not in (*GROUPED, "arrays"):
+        yield (("partition", "strategy"),
+               f"'natural' needs a dataset with client groups (synthetic, gaussian or arrays with "
+               f"a 'client' array); {dataset.name!r} has none. Choose iid, ds1..ds4, shards, "
+               "label_skew or concept_drift", partition.strategy)
+    if dataset.name == "gaussian" and partition.strategy != "natural":
+        yield (("partition", "strategy"), "the gaussian dataset is generated per client; use "
+               "strategy 'natural'", partition.strategy)
+    per_client = {"ds1": "classes_per_client", "ds3": "classes_per_client",
+                  "label_skew": "labels_per_client"}.get(partition.strategy)
+    if per_client and n_classes is not None and getattr(partition, per_client) > n_classes:
+        yield (("partition", per_client),
+               f"must be at most the {n_classes} classes of {dataset.name!r}",
+               getattr(partition, per_client))
+    if partition.strategy == "ds4" and n_classes is not None and n_classes < 10:
+        yield (("partition", "strategy"), f"ds4 needs 10 classes or more; {dataset.name!r} has "
+               f"{n_classes}", partition.strategy)
+    if partition.strategy == "concept_drift":
+        if partition.groups is None and dataset.name != "cifar100":
+            yield (("partition", "groups"), "is required unless the dataset is cifar100 (whose 20 "
+                   "coarse groups are the default)", None)
+        elif partition.groups and n_classes and n_classes % partition.groups:
+            yield (("partition", "groups"), f"must divide the {n_classes} classes of "
+                   f"{dataset.name!r}", partition.groups)
+
+
+def _model_errors(spec: Spec):
+    shape = IMAGE_SHAPES.get(spec.dataset.name)
+    arch = spec.model.architecture
+    if arch == "cnn_cifar" and shape is not None and shape != (3, 32, 32):
+        yield (("model", "architecture"), f"cnn_cifar needs 3×32×32 images; {spec.dataset.name!r}"
+               f" has {'×'.join(map(str, shape))}. Use mlp or fedavg_cnn", arch)
+    if arch == "fedavg_cnn" and shape is not None and shape[1] < 28:
+        yield (("model", "architecture"), f"fedavg_cnn needs images of 28×28 or more; "
+               f"{spec.dataset.name!r} has {'×'.join(map(str, shape))}. Use mlp", arch)
+    if arch in ("cnn_cifar", "fedavg_cnn") and spec.dataset.name in ("synthetic", "gaussian"):
+        yield (("model", "architecture"), f"{arch} needs images; {spec.dataset.name!r} gives "
+               "feature vectors. Use mlp or logistic", arch)
+
+
+def _algorithm_errors(spec: Spec):
+    seen: dict[str, int] = {}
+    reserved = {spec.evaluation.baselines.global_}
+    for index, entry in enumerate(spec.personalization):
+        name = entry.display_name
+        if name in seen:
+            yield (("personalization", index, "label"),
+                   f"duplicates entry {seen[name]} ({name!r}); give one of them a distinct label",
+                   entry.label)
+        elif name in reserved:
+            yield (("personalization", index, "label"),
+                   f"{name!r} is the global baseline's name; choose another label", entry.label)
+        seen.setdefault(name, index)
+    if sum(isinstance(e, PersFLParams) for e in spec.personalization) > 1:
+        yield (("personalization",), "lists persfl more than once; PersFL is configured by the "
+               "teachers and distillation sections", None)

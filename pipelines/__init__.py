@@ -1,0 +1,1 @@
+"""Builds the KFP pipeline from a validated spec (installed as pflpipe.pipelines)."""

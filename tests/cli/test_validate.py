@@ -1,0 +1,200 @@
+"""`pflpipe validate`: every malformed spec gives exit 2, no traceback, the field and its line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pflpipe.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SPECS = sorted((REPO / "specs").glob("*.yaml"))
+
+BASE = """\
+experiment:
+  name: t
+dataset:
+  name: digits
+partition:
+  strategy: ds1
+  n_clients: 10
+"""
+
+# (id, spec text, substrings the message must contain)
+CORPUS = [
+    ("empty-file", "", ["spec is empty"]),
+    ("only-comments", "# nothing\n", ["spec is empty"]),
+    ("list-document", "- a\n- b\n", ["must be a mapping", "list"]),
+    ("scalar-document", "hello\n", ["must be a mapping"]),
+    ("bad-yaml-indent", "experiment:\n  name: t\n dataset: x\n", ["invalid YAML"]),
+    ("bad-yaml-unclosed", "experiment: {name: t\n", ["invalid YAML"]),
+    ("tab-indent", "experiment:\n\tname: t\n", ["invalid YAML"]),
+    ("duplicate-top-key", BASE + "partition:\n  strategy: iid\n", ["partition: duplicate key",
+                                                                   "line 5"]),
+    ("duplicate-nested-key", BASE.replace("  n_clients: 10\n", "  n_clients: 10\n  n_clients: 5\n"),
+     ["partition.n_clients: duplicate key"]),
+    ("missing-experiment", BASE.replace("experiment:\n  name: t\n", ""),
+     ["experiment: required field missing"]),
+    ("missing-name", BASE.replace("  name: t\n", "  seeds: [1]\n"),
+     ["experiment.name: required field missing"]),
+    ("missing-dataset-name", BASE.replace("  name: digits\n", "  root: data\n"),
+     ["dataset.name: required field missing"]),
+    ("unknown-dataset", BASE.replace("digits", "digitz"),
+     ["dataset.name: unknown value 'digitz'", "did you mean 'digits'"]),
+    ("unknown-top-key", BASE + "federaton:\n  rounds: 3\n",
+     ["federaton: unknown key", "did you mean 'federation'"]),
+    ("unknown-nested-key", BASE + "federation:\n  round: 3\n",
+     ["federation.round: unknown key", "did you mean 'rounds'"]),
+    ("unknown-deep-key", BASE + "  fractions:\n    training: 0.6\n",
+     ["partition.fractions.training: unknown key", "did you mean 'train'"]),
+    ("wrong-type-int", BASE + "federation:\n  rounds: many\n", ["federation.rounds", "integer"]),
+    ("wrong-type-float", BASE + "federation:\n  lr: fast\n", ["federation.lr", "number"]),
+    ("wrong-type-list", BASE.replace("  name: t\n", "  name: t\n  seeds: 3\n"),
+     ["experiment.seeds", "list"]),
+    ("wrong-type-section", BASE + "federation: 3\n", ["federation", "dictionary"]),
+    ("negative-lr", BASE + "federation:\n  lr: -0.1\n", ["federation.lr", "greater than 0"]),
+    ("zero-rounds", BASE + "federation:\n  rounds: 0\n", ["federation.rounds",
+                                                          "greater than or equal to 1"]),
+    ("client-fraction-above-one", BASE + "federation:\n  client_fraction: 1.5\n",
+     ["federation.client_fraction"]),
+    ("bad-experiment-name", BASE.replace("name: t\n", "name: My Experiment\n", 1),
+     ["experiment.name", "lowercase"]),
+    ("repeated-seed", BASE.replace("  name: t\n", "  name: t\n  seeds: [1, 1]\n"),
+     ["experiment.seeds", "repeat"]),
+    ("fractions-not-one", BASE + "  fractions: {train: 0.5, val: 0.2, test: 0.2}\n",
+     ["partition.fractions", "sum to 1"]),
+    ("negative-alpha", BASE.replace("strategy: ds1", "strategy: ds2") + "  alpha: -0.5\n",
+     ["partition.alpha", "greater than 0", "-0.5"]),
+    ("unknown-strategy", BASE.replace("ds1", "ds9"), ["partition.strategy", "'ds9'"]),
+    ("param-of-other-strategy", BASE + "  alpha: 0.9\n",
+     ["partition.alpha: unknown key"]),
+    ("too-many-classes", BASE + "  classes_per_client: 11\n",
+     ["partition.classes_per_client", "at most the 10 classes"]),
+    ("n-clients-zero", BASE.replace("n_clients: 10", "n_clients: 0"), ["partition.n_clients"]),
+    ("natural-without-groups", BASE.replace("ds1", "natural"),
+     ["partition.strategy", "'natural' needs a dataset with client groups"]),
+    ("unknown-algorithm", BASE + "personalization:\n  - name: dito\n",
+     ["personalization[0].name", "did you mean 'ditto'"]),
+    ("algorithm-wrong-param", BASE + "personalization:\n  - name: ditto\n    lamda: 0.1\n",
+     ["personalization[0].lamda: not a parameter of 'ditto'", "did you mean 'lam'"]),
+    ("algorithm-param-of-other", BASE + "personalization:\n  - name: fedper\n    lam: 0.1\n",
+     ["personalization[0].lam: not a parameter of 'fedper'"]),
+    ("algorithm-missing-name", BASE + "personalization:\n  - lam: 0.1\n",
+     ["personalization[0].name: required field missing"]),
+    ("algorithm-bad-value", BASE + "personalization:\n  - name: apfl\n    alpha: 2\n",
+     ["personalization[0].alpha", "less than or equal to 1"]),
+    ("pfedme-zero-steps", BASE + "personalization:\n  - name: pfedme\n    inner_steps: 0\n",
+     ["personalization[0].inner_steps"]),
+    ("per-fedavg-variant", BASE + "personalization:\n  - name: per_fedavg\n    variant: hf\n",
+     ["personalization[0].variant", "first_order"]),
+    ("duplicate-algorithm", BASE + "personalization:\n  - name: fedper\n  - name: fedper\n",
+     ["personalization[1].label", "duplicates entry 0"]),
+    ("lambda-above-one", BASE + "distillation:\n  lambdas: [0, 0.5, 1.5]\n",
+     ["distillation.lambdas[2]", "less than or equal to 1"]),
+    ("lambda-negative", BASE + "distillation:\n  lambdas: [-0.1]\n", ["distillation.lambdas[0]"]),
+    ("temperature-zero", BASE + "distillation:\n  temperatures: [0, 5]\n",
+     ["distillation.temperatures[0]", "greater than 0"]),
+    ("temperature-negative", BASE + "distillation:\n  temperatures: [-1]\n",
+     ["distillation.temperatures[0]"]),
+    ("empty-grid", BASE + "distillation:\n  lambdas: []\n", ["distillation.lambdas"]),
+    ("bad-objective", BASE + "distillation:\n  objective: mse\n",
+     ["distillation.objective", "'kl' or 'ce'"]),
+    ("bad-teacher", BASE + "distillation:\n  teacher: best\n", ["distillation.teacher"]),
+    ("bad-metric", BASE + "evaluation:\n  metrics: [JI, Gini]\n", ["evaluation.metrics[1]"]),
+    ("credential-in-storage", BASE + "storage:\n  kind: s3\n  bucket: exp\n  aws_secret_access_key: x\n",
+     ["storage.aws_secret_access_key", "credentials are never read from the spec"]),
+    ("bad-bucket", BASE + "storage:\n  kind: s3\n  bucket: Bad_Bucket\n", ["storage.bucket"]),
+    ("bad-quantity", BASE + "resources:\n  default:\n    memory: lots\n",
+     ["resources.default.memory", "Kubernetes quantity"]),
+    ("unknown-stage", BASE + "resources:\n  personalise:\n    gpus: 1\n",
+     ["resources.personalise: unknown key", "did you mean 'personalize'"]),
+    ("bad-device", BASE + "engine:\n  device: tpu\n", ["engine.device"]),
+    ("cnn-on-digits", BASE + "model:\n  architecture: cnn_cifar\n",
+     ["model.architecture", "3×32×32"]),
+    ("bad-custom-path", BASE + "model:\n  architecture: custom\n  path: not a path\n",
+     ["model.path", "package.module:ClassName"]),
+    ("adam-with-momentum", BASE + "federation:\n  optimizer: adam\n  momentum: 0.9\n",
+     ["federation", "momentum applies to sgd only"]),
+    ("s3-source-not-s3", BASE + "  source: http://x\n", ["partition.source: unknown key"]),
+    ("dataset-source-not-s3", BASE.replace("  name: digits\n", "  name: digits\n  source: /tmp/x\n"),
+     ["dataset.source", "s3://"]),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), [c[1:] for c in CORPUS], ids=[c[0] for c in CORPUS])
+def test_validate_rejects_malformed_spec_with_exit_2_and_field(tmp_path, capsys, text, expected):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+
+    code = main(["validate", str(path)])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "Traceback" not in err
+    assert err.startswith(f"{path}:")
+    for fragment in expected:
+        assert fragment in err, f"{fragment!r} not in {err!r}"
+
+
+def test_validate_corpus_is_large_enough():
+    assert len(CORPUS) >= 30
+
+
+def test_validate_reports_every_problem_at_once(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text(BASE + "  alpha: 1\nfederation:\n  lr: 0\n  rounds: -1\n")
+
+    code = main(["validate", str(path)])
+
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert [line.split(": ")[1] for line in lines] == [
+        "partition.alpha", "federation.lr", "federation.rounds"]
+    assert [int(line.split(":")[1]) for line in lines] == [8, 10, 11]
+
+
+def test_validate_names_the_missing_file(tmp_path, capsys):
+    code = main(["validate", str(tmp_path / "nope.yaml")])
+
+    assert code == 2
+    assert "nope.yaml: no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[p.name for p in SPECS])
+def test_every_shipped_spec_validates(spec, capsys):
+    assert main(["validate", "--quiet", str(spec)]) == 0
+
+
+def test_validate_as_a_process_exits_2_without_traceback_and_skips_torch(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BASE + "federation:\n  lr: -1\n")
+    probe = ("import sys; from pflpipe.cli import main; code = main(['validate', sys.argv[1]]); "
+             "assert 'torch' not in sys.modules and 'kfp' not in sys.modules "
+             "and 'mlflow' not in sys.modules, 'heavy import on the validate path'; sys.exit(code)")
+
+    proc = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True)
+
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"{path}:9: federation.lr: must be greater than 0 (got -1)" in proc.stderr
+
+
+def test_minimal_spec_is_about_ten_lines(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text(BASE + "personalization:\n  - name: persfl\n  - name: fedper\n")
+
+    assert main(["validate", str(path)]) == 0
+    assert len(path.read_text().splitlines()) <= 12
+    out = capsys.readouterr().out
+    assert "distill_grid_search 5 λ × 6 T" in out
+
+
+def test_schema_is_json_schema_of_the_spec(capsys):
+    import json
+
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["title"] == "pflpipe spec"
+    assert set(schema["required"]) == {"experiment", "dataset", "partition"}
+    assert "DittoParams" in schema["$defs"]
