@@ -22,11 +22,14 @@ class Store(Protocol):
     def exists(self, key: str) -> bool:
         """Whether `key` exists."""
 
+    def delete(self, key: str) -> None:
+        """Remove `key` (no error when it is absent)."""
+
     def list(self, prefix: str = "") -> list[str]:
         """Keys under `prefix`, sorted."""
 
     def child(self, prefix: str) -> "Store":
-        """A store rooted at `prefix` inside this one."""
+        """Return a store rooted at `prefix` inside this one."""
 
 
 def upload_dir(store: Store, directory: Path, prefix: str = "") -> list[str]:

@@ -44,6 +44,10 @@ class LocalStore:
         """Whether `key` exists."""
         return self._path(key).is_file()
 
+    def delete(self, key: str) -> None:
+        """Remove `key` (no error when it is absent)."""
+        self._path(key).unlink(missing_ok=True)
+
     def list(self, prefix: str = "") -> list[str]:
         """Keys under `prefix`, sorted (temporary files excluded)."""
         base = self._path(prefix) if prefix else self.root
@@ -55,5 +59,5 @@ class LocalStore:
                       if p.is_file() and not p.name.startswith("."))
 
     def child(self, prefix: str) -> "LocalStore":
-        """A store rooted at `prefix`."""
+        """Return a store rooted at `prefix`."""
         return LocalStore(self._path(prefix))
