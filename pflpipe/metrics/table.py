@@ -1,0 +1,279 @@
+"""The per-client results table: the single source of every metric.
+
+A long table, one row per (seed, split, selection, model, client):
+
+| column      | required | default      | meaning                                               |
+|-------------|----------|--------------|-------------------------------------------------------|
+| client      | yes      |              | client id (any string; digits sort numerically)       |
+| model       | yes      |              | algorithm name; baselines default to local / fedavg   |
+| accuracy    | yes      |              | fraction in [0, 1] or percent in [0, 100]             |
+| seed        | no       | 0            | repetition                                            |
+| split       | no       | test         | data split scored (val, test, ...)                    |
+| selection   | no       | (any)        | best_val or last_round; empty: applies to both        |
+| loss        | no       |              | kept, not used by the metrics                         |
+| n_samples   | no       |              | kept, not used by the metrics (clients weigh equally) |
+| round       | no       |              | kept, not used by the metrics                         |
+
+Other columns are ignored. Accuracies are fractions when every value of a file is ≤ 1, percent
+otherwise; tables of different units are never mixed.
+"""
+
+import csv
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from pflpipe.errors import DataError
+
+REQUIRED = ("client", "model", "accuracy")
+SELECTIONS = ("best_val", "last_round")
+Unit = Literal["fraction", "percent"]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One client's score under one model."""
+
+    client: str
+    model: str
+    accuracy: float
+    seed: int = 0
+    split: str = "test"
+    selection: str = ""
+    loss: float | None = None
+    n_samples: int | None = None
+    round: int | None = None
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class ResultsTable:
+    """Validated rows of one or more tables, all in one accuracy unit."""
+
+    rows: tuple[Row, ...]
+    unit: Unit
+    sources: tuple[str, ...] = ()
+
+    @property
+    def splits(self) -> list[str]:
+        """The splits present: test first, then val, then the rest by name."""
+        order = {"test": 0, "val": 1}
+        return sorted({row.split for row in self.rows}, key=lambda s: (order.get(s, 2), s))
+
+
+def client_key(client: str) -> tuple[int, int | str]:
+    """Sort key: numeric ids in numeric order, then the other ids by name."""
+    return (0, int(client)) if client.isdigit() else (1, client)
+
+
+def read_table(paths: Sequence[Path | str]) -> ResultsTable:
+    """Read and validate one or more CSV tables and concatenate them.
+
+    Raises:
+        DataError: a file is missing or unreadable, a column is missing, a value is invalid,
+            a row repeats, or the files use different accuracy units.
+
+    """
+    if not paths:
+        raise DataError("no results table given; pass at least one CSV file")
+    tables = [_read_one(Path(path)) for path in paths]
+    units = {table.unit for table in tables}
+    if len(units) > 1:
+        listing = ", ".join(f"{table.sources[0]} ({table.unit})" for table in tables)
+        raise DataError(
+            f"the tables mix accuracy units: {listing}. Convert them to one unit (fractions in "
+            f"[0, 1] or percent in [0, 100]) before evaluating them together"
+        )
+    rows = tuple(row for table in tables for row in table.rows)
+    _check_unique(rows)
+    return ResultsTable(rows, tables[0].unit, tuple(str(p) for p in paths))
+
+
+def table_from_records(records: Iterable[Mapping[str, object]], source: str = "<records>"
+                       ) -> ResultsTable:
+    """Validate in-memory rows (mappings with the CSV's column names) as a table."""
+    rows = tuple(_parse_row(record, f"{source}: row {i + 1}") for i, record in
+                 enumerate(records))
+    if not rows:
+        raise DataError(f"{source}: the results table has no rows")
+    _check_unique(rows)
+    return ResultsTable(rows, detect_unit(rows, source), (source,))
+
+
+def detect_unit(rows: Sequence[Row], source: str) -> Unit:
+    """Return ``fraction`` when every accuracy is ≤ 1, else ``percent`` (then all must be ≤ 100)."""
+    if all(row.accuracy <= 1 for row in rows):
+        return "fraction"
+    for row in rows:
+        if row.accuracy > 100:
+            raise DataError(
+                f"{row.where}: accuracy {row.accuracy:g} is above 100; accuracies must be "
+                f"fractions in [0, 1] or percent in [0, 100] ({source})"
+            )
+    return "percent"
+
+
+def _read_one(path: Path) -> ResultsTable:
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            columns = [name.strip() for name in reader.fieldnames or []]
+            missing = [name for name in REQUIRED if name not in columns]
+            if missing:
+                raise DataError(
+                    f"{path}: missing column(s) {', '.join(missing)} (found: "
+                    f"{', '.join(columns) or 'no header'}); a results table needs the columns "
+                    f"client, model, accuracy and may have seed, split, selection, loss, "
+                    f"n_samples, round"
+                )
+            records = [{k.strip(): v for k, v in rec.items() if k} for rec in reader]
+    except FileNotFoundError as err:
+        raise DataError(f"{path}: no such results table") from err
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise DataError(f"{path}: cannot read the results table: {err}") from err
+    # Line numbers count the header as line 1.
+    rows = tuple(_parse_row(rec, f"{path}:{i + 2}") for i, rec in enumerate(records))
+    if not rows:
+        raise DataError(f"{path}: the results table has a header but no rows")
+    return ResultsTable(rows, detect_unit(rows, str(path)), (str(path),))
+
+
+def _text(record: Mapping[str, object], name: str) -> str:
+    value = record.get(name)
+    return "" if value is None else str(value).strip()
+
+
+def _number(record: Mapping[str, object], name: str, where: str, kind: type) -> float | int | None:
+    text = _text(record, name)
+    if not text:
+        return None
+    try:
+        value = kind(float(text)) if kind is int and float(text).is_integer() else kind(text)
+    except ValueError as err:
+        expected = "an integer" if kind is int else "a number"
+        raise DataError(f"{where}: {name} must be {expected} (got {text!r})") from err
+    return value
+
+
+def _parse_row(record: Mapping[str, object], where: str) -> Row:
+    client, model = _text(record, "client"), _text(record, "model")
+    for name, value in (("client", client), ("model", model)):
+        if not value:
+            raise DataError(f"{where}: {name} is empty; every row needs a client and a model")
+    accuracy = _number(record, "accuracy", where, float)
+    if accuracy is None or not math.isfinite(accuracy) or accuracy < 0:
+        raise DataError(
+            f"{where}: accuracy must be a finite number ≥ 0 (got {_text(record, 'accuracy')!r}) "
+            f"for client {client}, model {model}"
+        )
+    selection = _text(record, "selection")
+    if selection and selection not in SELECTIONS:
+        raise DataError(
+            f"{where}: selection must be one of {', '.join(SELECTIONS)} or empty "
+            f"(got {selection!r})"
+        )
+    seed = _number(record, "seed", where, int)
+    n_samples = _number(record, "n_samples", where, int)
+    if (seed is not None and seed < 0) or (n_samples is not None and n_samples < 0):
+        raise DataError(f"{where}: seed and n_samples must be ≥ 0")
+    return Row(
+        client=client, model=model, accuracy=accuracy, seed=0 if seed is None else seed,
+        split=_text(record, "split") or "test", selection=selection,
+        loss=_number(record, "loss", where, float), n_samples=n_samples,
+        round=_number(record, "round", where, int), where=where,
+    )
+
+
+def _check_unique(rows: Sequence[Row]) -> None:
+    seen: dict[tuple, str] = {}
+    for row in rows:
+        key = (row.seed, row.split, row.selection, row.model, row.client)
+        if key in seen:
+            raise DataError(
+                f"{row.where}: repeats {seen[key]} (seed {row.seed}, split {row.split!r}, "
+                f"selection {row.selection or '(any)'!r}, model {row.model!r}, client "
+                f"{row.client}); keep one row per client, model, seed, split and selection"
+            )
+        seen[key] = row.where
+
+
+@dataclass(frozen=True)
+class Scores:
+    """The accuracies of one (split, seed): ``accuracy[model]`` lists the clients in order."""
+
+    split: str
+    seed: int
+    clients: tuple[str, ...]
+    accuracy: dict[str, np.ndarray]
+
+
+def select_rows(table: ResultsTable, selection: str) -> list[Row]:
+    """Keep the rows scored with `selection` (rows with an empty selection apply to both)."""
+    if selection not in SELECTIONS:
+        raise DataError(f"selection must be one of {', '.join(SELECTIONS)} (got {selection!r})")
+    kept = [row for row in table.rows if row.selection in ("", selection)]
+    if not kept:
+        present = sorted({row.selection for row in table.rows})
+        raise DataError(
+            f"no row has selection {selection!r} (present: {', '.join(present)}); choose one "
+            f"of those with --selection or evaluation.selection"
+        )
+    return kept
+
+
+def scores_by_seed(rows: Sequence[Row], split: str, required: Sequence[str]) -> list[Scores]:
+    """Arrange one split's rows as per-seed score matrices, every model on every client.
+
+    Args:
+        rows: Rows already filtered to one selection.
+        split: The split to arrange.
+        required: Model names that must be present (the baselines), named in the error.
+
+    Raises:
+        DataError: naming the client, model, seed and split when a model misses a client that
+            another model has, or a required model or a model of another seed is absent.
+
+    """
+    rows = [row for row in rows if row.split == split]
+    models = sorted({row.model for row in rows})
+    by_seed: dict[int, dict[str, dict[str, float]]] = {}
+    for row in rows:
+        by_seed.setdefault(row.seed, {}).setdefault(row.model, {})[row.client] = row.accuracy
+    result = []
+    for seed in sorted(by_seed):
+        present = by_seed[seed]
+        _check_models(present, [*required, *models], required, split, seed)
+        clients = sorted({c for per_client in present.values() for c in per_client}, key=client_key)
+        for model in models:
+            missing = [c for c in clients if c not in present[model]]
+            if missing:
+                role = "baseline " if model in required else ""
+                raise DataError(
+                    f"split {split!r}, seed {seed}: client {missing[0]} has no row for "
+                    f"{role}model {model!r} ({len(missing)} client(s) missing: "
+                    f"{', '.join(missing[:10])}); every model needs every client"
+                )
+        accuracy = {m: np.array([present[m][c] for c in clients]) for m in models}
+        result.append(Scores(split, seed, tuple(clients), accuracy))
+    return result
+
+
+def _check_models(present: Mapping[str, object], expected: Sequence[str],
+                  required: Sequence[str], split: str, seed: int) -> None:
+    for model in expected:
+        if model in present:
+            continue
+        if model in required:
+            raise DataError(
+                f"split {split!r}, seed {seed}: baseline model {model!r} has no rows (models "
+                f"present: {', '.join(sorted(present))}); name the baselines with --local/"
+                f"--global or evaluation.baselines"
+            )
+        raise DataError(
+            f"split {split!r}, seed {seed}: model {model!r} has no rows, but other seeds of this "
+            f"split have it; every model needs every seed"
+        )
