@@ -28,3 +28,7 @@ class DivergenceError(PflpipeError):
 
 class StorageError(PflpipeError):
     """An object store refused or failed a request (after retries)."""
+
+
+class TrackingError(PflpipeError):
+    """The tracking server or store refused or failed a request, or a value looked like a secret."""

@@ -1,10 +1,14 @@
-"""The Tracker a stage receives. The base class records nothing (the default); the MLflow tracker
-in `pflpipe.tracking.mlflow` writes to a tracking server. Algorithms and the engine never track:
-stages log what the engine returns."""
+"""The Tracker a stage receives.
 
+The base class records nothing (the default); the MLflow tracker in `pflpipe.tracking.mlflow`
+writes to a tracking server. Algorithms and the engine never track: stages log what the engine
+returns.
+"""
+
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 
 class Tracker:
@@ -34,6 +38,15 @@ class Tracker:
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Upload text as a file."""
+
+    def log_dict(self, data: dict[str, Any], artifact_file: str) -> None:
+        """Upload a mapping as JSON (or YAML when `artifact_file` ends in .yaml/.yml)."""
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        """Upload a matplotlib figure as an image (e.g. ``figures/label_distribution.png``)."""
+
+    def log_state_dict(self, state_dict: dict[str, Any], name: str) -> None:
+        """Upload a model's state_dict as ``models/<name>.pt`` (load with weights_only=True)."""
 
 
 NULL_TRACKER = Tracker()

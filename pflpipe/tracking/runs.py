@@ -1,0 +1,228 @@
+"""Entry points the CLI and the components call.
+
+They resolve the tracking URI, open and finish the pipeline's parent run, and open a stage's child
+run.
+
+The CLI opens the parent before the pipeline starts (creating the sqlite database and the
+experiment once, before any fan-out) and passes ``ParentRun.pipeline_parameters()`` to the
+pipeline. Each component opens ``child_run(...)`` under it. With tracking disabled the parent's
+run id is empty and every child is the no-op ``NULL_TRACKER``.
+"""
+
+import json
+import logging
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pflpipe import __version__
+from pflpipe.errors import TrackingError
+from pflpipe.tracking.base import NULL_TRACKER, Tracker
+from pflpipe.tracking.mlflow import ROOT_TAG, MlflowTracker, _client, _retrying
+from pflpipe.tracking.scrub import scrub_text
+
+log = logging.getLogger(__name__)
+
+
+def resolve_tracking_uri(tracking_spec=None) -> str:
+    """Return the tracking URI: spec, else $MLFLOW_TRACKING_URI, else ``./mlflow.db`` (absolute).
+
+    A relative sqlite path is made absolute against the working directory, so every process of
+    a pipeline run (and ``mlflow ui``) finds the same database.
+    """
+    uri = (getattr(tracking_spec, "uri", None) or os.environ.get("MLFLOW_TRACKING_URI")
+           or "sqlite:///mlflow.db")
+    if uri.startswith("sqlite:///"):
+        path, sep, query = uri[len("sqlite:///"):].partition("?")
+        if path in ("", ":memory:"):
+            raise TrackingError(f"tracking URI {uri!r} is an in-memory database, which the "
+                                "pipeline's processes cannot share; use sqlite:///mlflow.db")
+        return f"sqlite:///{(Path.cwd() / path).resolve()}{sep}{query}"
+    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    if scheme in ("", "file") and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
+        raise TrackingError(
+            f"tracking URI {scrub_text(uri)!r} is MLflow's file store, which MLflow ≥ 3.13 refuses;"
+            " use sqlite:///mlflow.db (or migrate: mlflow migrate-filestore) or an http(s) server")
+    return uri
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, str]:
+    """Flatten nested mappings and lists of mappings into dotted keys with string values.
+
+    >>> flatten({"partition": {"alpha": 0.5}, "seeds": [0, 1], "algos": [{"name": "ditto"}]})
+    {'partition.alpha': '0.5', 'seeds': '[0, 1]', 'algos.0.name': 'ditto'}
+    """
+    if isinstance(data, dict):
+        out: dict[str, str] = {}
+        for key, value in data.items():
+            out |= flatten(value, f"{prefix}.{key}" if prefix else str(key))
+        return out
+    if isinstance(data, list) and data and all(isinstance(item, dict) for item in data):
+        out = {}
+        for index, item in enumerate(data):
+            out |= flatten(item, f"{prefix}.{index}")
+        return out
+    return {prefix: data if isinstance(data, str) else json.dumps(data)}
+
+
+def git_commit(cwd: Path | None = None) -> str | None:
+    """Return the commit checked out in `cwd` (default: here), or None outside a repository."""
+    try:
+        result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
+                                text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None
+
+
+def _artifact_location(tracking_uri: str) -> str | None:
+    """Artifacts of a sqlite store go beside the database, never into the working directory."""
+    if tracking_uri.startswith("sqlite:///"):
+        database = Path(tracking_uri[len("sqlite:///"):].partition("?")[0])
+        return (database.parent / "mlartifacts").as_uri()
+    return None
+
+
+def _experiment_id(client, name: str, tracking_uri: str) -> str:
+    from mlflow.exceptions import MlflowException
+
+    experiment = _retrying("lookup of experiment", tracking_uri, client.get_experiment_by_name,
+                           name)
+    if experiment is None:
+        try:
+            return client.create_experiment(name, artifact_location=_artifact_location(
+                tracking_uri))
+        except MlflowException as err:  # another process created it first
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise TrackingError(f"cannot create MLflow experiment {name!r} at "
+                                    f"{scrub_text(tracking_uri)}: {err}") from err
+    if experiment.lifecycle_stage == "deleted":
+        raise TrackingError(
+            f"MLflow experiment {name!r} is deleted at {scrub_text(tracking_uri)}; restore it "
+            f"(mlflow experiments restore --experiment-id {experiment.experiment_id}) or set "
+            "tracking.experiment to another name")
+    return experiment.experiment_id
+
+
+@dataclass(frozen=True)
+class ParentRun:
+    """The pipeline run's parent run; an empty `run_id` means tracking is off."""
+
+    run_id: str
+    tracking_uri: str
+    experiment: str
+    experiment_id: str = ""
+    log_models: bool = True
+
+    def pipeline_parameters(self) -> dict[str, str]:
+        """Return the values the pipeline receives as parameters."""
+        return {"parent_run_id": self.run_id, "tracking_uri": self.tracking_uri,
+                "experiment": self.experiment}
+
+    def tracker(self) -> Tracker:
+        """Return a tracker on the parent run (fairness metrics, report, figures)."""
+        if not self.run_id:
+            return NULL_TRACKER
+        return MlflowTracker(_client(self.tracking_uri), self.run_id, self.experiment_id,
+                             tracking_uri=self.tracking_uri, log_models=self.log_models,
+                             context_tags={ROOT_TAG: self.run_id})
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """End the parent run."""
+        finish_parent(self.run_id, status, tracking_uri=self.tracking_uri)
+
+
+def open_parent_run(spec, *, seed: int | None = None, tags: dict[str, str] | None = None,
+                    spec_yaml: str | None = None, run_name: str | None = None) -> ParentRun:
+    """Create the experiment if needed and the parent run of one pipeline run.
+
+    Tags: ``spec_hash``, ``pflpipe_version``, ``git_commit`` (when in a repository), ``seed`` (or
+    ``seeds``), ``storage`` (the store's URI) plus `tags`. Params: the flattened spec. Artifacts:
+    ``spec.yaml`` (the text as written, when given) and ``spec_resolved.yaml`` (defaults filled).
+    """
+    experiment = spec.tracking.experiment or spec.experiment.name
+    if not spec.tracking.enabled:
+        return ParentRun("", "", experiment, log_models=False)
+    tracking_uri = resolve_tracking_uri(spec.tracking)
+    client = _client(tracking_uri)
+    experiment_id = _experiment_id(client, experiment, tracking_uri)
+    run_tags = {"spec_hash": spec.content_hash(), "pflpipe_version": __version__,
+                "experiment": spec.experiment.name, "storage": _storage_uri(spec)}
+    if seed is not None:
+        run_tags["seed"] = str(seed)
+    else:
+        run_tags["seeds"] = ",".join(map(str, spec.experiment.seeds))
+    if commit := git_commit():
+        run_tags |= {"git_commit": commit, "mlflow.source.git.commit": commit}
+    if spec.experiment.description:
+        run_tags["mlflow.note.content"] = spec.experiment.description
+    run_tags |= {k: str(v) for k, v in (tags or {}).items()}
+    name = run_name or f"{spec.experiment.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    run = _retrying("creation of the parent run", tracking_uri, client.create_run, experiment_id,
+                    run_name=scrub_text(name))
+    parent = ParentRun(run.info.run_id, tracking_uri, experiment, experiment_id,
+                       spec.tracking.log_models)
+    tracker = parent.tracker()
+    try:
+        tracker.set_tags(run_tags)
+        resolved = spec.model_dump(mode="json", by_alias=True)
+        tracker.log_params(flatten(resolved))
+        if spec_yaml is not None:
+            tracker.log_text(spec_yaml, "spec.yaml")
+        tracker.log_dict(resolved, "spec_resolved.yaml")
+    except BaseException:
+        parent.finish("FAILED")
+        raise
+    log.info("MLflow parent run %s in experiment %r at %s", parent.run_id, experiment,
+             scrub_text(tracking_uri))
+    return parent
+
+
+def _storage_uri(spec) -> str:
+    storage = spec.storage
+    if storage.kind == "s3":
+        where = "/".join(p for p in (storage.bucket, storage.prefix.strip("/")) if p)
+        return f"s3://{where}" + (f" at {storage.endpoint_url}" if storage.endpoint_url else "")
+    return f"local:{storage.path or spec.experiment.results_dir}"
+
+
+def finish_parent(run_id: str, status: str = "FINISHED", *, tracking_uri: str | None = None
+                  ) -> None:
+    """End the parent run with `status` (FINISHED, FAILED or KILLED); no-op for an empty id."""
+    if not run_id:
+        return
+    uri = tracking_uri or resolve_tracking_uri()
+    _retrying("end of the parent run", uri, _client(uri).set_terminated, run_id, status)
+
+
+def parent_tracker(tracking_spec, tracking_uri: str, parent_run_id: str,
+                   experiment: str | None = None) -> Tracker:
+    """Return a tracker on the existing parent run (the last stage logs its metrics there)."""
+    if not tracking_spec.enabled or not parent_run_id:
+        return NULL_TRACKER
+    return MlflowTracker.attach(tracking_uri or resolve_tracking_uri(tracking_spec),
+                                parent_run_id, experiment=experiment or None,
+                                log_models=tracking_spec.log_models)
+
+
+@contextmanager
+def child_run(tracking_spec, tracking_uri: str, experiment: str, parent_run_id: str, name: str,
+              tags: dict[str, str] | None = None) -> Iterator[Tracker]:
+    """Open a stage's child run under the parent; yield NULL_TRACKER when tracking is off.
+
+    The run is tagged ``stage`` = `name` (override through `tags`, e.g. ``personalize/ditto``
+    with ``{"stage": "personalize", "algorithm": "ditto"}``) and ``root_run_id``; its own children
+    inherit these tags. It ends FINISHED, or FAILED when the block raises (the error propagates).
+    """
+    parent = parent_tracker(tracking_spec, tracking_uri, parent_run_id, experiment)
+    if parent is NULL_TRACKER:
+        yield NULL_TRACKER
+        return
+    with parent.child(name, {"stage": name, **(tags or {})}) as tracker:
+        yield tracker
