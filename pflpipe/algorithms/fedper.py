@@ -1,0 +1,15 @@
+"""FedPer (Arivazhagan et al., 2019): base layers are federated as in FedAvg, the head
+(personalization layers) never leaves the client. A client scores with the global base plus its
+own head."""
+
+from pflpipe.algorithms.base import Algorithm, register
+from pflpipe.spec.algorithms import FedPerParams
+
+
+@register
+class FedPer(Algorithm[FedPerParams]):
+    """FedAvg on the base; the head stays local."""
+
+    def is_payload(self, key: str) -> bool:
+        """Only base keys are sent; the model's declared head stays with the client."""
+        return key not in self.head

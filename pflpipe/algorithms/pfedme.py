@@ -1,0 +1,43 @@
+"""pFedMe (Dinh et al., NeurIPS 2020): personalized models via Moreau envelopes. On each
+mini-batch a client approximately solves θ̃ = argmin_θ f(θ) + λ/2 ‖θ − w‖² with K gradient steps
+of size `personal_lr` (warm-started from the previous θ̃ of the round), then moves its local w
+by w ← w − η·λ·(w − θ̃), the gradient of the envelope. The server mixes
+w ← (1 − β)·w + β·mean_k(w_k). θ̃ is the personalized model."""
+
+import torch
+
+from pflpipe.algorithms.base import Algorithm, register
+from pflpipe.engine.tree import sq_dist
+from pflpipe.spec.algorithms import PFedMeParams
+
+
+@register
+class PFedMe(Algorithm[PFedMeParams]):
+    """Bi-level optimisation with a Moreau-envelope regulariser."""
+
+    predict_with = "personal"
+
+    def receive(self, global_params, previous):
+        """w and θ both start the round at the global model."""
+        return {"model": dict(global_params), "personal": dict(global_params)}
+
+    def local_objective(self, state, batch, shared, hp, ctx):
+        """λ/2 ‖w − sg(θ̃)‖², whose gradient λ(w − θ̃) is the envelope's; θ̃ is kept."""
+        p = self.params
+        w = {k: value.detach() for k, value in state["model"].items()}
+
+        def inner(theta):
+            return ctx.task_loss(theta, batch) + p.lam / 2 * sq_dist(theta, w)
+
+        theta = state["personal"]
+        for _ in range(p.inner_steps):
+            grads = torch.func.grad(inner)(theta)
+            theta = {k: theta[k] - p.personal_lr * grads[k] for k in theta}
+        theta = {k: value.detach() for k, value in theta.items()}
+        return p.lam / 2 * sq_dist(state["model"], theta), {"personal": theta}
+
+    def aggregate(self, global_params, payloads, weights):
+        """w ← (1 − β)·w + β·Σ_k (n_k / n)·w_k."""
+        mean = super().aggregate(global_params, payloads, weights)
+        beta = self.params.beta
+        return {k: (1 - beta) * global_params[k] + beta * mean[k] for k in mean}

@@ -1,0 +1,108 @@
+"""Client data laid out for batched training, and the mini-batch schedules both trainers share.
+
+Every client's samples of one split are concatenated into one tensor; `offsets` marks where each
+client starts. A member (one model being trained) reads the samples of one client.
+"""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+@dataclass
+class SplitData:
+    """One split (train, val or test) of every client, concatenated: x [N, ...], y [N]."""
+
+    x: Tensor
+    y: Tensor
+    offsets: Tensor  # [C + 1] int64: client c owns rows offsets[c]:offsets[c + 1]
+    extra: dict[str, Tensor] = field(default_factory=dict)  # per-sample fields [N, ...]
+
+    @classmethod
+    def from_clients(cls, xs: list[Tensor], ys: list[Tensor]) -> "SplitData":
+        """Concatenate per-client tensors."""
+        counts = torch.tensor([len(y) for y in ys], dtype=torch.long)
+        offsets = torch.zeros(len(ys) + 1, dtype=torch.long)
+        offsets[1:] = counts.cumsum(0)
+        return cls(torch.cat(xs), torch.cat(ys), offsets)
+
+    @property
+    def counts(self) -> Tensor:
+        """Samples per client [C]."""
+        return self.offsets[1:] - self.offsets[:-1]
+
+    @property
+    def n_clients(self) -> int:
+        """Number of clients."""
+        return len(self.offsets) - 1
+
+    def client(self, client_id: int) -> tuple[Tensor, Tensor]:
+        """One client's (x, y)."""
+        start, stop = int(self.offsets[client_id]), int(self.offsets[client_id + 1])
+        return self.x[start:stop], self.y[start:stop]
+
+    def with_extra(self, **extra: Tensor) -> "SplitData":
+        """A copy carrying more per-sample fields (e.g. teacher logits)."""
+        return SplitData(self.x, self.y, self.offsets, {**self.extra, **extra})
+
+    def to(self, device: torch.device) -> "SplitData":
+        """Move every tensor to `device`."""
+        return SplitData(self.x.to(device), self.y.to(device), self.offsets.to(device),
+                         {k: v.to(device) for k, v in self.extra.items()})
+
+
+@dataclass
+class FederatedData:
+    """The train, val and test splits of every client."""
+
+    train: SplitData
+    val: SplitData
+    test: SplitData
+
+    @property
+    def n_clients(self) -> int:
+        """Number of clients."""
+        return self.train.n_clients
+
+    def split(self, name: str) -> SplitData:
+        """The split called `name`."""
+        return {"train": self.train, "val": self.val, "test": self.test}[name]
+
+    def to(self, device: torch.device) -> "FederatedData":
+        """Move every split to `device`."""
+        return FederatedData(self.train.to(device), self.val.to(device), self.test.to(device))
+
+
+def steps_for_epochs(counts: Tensor, batch_size: int, epochs: int, batches_per_step: int = 1
+                     ) -> Tensor:
+    """Optimizer steps for `epochs` passes over each client's data (last batch may be short)."""
+    batches = (counts + batch_size - 1) // batch_size
+    return (batches * epochs + batches_per_step - 1) // batches_per_step
+
+
+def member_seed(*parts: int) -> int:
+    """A 63-bit seed derived from integers (seed, round, client, phase …)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, np.uint64)[0]
+               >> np.uint64(1))
+
+
+def schedule(n: int, steps: int, batch_size: int, seed: int, batches_per_step: int = 1) -> Tensor:
+    """Local sample indices of each mini-batch: [steps, batches_per_step, batch_size], -1 padded.
+
+    Each epoch is a fresh permutation of the client's n samples cut into ceil(n / B) batches, the
+    last one short; epochs follow one another until `steps × batches_per_step` batches are drawn.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    per_epoch = math.ceil(n / batch_size)
+    total = steps * batches_per_step
+    epochs = math.ceil(total / per_epoch) if per_epoch else 0
+    out = torch.full((epochs * per_epoch, batch_size), -1, dtype=torch.long)
+    for epoch in range(epochs):
+        perm = torch.randperm(n, generator=generator)
+        padded = torch.full((per_epoch * batch_size,), -1, dtype=torch.long)
+        padded[:n] = perm
+        out[epoch * per_epoch:(epoch + 1) * per_epoch] = padded.view(per_epoch, batch_size)
+    return out[:total].view(steps, batches_per_step, batch_size)

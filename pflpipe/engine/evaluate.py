@@ -1,0 +1,54 @@
+"""Score many members at once, each on its own client's samples of one split."""
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+from torch.func import vmap
+from torch.nn import functional as F
+
+from pflpipe.engine.data import SplitData
+from pflpipe.engine.tree import Tree, tree_map
+
+Predict = Callable[..., Tensor]  # predict(state, shared, x, ctx) -> outputs, for ONE member
+
+
+@torch.no_grad()
+def evaluate(ctx, predict: Predict, state: Tree, shared: Tree, split: SplitData, clients: Tensor,
+             chunk: int = 512) -> tuple[Tensor, Tensor]:
+    """Mean loss [M] and accuracy [M] of every member on its client's samples of `split`.
+
+    Members are sorted by sample count so that, for each chunk of sample positions, the members
+    that still have samples form a prefix; work is proportional to the real number of samples.
+    Accuracy is NaN for a regression task; both are NaN for a client with no samples.
+    """
+    device = split.x.device
+    counts = split.counts[clients.to(split.offsets.device)].to(device)
+    order = torch.argsort(counts.cpu(), descending=True, stable=True).to(device)
+    sorted_counts, starts = counts[order], split.offsets[clients.to(device)][order]
+    state = tree_map(lambda t: t[order], state)
+    loss_sum = torch.zeros(len(order), device=device)
+    correct = torch.zeros(len(order), device=device)
+    batched = vmap(lambda st, x: predict(st, shared, x, ctx), in_dims=(0, 0))
+    for start in range(0, int(sorted_counts.max()) if len(order) else 0, chunk):
+        k = int((sorted_counts > start).sum())
+        local = torch.arange(start, start + chunk, device=device).expand(k, chunk)
+        valid = local < sorted_counts[:k, None]
+        rows = starts[:k, None] + torch.minimum(local, sorted_counts[:k, None] - 1)
+        outputs = batched(tree_map(lambda t: t[:k], state), split.x[rows])
+        targets = split.y[rows]
+        if ctx.task == "regression":
+            per_sample = (outputs.squeeze(-1) - targets) ** 2
+            hits = torch.zeros_like(per_sample)
+        else:
+            per_sample = F.cross_entropy(outputs.flatten(0, 1), targets.flatten(),
+                                         reduction="none").view(k, chunk)
+            hits = (outputs.argmax(-1) == targets).float()
+        loss_sum[:k] += (per_sample * valid).sum(1)
+        correct[:k] += (hits * valid).sum(1)
+    n = sorted_counts.float()
+    loss, accuracy = loss_sum / n, correct / n
+    if ctx.task == "regression":
+        accuracy = torch.full_like(loss, float("nan"))
+    inverse = torch.argsort(order)
+    return loss[inverse], accuracy[inverse]

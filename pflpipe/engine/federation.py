@@ -1,0 +1,283 @@
+"""The round loop, written once: sample clients, receive, train the algorithm's phases, aggregate,
+evaluate every client's personalized model, checkpoint. Every algorithm runs through it.
+
+Checkpoints make a run resumable: after round r the store holds ``round_r.pt`` (the global
+state_dict), ``state_r.pt`` (everything else the next rounds depend on) and, written last,
+``progress.json``. A process killed at any point and started again continues from the last
+finished round and ends with exactly the result of an uninterrupted run: every random draw is
+derived from (seed, round, client, phase), never from a running generator.
+"""
+
+import io
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.func import vmap
+
+from pflpipe.algorithms.base import Algorithm, Phase
+from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
+from pflpipe.engine.evaluate import evaluate
+from pflpipe.engine.optim import OptimizerConfig
+from pflpipe.engine.trainer import Context, Job
+from pflpipe.engine.tree import Group, Tree, assign, broadcast, merge, select, tree_map, where
+from pflpipe.errors import DivergenceError
+from pflpipe.storage.base import Store
+
+log = logging.getLogger(__name__)
+METRICS = ("round", "val_loss", "val_accuracy", "test_loss", "test_accuracy")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How many rounds, and the local-training defaults of every phase."""
+
+    rounds: int
+    local_epochs: int
+    batch_size: int
+    lr: float
+    seed: int
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    client_fraction: float = 1.0
+    eval_every: int = 1
+    early_stop: tuple[int, float] | None = None   # (patience, min_delta) on mean val loss
+    keep_every_round: bool = False                # keep round_r.pt of every round (warm start)
+    stream: int = 0                               # separates the random streams of stages
+
+
+@dataclass
+class FederationResult:
+    """What a run of rounds leaves behind."""
+
+    global_params: Group
+    state: Tree                   # every client's state after its last local training [C]
+    best_params: Group            # each client's personalized params at its best-val round [C]
+    best: dict[str, Tensor]       # METRICS at each client's best-val round [C]
+    last: dict[str, Tensor]       # METRICS at the last evaluated round [C]
+    rows: list[dict]              # round × client × split: loss, accuracy (and train loss)
+    rounds_completed: int
+    stopped_early: bool
+
+
+class Federation:
+    """Runs an algorithm's rounds on the engine's trainer."""
+
+    def __init__(self, algorithm: Algorithm, ctx: Context, data: FederatedData, trainer,
+                 plan: Plan, store: Store | None = None, fingerprint: str = "",
+                 on_round: Callable[[int, list[dict]], None] | None = None):
+        self.algorithm, self.ctx, self.data, self.trainer = algorithm, ctx, data, trainer
+        self.plan, self.store, self.fingerprint, self.on_round = plan, store, fingerprint, on_round
+        self.n_clients = data.n_clients
+        self.all_clients = torch.arange(self.n_clients, device=data.train.x.device)
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def run(self, init_global: Group) -> FederationResult:
+        """Run (or resume) the rounds from `init_global`."""
+        snap = self._resume()
+        if snap is None:
+            snap = self._start(init_global)
+        plan = self.plan
+        for round_idx in range(snap["round"] + 1, plan.rounds + 1):
+            if snap["stopped"]:
+                break
+            self._round(snap, round_idx)
+            if round_idx % plan.eval_every == 0 or round_idx == plan.rounds:
+                self._evaluate(snap, round_idx)
+            self._save(snap, round_idx)
+            if self.on_round:
+                self.on_round(round_idx, [r for r in snap["rows"] if r["round"] == round_idx])
+        return FederationResult(snap["global"], snap["state"], snap["best_params"], snap["best"],
+                                snap["last"], snap["rows"], snap["round"], snap["stopped"])
+
+    def _start(self, init_global: Group) -> dict:
+        algo, n = self.algorithm, self.n_clients
+        kept = {g: broadcast(t, n) for g, t in algo.init_kept(init_global).items()}
+        initial = {"model": broadcast(init_global, n), **kept}
+        state = vmap(algo.receive, in_dims=(None, 0))(init_global, initial)
+        state = tree_map(torch.Tensor.contiguous, state)
+        snap = {"round": 0, "global": dict(init_global), "state": state, "rows": [],
+                "stopped": False, "early": {"best": float("inf"), "bad": 0}}
+        self._evaluate(snap, 0)
+        self._save(snap, 0)
+        return snap
+
+    def _round(self, snap: dict, round_idx: int) -> None:
+        algo, global_params = self.algorithm, snap["global"]
+        clients = self._sample(round_idx)
+        state = vmap(algo.receive, in_dims=(None, 0))(global_params, select(snap["state"], clients))
+        for phase_idx, phase in enumerate(algo.phases()):
+            state = self._train(state, clients, phase, round_idx, phase_idx, global_params, snap)
+        payload = {k: v for k, v in state["model"].items() if algo.is_payload(k)}
+        if payload:
+            counts = self.data.train.counts[clients.to(self.data.train.offsets.device)].float()
+            weights = (counts / counts.sum()).to(clients.device)
+            snap["global"] = merge(global_params, algo.aggregate(global_params, payload, weights))
+        assign(snap["state"], clients, state)
+        snap["round"] = round_idx
+
+    def _sample(self, round_idx: int) -> Tensor:
+        fraction = self.plan.client_fraction
+        if fraction >= 1.0:
+            return self.all_clients
+        count = max(1, int(round(fraction * self.n_clients)))
+        rng = np.random.default_rng([self.plan.seed, self.plan.stream, round_idx, 7])
+        chosen = np.sort(rng.choice(self.n_clients, size=count, replace=False))
+        return torch.as_tensor(chosen, device=self.all_clients.device)
+
+    def _train(self, state: Tree, clients: Tensor, phase: Phase, round_idx: int, phase_idx: int,
+               global_params: Group, snap: dict) -> Tree:
+        plan, data = self.plan, self.data.train
+        counts = data.counts[clients.to(data.offsets.device)].cpu()
+        if phase.steps is not None:
+            steps = torch.full((len(clients),), phase.steps, dtype=torch.long)
+        else:
+            steps = steps_for_epochs(counts, plan.batch_size, phase.epochs or plan.local_epochs,
+                                     phase.batches_per_step)
+        lr = phase.lr or plan.lr
+        job = Job(
+            state=state, train=phase.train, objective=getattr(self.algorithm, phase.objective),
+            data=data, clients=clients, steps=steps,
+            lr={g: torch.full((len(clients),), phase.group_lr.get(g, lr), device=clients.device)
+                for g in phase.train},
+            batch_size=plan.batch_size,
+            seeds=[member_seed(plan.seed, plan.stream, round_idx, c, phase_idx)
+                   for c in clients.tolist()],
+            shared={"global": global_params}, batches_per_step=phase.batches_per_step,
+            optimizer=plan.optimizer)
+        result = self.trainer.train(job)
+        self._check_finite(result, clients, round_idx, phase, lr)
+        if phase_idx == 0 and round_idx > 0:
+            snap["rows"] += [{"round": round_idx, "client": c, "split": "train", "loss": loss}
+                             for c, loss in zip(clients.tolist(), result.loss.tolist())]
+        return result.state
+
+    def _check_finite(self, result, clients: Tensor, round_idx: int, phase: Phase, lr: float):
+        bad = (result.bad_step >= 0).nonzero().flatten().tolist()
+        if not bad:
+            return
+        member = bad[0]
+        client, step = int(clients[member]), int(result.bad_step[member])
+        kept = (f"checkpoints for rounds 0–{round_idx - 1} are intact in {self.store.uri}"
+                if self.store is not None and round_idx > 0 else "nothing was checkpointed yet")
+        raise DivergenceError(
+            f"client {client}, round {round_idx}: loss became NaN or infinite after {step + 1} "
+            f"local step(s) of {phase.objective} (learning rate {lr:g}); "
+            f"{len(bad)} client(s) diverged. The learning rate is the likely cause: lower it "
+            f"(federation.lr, or the algorithm's lr). {kept[0].upper()}{kept[1:]}.",
+            client=client, round_idx=round_idx)
+
+    # ---- evaluation ------------------------------------------------------------------------
+    def _evaluate(self, snap: dict, round_idx: int) -> None:
+        algo, global_params = self.algorithm, snap["global"]
+        state = snap["state"]
+        if algo.eval_phases():
+            state = vmap(algo.receive, in_dims=(None, 0))(global_params, state)
+            for phase_idx, phase in enumerate(algo.eval_phases()):
+                state = self._train(state, self.all_clients, phase, round_idx, 100 + phase_idx,
+                                    global_params, {"rows": []})
+        shared = {"global": global_params}
+        params = vmap(algo.personalized, in_dims=(0, None))(state, shared)
+        scores = {}
+        for split in ("val", "test"):
+            loss, acc = evaluate(self.ctx, _forward, {"model": params}, {},
+                                 self.data.split(split), self.all_clients)
+            scores[f"{split}_loss"], scores[f"{split}_accuracy"] = loss, acc
+            snap["rows"] += [{"round": round_idx, "client": c, "split": split, "loss": lo,
+                              "accuracy": ac}
+                             for c, (lo, ac) in enumerate(zip(loss.tolist(), acc.tolist()))]
+        scores["round"] = torch.full_like(scores["val_loss"], round_idx)
+        snap["last"] = scores
+        self._track_best(snap, scores, params)
+        self._early_stop(snap, scores)
+
+    def _track_best(self, snap: dict, scores: dict, params: Group) -> None:
+        if "best" not in snap:
+            snap["best"], snap["best_params"] = dict(scores), tree_map(
+                torch.Tensor.clone, {"model": params})["model"]
+            return
+        best = snap["best"]
+        acc, best_acc = scores["val_accuracy"], best["val_accuracy"]
+        tie = (acc == best_acc) | (acc.isnan() & best_acc.isnan())
+        improved = (acc > best_acc) | (tie & (scores["val_loss"] < best["val_loss"]))
+        snap["best"] = {k: torch.where(improved, scores[k], best[k]) for k in METRICS}
+        snap["best_params"] = where(improved, {"model": params},
+                                    {"model": snap["best_params"]})["model"]
+
+    def _early_stop(self, snap: dict, scores: dict) -> None:
+        if self.plan.early_stop is None or snap["round"] == 0:
+            return
+        patience, min_delta = self.plan.early_stop
+        counts = self.data.val.counts.to(scores["val_loss"].device).float()
+        mean = float((scores["val_loss"] * counts).sum() / counts.sum())
+        early = snap["early"]
+        if mean < early["best"] - min_delta:
+            early["best"], early["bad"] = mean, 0
+        else:
+            early["bad"] += 1
+        snap["stopped"] = early["bad"] >= patience
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    def _save(self, snap: dict, round_idx: int) -> None:
+        if self.store is None:
+            return
+        store = self.store
+        store.put_bytes(f"round_{round_idx:04d}.pt", _dump(snap["global"]))
+        store.put_bytes(f"state_{round_idx:04d}.pt", _dump({k: v for k, v in snap.items()
+                                                             if k != "global"}))
+        store.put_bytes("progress.json", json.dumps({
+            "rounds_completed": round_idx, "stopped_early": snap["stopped"],
+            "fingerprint": self.fingerprint}).encode())
+        for key in store.list():
+            if key.startswith("state_") and key != f"state_{round_idx:04d}.pt":
+                _delete(store, key)
+            elif (key.startswith("round_") and not self.plan.keep_every_round
+                  and key != f"round_{round_idx:04d}.pt"):
+                _delete(store, key)
+
+    def _resume(self) -> dict | None:
+        if self.store is None or not self.store.exists("progress.json"):
+            return None
+        progress = json.loads(self.store.get_bytes("progress.json"))
+        if progress.get("fingerprint") != self.fingerprint:
+            raise DivergenceError(
+                f"{self.store.uri} holds checkpoints of another configuration "
+                f"({progress.get('fingerprint')!r}, expected {self.fingerprint!r}); "
+                "move them away or point the storage elsewhere")
+        round_idx = progress["rounds_completed"]
+        device = self.all_clients.device
+        snap = _load(self.store.get_bytes(f"state_{round_idx:04d}.pt"), device)
+        snap["global"] = _load(self.store.get_bytes(f"round_{round_idx:04d}.pt"), device)
+        log.info("resuming from round %d of %s", round_idx, self.store.uri)
+        return snap
+
+
+def _forward(state: Tree, shared: Tree, x: Tensor, ctx) -> Tensor:
+    return ctx.forward(state["model"], x)
+
+
+def _dump(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(_to_cpu(obj), buffer)
+    return buffer.getvalue()
+
+
+def _load(data: bytes, device: torch.device):
+    return torch.load(io.BytesIO(data), weights_only=True, map_location=device)
+
+
+def _to_cpu(obj):
+    if isinstance(obj, Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_cpu(v) for v in obj]
+    return obj
+
+
+def _delete(store: Store, key: str) -> None:
+    store.delete(key)

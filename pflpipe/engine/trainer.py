@@ -1,0 +1,264 @@
+"""Train many models ("members") at once, or one after another with the same result.
+
+A :class:`Job` says what to train: a stacked state tree, which groups are trained, the objective
+of one member, whose data each member reads, how many steps and at which learning rate.
+
+:class:`BatchedTrainer` runs one step of every active member as a single computation: the
+objective is vectorised with ``torch.func.vmap`` over the members' state and mini-batches, one
+``autograd.grad`` of the summed losses gives every member its own gradient (members share no
+parameters), and a stacked optimizer updates them in place. Members are sorted by step count so
+the active ones form a prefix: a client with 10 samples stops after its own steps instead of
+being padded to the largest client's; only a client's last, short batch is padded and masked.
+
+:class:`SequentialTrainer` is the reference: a plain loop per member with ``torch.optim``.
+"""
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, vmap
+from torch.nn import functional as F
+
+from pflpipe.engine.data import SplitData, schedule
+from pflpipe.engine.optim import OptimizerConfig, StackedOptimizer
+from pflpipe.engine.tree import Tree, member, select, tree_map
+
+log = logging.getLogger(__name__)
+
+Batch = dict[str, Tensor]
+Objective = Callable[..., "Tensor | tuple[Tensor, Tree]"]
+
+
+@dataclass
+class Context:
+    """What every objective may call: the model's forward pass and the task loss."""
+
+    model: nn.Module
+    task: str = "classification"
+
+    def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
+        """Model output for inputs `x` with parameters `params`."""
+        return functional_call(self.model, params, (x,))
+
+    def loss(self, output: Tensor, batch: Batch) -> Tensor:
+        """Mean task loss over the batch's real (unmasked) samples."""
+        if self.task == "regression":
+            per_sample = (output.squeeze(-1) - batch["y"]) ** 2
+        else:
+            per_sample = F.cross_entropy(output, batch["y"], reduction="none")
+        mask = batch["mask"]
+        return (per_sample * mask).sum() / mask.sum().clamp_min(1.0)
+
+    def task_loss(self, params: dict[str, Tensor], batch: Batch) -> Tensor:
+        """Task loss of `params` on `batch` (cross-entropy, or squared error for regression)."""
+        return self.loss(self.forward(params, batch["x"]), batch)
+
+
+def sub_batch(batch: Batch, index: int) -> Batch:
+    """The `index`-th mini-batch of a step that draws several (Per-FedAvg draws 2 or 3)."""
+    return {key: value[index] for key, value in batch.items()}
+
+
+@dataclass
+class Job:
+    """One training call: every member trains `train` groups of `state` on its client's data."""
+
+    state: Tree                       # stacked [M, ...]
+    train: tuple[str, ...]            # groups that receive gradients
+    objective: Objective              # objective(state, batch, shared, hp, ctx) for ONE member
+    data: SplitData
+    clients: Tensor                   # [M] int64: the client whose samples member m reads
+    steps: Tensor                     # [M] int64: optimizer steps of member m
+    lr: dict[str, Tensor]             # group -> [M] learning rates
+    batch_size: int
+    seeds: list[int]                  # [M] seeds of the members' mini-batch order
+    shared: Tree = field(default_factory=dict)   # the same for every member (e.g. global model)
+    hp: dict[str, Tensor] = field(default_factory=dict)   # per-member scalars [M] (λ, T, …)
+    batches_per_step: int = 1
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+
+    @property
+    def members(self) -> int:
+        """Number of members."""
+        return len(self.clients)
+
+
+@dataclass
+class TrainResult:
+    """The trained state and, per member, the mean loss and the first non-finite step."""
+
+    state: Tree
+    loss: Tensor       # [M] mean objective over the member's steps
+    bad_step: Tensor   # [M] first step whose loss was NaN or infinite; -1 when none was
+
+
+def _as_pair(output) -> tuple[Tensor, Tree]:
+    return output if isinstance(output, tuple) else (output, {})
+
+
+class BatchedTrainer:
+    """Steps every active member in one vectorised computation."""
+
+    def __init__(self, ctx: Context, max_members: int | None = None):
+        self.ctx, self.max_members = ctx, max_members
+
+    def train(self, job: Job) -> TrainResult:
+        """Run the job; members keep their order in the result."""
+        size = self.max_members or job.members
+        if job.members <= size:
+            return self._train(job)
+        parts = [self._train(_chunk(job, start, start + size))
+                 for start in range(0, job.members, size)]
+        return TrainResult(
+            {g: {k: torch.cat([p.state[g][k] for p in parts]) for k in parts[0].state[g]}
+             for g in parts[0].state},
+            torch.cat([p.loss for p in parts]), torch.cat([p.bad_step for p in parts]))
+
+    def _train(self, job: Job) -> TrainResult:
+        order = torch.argsort(job.steps.cpu(), descending=True, stable=True)
+        device = job.data.x.device
+        sorted_steps = job.steps.cpu()[order]
+        state = select(job.state, order.to(device))
+        clients = job.clients.to(device)[order.to(device)]
+        hp = {name: value[order.to(value.device)] for name, value in job.hp.items()}
+        index = _index_table(job, order, sorted_steps).to(device)
+        keys = [(g, k) for g in job.train for k in state[g]]
+        params = [state[g][k] for g, k in keys]
+        lrs = [job.lr[g].to(device)[order.to(device)] for g, _ in keys]
+        optimizer = StackedOptimizer(job.optimizer, params, lrs)
+        step_fn = vmap(self._member_fn(job.objective), in_dims=(0, 0, None, 0))
+        total = torch.zeros(job.members, device=device)
+        bad = torch.full((job.members,), -1, dtype=torch.long, device=device)
+        active = [int((sorted_steps > s).sum()) for s in range((int(sorted_steps.max()) if len(sorted_steps) else 0))]
+        for step, k in enumerate(active):
+            batch = _batch(job, index[:k, step], clients[:k])
+            view = {g: {key: t[:k].detach().requires_grad_(g in job.train)
+                        for key, t in group.items()} for g, group in state.items()}
+            losses, updates = step_fn(view, batch, job.shared, {n: v[:k] for n, v in hp.items()})
+            leaves = [view[g][key] for g, key in keys]
+            grads = torch.autograd.grad(losses.sum(), leaves, allow_unused=True)
+            grads = [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
+            optimizer.step(k, grads, step)
+            with torch.no_grad():
+                for g, group in updates.items():
+                    for key, value in group.items():
+                        state[g][key][:k].copy_(value)
+                losses = losses.detach()
+                total[:k] += losses
+                bad[:k] = torch.where((bad[:k] < 0) & ~torch.isfinite(losses), step, bad[:k])
+        inverse = torch.argsort(order).to(device)
+        mean = total / sorted_steps.clamp_min(1).to(device)
+        return TrainResult(select(state, inverse), mean[inverse], bad[inverse])
+
+    def _member_fn(self, objective: Objective):
+        ctx = self.ctx
+
+        def one_member(state, batch, shared, hp):
+            return _as_pair(objective(state, batch, shared, hp, ctx))
+
+        return one_member
+
+
+def _index_table(job: Job, order: Tensor, sorted_steps: Tensor) -> Tensor:
+    """Local sample indices [M, S_max, batches_per_step, B] of every member's steps, -1 padded."""
+    counts = job.data.counts.cpu()[job.clients.cpu()]
+    table = torch.full((job.members, (int(sorted_steps.max()) if len(sorted_steps) else 0), job.batches_per_step,
+                        job.batch_size), -1, dtype=torch.long)
+    for row, m in enumerate(order.tolist()):
+        steps = int(job.steps[m])
+        table[row, :steps] = schedule(int(counts[m]), steps, job.batch_size, job.seeds[m],
+                                      job.batches_per_step)
+    return table
+
+
+def _batch(job: Job, local: Tensor, clients: Tensor) -> Batch:
+    """Gather the mini-batches [k, (batches_per_step,) B, ...] of the active members."""
+    rows = job.data.offsets[clients].view(-1, 1, 1) + local.clamp_min(0)
+    batch = {"x": job.data.x[rows], "y": job.data.y[rows], "mask": (local >= 0).float()}
+    batch.update({name: value[rows] for name, value in job.data.extra.items()})
+    if job.batches_per_step == 1:
+        batch = {name: value.squeeze(1) for name, value in batch.items()}
+    return batch
+
+
+def _chunk(job: Job, start: int, stop: int) -> Job:
+    sl = slice(start, stop)
+    return Job(
+        state=tree_map(lambda t: t[sl], job.state), train=job.train, objective=job.objective,
+        data=job.data, clients=job.clients[sl], steps=job.steps[sl],
+        lr={g: v[sl] for g, v in job.lr.items()}, batch_size=job.batch_size,
+        seeds=job.seeds[sl], shared=job.shared, hp={n: v[sl] for n, v in job.hp.items()},
+        batches_per_step=job.batches_per_step, optimizer=job.optimizer)
+
+
+class SequentialTrainer:
+    """The reference: for each member, a plain PyTorch loop with torch.optim."""
+
+    def __init__(self, ctx: Context, max_members: int | None = None):
+        self.ctx = ctx
+
+    def train(self, job: Job) -> TrainResult:
+        """Run the job member by member."""
+        device = job.data.x.device
+        out = tree_map(lambda t: t.clone(), job.state)
+        losses = torch.zeros(job.members, device=device)
+        bad = torch.full((job.members,), -1, dtype=torch.long, device=device)
+        for m in range(job.members):
+            state, loss, bad_step = self._train_member(job, m)
+            with torch.no_grad():
+                for g, group in state.items():
+                    for key, value in group.items():
+                        out[g][key][m] = value
+            losses[m], bad[m] = loss, bad_step
+        return TrainResult(out, losses, bad)
+
+    def _train_member(self, job: Job, m: int) -> tuple[Tree, float, int]:
+        state = {g: {k: v.detach().clone().requires_grad_(g in job.train) for k, v in grp.items()}
+                 for g, grp in member(job.state, m).items()}
+        optimizer = job.optimizer.torch_optimizer(
+            [{"params": list(state[g].values()), "lr": float(job.lr[g][m])} for g in job.train])
+        client = int(job.clients[m])
+        x, y = job.data.client(client)
+        extra = {name: value[job.data.offsets[client]:job.data.offsets[client + 1]]
+                 for name, value in job.data.extra.items()}
+        steps = int(job.steps[m])
+        order = schedule(len(y), steps, job.batch_size, job.seeds[m], job.batches_per_step)
+        hp = {name: value[m] for name, value in job.hp.items()}
+        total, bad_step = 0.0, -1
+        for step in range(steps):
+            batch = _plain_batch(order[step], x, y, extra, job.batches_per_step)
+            optimizer.zero_grad()
+            loss, updates = _as_pair(job.objective(state, batch, job.shared, hp, self.ctx))
+            loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                for g, group in updates.items():
+                    for key, value in group.items():
+                        state[g][key].copy_(value)
+            value = float(loss.detach())
+            total += value
+            if bad_step < 0 and not torch.isfinite(loss):
+                bad_step = step
+        return tree_map(torch.Tensor.detach, state), total / max(steps, 1), bad_step
+
+
+def _plain_batch(local: Tensor, x: Tensor, y: Tensor, extra: dict[str, Tensor],
+                 batches_per_step: int) -> Batch:
+    """A step's mini-batch: only the real samples when one batch is drawn, else padded+masked."""
+    if batches_per_step == 1:
+        ids = local[0][local[0] >= 0].to(x.device)
+        batch = {"x": x[ids], "y": y[ids], "mask": torch.ones(len(ids), device=x.device)}
+        batch.update({name: value[ids] for name, value in extra.items()})
+        return batch
+    ids = local.clamp_min(0).to(x.device)
+    batch = {"x": x[ids], "y": y[ids], "mask": (local >= 0).float().to(x.device)}
+    batch.update({name: value[ids] for name, value in extra.items()})
+    return batch
+
+
+def make_trainer(mode: str, ctx: Context, max_members: int | None = None):
+    """The trainer the spec's `engine.mode` names."""
+    return (BatchedTrainer if mode == "batched" else SequentialTrainer)(ctx, max_members)

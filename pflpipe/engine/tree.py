@@ -1,0 +1,72 @@
+"""Client state as a two-level tree: ``{group: {key: Tensor}}``.
+
+A *group* is one set of tensors a client holds — ``"model"`` (the parameters it trains and
+sends), ``"personal"`` (Ditto's v), ``"alpha"`` (APFL's mixing weight) … A *stacked* tree holds
+every member's copy along a leading axis: ``{group: {key: Tensor[M, ...]}}``.
+"""
+
+from collections.abc import Callable, Iterable, Mapping
+
+import torch
+from torch import Tensor
+
+Group = dict[str, Tensor]
+Tree = dict[str, Group]
+
+
+def tree_map(fn: Callable[[Tensor], Tensor], tree: Mapping[str, Mapping[str, Tensor]]) -> Tree:
+    """Apply `fn` to every tensor of `tree`."""
+    return {group: {key: fn(value) for key, value in tensors.items()}
+            for group, tensors in tree.items()}
+
+
+def broadcast(group: Mapping[str, Tensor], members: int) -> Group:
+    """Stack `members` copies of one group (contiguous, so each member can be written alone)."""
+    return {key: value.unsqueeze(0).expand(members, *value.shape).clone()
+            for key, value in group.items()}
+
+
+def select(tree: Tree, index: Tensor) -> Tree:
+    """The members `index` (a LongTensor) of a stacked tree, copied."""
+    return tree_map(lambda value: value.index_select(0, index), tree)
+
+
+def assign(target: Tree, index: Tensor, source: Tree) -> None:
+    """Write `source`'s members into rows `index` of `target` (in place), group by group."""
+    with torch.no_grad():
+        for group, tensors in source.items():
+            for key, value in tensors.items():
+                target[group][key].index_copy_(0, index, value.to(target[group][key].dtype))
+
+
+def where(mask: Tensor, new: Tree, old: Tree) -> Tree:
+    """Per member, take `new` where `mask` [M] is true, else `old`."""
+    def pick(a: Tensor, b: Tensor) -> Tensor:
+        return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
+
+    return {group: {key: pick(new[group][key], old[group][key]) for key in new[group]}
+            for group in new}
+
+
+def sq_dist(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
+    """Squared Euclidean distance ‖a − b‖² summed over every key the two share."""
+    return sum(((a[key] - b[key]) ** 2).sum() for key in a if key in b)
+
+
+def merge(*groups: Mapping[str, Tensor]) -> Group:
+    """Union of groups; later ones win on shared keys."""
+    out: Group = {}
+    for group in groups:
+        out.update(group)
+    return out
+
+
+def member(tree: Tree, index: int) -> Tree:
+    """One member of a stacked tree (views)."""
+    return tree_map(lambda value: value[index], tree)
+
+
+def only(group: Mapping[str, Tensor], keys: Iterable[str]) -> Group:
+    """The entries of `group` whose key is in `keys`."""
+    wanted = set(keys)
+    return {key: value for key, value in group.items() if key in wanted}
