@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from pflpipe.spec.base import Section
 
@@ -16,6 +16,15 @@ N_CLASSES = {
 }
 EMNIST_CLASSES = {"byclass": 62, "bymerge": 47, "balanced": 47, "letters": 26, "digits": 10,
                   "mnist": 10}
+#: (train, test) sizes of the official subsets, for checks that need no data.
+SUBSET_SIZES = {
+    "mnist": (60_000, 10_000), "fashion_mnist": (60_000, 10_000), "cifar10": (50_000, 10_000),
+    "cifar100": (50_000, 10_000), "digits": (1_797, 0),
+}
+EMNIST_SIZES = {
+    "byclass": (697_932, 116_323), "bymerge": (697_932, 116_323), "balanced": (112_800, 18_800),
+    "letters": (124_800, 20_800), "digits": (240_000, 40_000), "mnist": (60_000, 10_000),
+}
 
 
 def _check_s3_uri(value: str | None) -> str | None:
@@ -38,7 +47,11 @@ class _Files(Section):
 
 
 class TorchvisionDataset(_Files):
-    """A dataset read through torchvision's class (IDX files for MNIST, pickles for CIFAR)."""
+    """A dataset read through torchvision's class from `root`, in torchvision's layout.
+
+    `root/MNIST/raw/` holds IDX files, optionally gzipped (`FashionMNIST/`, `EMNIST/` alike);
+    `root/cifar-10-batches-py/` and `root/cifar-100-python/` hold pickled batches.
+    """
 
     name: Literal["mnist", "fashion_mnist", "cifar10", "cifar100"]
     subsets: Literal["train", "test", "both"] = Field(
@@ -65,7 +78,12 @@ class DigitsDataset(_Files):
 
 
 class ArraysDataset(_Files):
-    """User data: an .npz file with arrays `x`, `y` (optional `client`), or a .pt dict."""
+    """User data: an .npz file with arrays `x`, `y` (optional `client`), or a .pt dict of tensors.
+
+    `x` is [n, d] features, [n, H, W] grey images or [n, C, H, W] images; uint8 samples are scaled
+    by 1/255, others are used as given. `y` holds integer labels 0..n_classes-1. `client` (one
+    integer per sample) defines the groups of the `natural` partition.
+    """
 
     name: Literal["arrays"]
     path: str = Field(description="File with arrays x, y (and optionally client); relative to root.")
@@ -82,11 +100,20 @@ class ArraysDataset(_Files):
 
 
 class SyntheticDataset(Section):
-    """FedProx/pFedMe Synthetic(α, β): per-client softmax models; clients are natural groups."""
+    """FedProx/pFedMe Synthetic(α, β): per-client softmax models; clients are natural groups.
+
+    Client k draws u_k ~ N(0, α), W_k, b_k ~ N(u_k, 1), B_k ~ N(0, β), v_k ~ N(B_k, 1) and
+    x ~ N(v_k, Σ) with Σ_jj = j^-1.2, y = argmax(W_k x + b_k). Generated from the run's seed, with
+    `partition.n_clients` clients.
+    """
 
     name: Literal["synthetic"]
-    alpha: float = Field(0.5, ge=0, description="Variance of client model means (model skew).")
-    beta: float = Field(0.5, ge=0, description="Variance of client feature means (feature skew).")
+    alpha: float = Field(
+        0.5, ge=0, description="Variance of the client model means u_k (model skew)."
+    )
+    beta: float = Field(
+        0.5, ge=0, description="Variance of the client feature means B_k (feature skew)."
+    )
     dimension: int = Field(60, ge=1, description="Number of features.")
     n_classes: int = Field(10, ge=2, description="Number of classes.")
     iid: bool = Field(False, description="Synthetic-IID: one shared model and feature mean.")
@@ -94,11 +121,17 @@ class SyntheticDataset(Section):
         4.0, gt=0, description="Log-normal mean (log scale) of client sizes, as in FedProx."
     )
     sigma_samples: float = Field(2.0, ge=0, description="Log-normal sigma of client sizes.")
-    min_samples: int = Field(50, ge=1, description="Every client gets at least this many samples.")
+    min_samples: int = Field(
+        50, ge=1, description="Added to every log-normal client size (FedProx adds 50)."
+    )
 
 
 class GaussianDataset(Section):
-    """Self-FL's two-level Gaussian data: θ_m ~ N(θ₀, σ₀²), observations ~ N(θ_m, σ²)."""
+    """Self-FL's two-level Gaussian data: θ_m ~ N(θ₀, σ₀²), observations ~ N(θ_m, σ²).
+
+    A regression task: every input is the constant 1 (x has shape [n, 1]), the target is the
+    observation. Generated from the run's seed, with `partition.n_clients` clients.
+    """
 
     name: Literal["gaussian"]
     theta0: float = Field(1.6, description="Global mean θ₀.")
@@ -106,6 +139,12 @@ class GaussianDataset(Section):
     sigma_sq: float = Field(0.1, gt=0, description="Per-observation variance σ².")
     n_min: int = Field(10, ge=1, description="Smallest client size (uniform on [n_min, n_max]).")
     n_max: int = Field(200, ge=1, description="Largest client size.")
+
+    @model_validator(mode="after")
+    def _sizes_ordered(self):
+        if self.n_min > self.n_max:
+            raise ValueError(f"n_min ({self.n_min}) must not exceed n_max ({self.n_max})")
+        return self
 
 
 Dataset = Annotated[
@@ -116,6 +155,18 @@ Dataset = Annotated[
 
 #: Datasets whose samples come already grouped by client (the `natural` partition).
 GROUPED = ("synthetic", "gaussian")
+
+
+def n_samples_of(dataset) -> int | None:
+    """Return the number of pooled samples of a named dataset, or None when only the data knows."""
+    if isinstance(dataset, EmnistDataset):
+        train, test = EMNIST_SIZES[dataset.split]
+    elif dataset.name in SUBSET_SIZES:
+        train, test = SUBSET_SIZES[dataset.name]
+    else:
+        return None
+    subsets = getattr(dataset, "subsets", "both")
+    return {"train": train, "test": test, "both": train + test}[subsets]
 
 
 def n_classes_of(dataset) -> int | None:

@@ -3,13 +3,17 @@
 import math
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pflpipe.spec.base import Section
 
 
 class Fractions(Section):
-    """Per-client train / validation / test fractions."""
+    """Per-client train / validation / test fractions.
+
+    For a client of n samples, val and test get round(n · fraction) samples (at least one each)
+    and train the rest (at least one); each class is spread over the splits in proportion (±1).
+    """
 
     train: float = Field(0.6, gt=0, lt=1, description="Fraction of a client's samples for training.")
     val: float = Field(0.2, gt=0, lt=1, description="Fraction for validation (model selection).")
@@ -27,16 +31,24 @@ class Fractions(Section):
 
 
 class QuantitySkew(Section):
-    """Log-normal client-size skew; composes with a label-skew strategy."""
+    """Log-normal client-size skew that composes with a label-skew strategy.
+
+    Client j draws a weight w_j ~ LogNormal(0, σ); its share of every class it holds is multiplied
+    by w_j.
+    """
 
     sigma: float = Field(1.0, gt=0, description="Log-normal σ of client size weights (μ = 0).")
 
 
 class _Common(Section):
+    """Settings every strategy shares."""
+
     n_clients: int = Field(10, ge=1, le=100_000, description="Number of simulated clients.")
     fractions: Fractions = Field(default_factory=Fractions, description="Per-client split.")
     min_samples: int = Field(
-        10, ge=3, description="Every client must hold at least this many samples."
+        10, ge=3,
+        description="Every client must hold at least this many samples (3 at least: one per "
+        "split). Random strategies redraw until it holds; fixed ones fail at once.",
     )
     max_retries: int = Field(
         100, ge=1, le=100_000,
@@ -51,13 +63,22 @@ class _Skewable(_Common):
 
 
 class IidPartition(_Skewable):
-    """Uniformly random assignment."""
+    """Uniformly random assignment.
+
+    Samples are shuffled, then cut into equal parts (or parts proportional to the quantity-skew
+    weights).
+    """
 
     strategy: Literal["iid"]
 
 
 class Ds1Partition(_Common):
-    """DS-1: equal client sizes, k classes per client, classes overlapping between clients."""
+    """DS-1 (FedPer): equal client sizes, k classes per client, classes overlapping.
+
+    Classes are dealt from a reshuffled deck (each class held by about n·k/C clients); a client
+    takes samples_per_client/k samples of each of its classes (the remainder spread over its first
+    classes).
+    """
 
     strategy: Literal["ds1"]
     classes_per_client: int = Field(4, ge=1, description="Classes per client (k).")
@@ -67,61 +88,100 @@ class Ds1Partition(_Common):
 
 
 class Ds2Partition(_Common):
-    """DS-2: per class, client shares drawn from Dirichlet(α·p), p the prior class distribution."""
+    """DS-2 (Hsu et al. 2019): per class, the clients' shares are drawn from Dirichlet(α·1).
+
+    As α → ∞ every client's class distribution approaches the prior class distribution p; as
+    α → 0 each class goes to a single client. Draws are repeated until min_samples holds.
+    """
 
     strategy: Literal["ds2"]
     alpha: float = Field(0.9, gt=0, description="Dirichlet concentration α.")
 
 
 class Ds3Partition(_Common):
-    """DS-3: 2 classes per client, log-normal(μ, σ) client sizes (the pFedMe recipe)."""
+    """DS-3 (the pFedMe recipe): k classes per client, log-normal client sizes.
+
+    Classes are dealt from a reshuffled deck; every client first gets ceil(min_samples/k) samples
+    of each of its classes, then the rest of each class is shared among its holders in proportion
+    to LogNormal(μ, σ) draws, one per (class, client).
+    """
 
     strategy: Literal["ds3"]
     classes_per_client: int = Field(2, ge=1, description="Classes per client (2 in the thesis).")
-    mu: float = Field(0.0, description="Log-normal μ of client sizes.")
+    mu: float = Field(0.0, description="Log-normal μ of client sizes (cancels in the shares).")
     sigma: float = Field(2.0, ge=0, description="Log-normal σ of client sizes.")
 
 
 class Ds4Partition(_Common):
-    """DS-4 (Per-FedAvg): half the clients hold k images of each of the first five classes, the
-    other half k/2 of one of the first five and 2k of one of the last five."""
+    """DS-4 (Per-FedAvg): k images of each of classes 0-4, or k/2 of one and 2k of one of 5-9.
+
+    Clients 0..⌈n/2⌉-1 hold k images of each of the first five classes; the others hold k/2 of one
+    of the first five and 2k of one of classes 5-9 (both dealt evenly).
+    """
 
     strategy: Literal["ds4"]
     k: int | None = Field(
-        None, ge=2, description="Images per class; 196 for MNIST, 68 for CIFAR-10 when omitted."
+        None, ge=2,
+        description="Images per class, even; when omitted 196 for 28×28 images (MNIST-like), 68 "
+        "for CIFAR-10, else the largest even k the data allows.",
     )
+
+    @field_validator("k")
+    @classmethod
+    def _even(cls, value: int | None) -> int | None:
+        if value is not None and value % 2:
+            raise ValueError(f"must be even, since half the clients get k/2 images (got {value})")
+        return value
 
 
 class ShardsPartition(_Skewable):
-    """Pathological non-IID (McMahan et al.): sort by label, cut into shards, deal them out."""
+    """Pathological non-IID (McMahan et al.): sort by label, cut into shards, deal them out.
+
+    There are n_clients · shards_per_client equal shards (or shards proportional to the
+    quantity-skew weight of their client), dealt at random.
+    """
 
     strategy: Literal["shards"]
     shards_per_client: int = Field(2, ge=1, description="Shards per client.")
 
 
 class LabelSkewPartition(_Skewable):
-    """pFedVEM label skew: n labels per client, each label's data cut at random points."""
+    """Label skew of pFedVEM: random labels per client, each label cut at random points.
+
+    Each client draws labels_per_client labels from a reshuffled deck; each label's data is cut at
+    random points into one non-empty part per holder.
+    """
 
     strategy: Literal["label_skew"]
     labels_per_client: int = Field(5, ge=1, description="Labels drawn per client.")
     shared_cuts: bool = Field(
-        False, description="Reuse one cut vector for every label (as the pFedVEM repository does)."
+        False,
+        description="Reuse one cut vector for every label (as the pFedVEM repository does); needs "
+        "every label held by the same number of clients.",
     )
 
 
 class ConceptDriftPartition(_Skewable):
-    """pFedVEM label concept drift: classes are grouped into superclasses; each client holds one
-    random subclass per superclass and is labelled with the superclass (relabelling)."""
+    """Label concept drift of pFedVEM: one subclass per superclass, labelled by superclass.
+
+    Classes are grouped into superclasses; each client holds one random subclass per superclass
+    (dealt from a reshuffled deck per superclass), each subclass's data is cut at random points
+    among its holders, and labels become superclasses.
+    """
 
     strategy: Literal["concept_drift"]
     groups: int | None = Field(
         None, ge=2,
-        description="Number of superclasses; CIFAR-100's 20 coarse groups when omitted.",
+        description="Number of superclasses. CIFAR-100's 20 coarse groups when omitted or 20 on "
+        "cifar100; otherwise consecutive classes (class c in group c // (n_classes / groups)).",
     )
 
 
 class NaturalPartition(_Common):
-    """The dataset's own client groups (synthetic generators, arrays with a `client` array)."""
+    """The dataset's own client groups (synthetic generators, arrays with a `client` array).
+
+    n_clients must equal the number of groups.
+    """
 
     strategy: Literal["natural"]
 

@@ -8,7 +8,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from pflpipe.spec.algorithms import Algorithm, LocalParams, PersFLParams
 from pflpipe.spec.base import Section
-from pflpipe.spec.dataset import GROUPED, Dataset, n_classes_of
+from pflpipe.spec.dataset import GROUPED, Dataset, n_classes_of, n_samples_of
 from pflpipe.spec.model import Model
 from pflpipe.spec.partition import Partition
 from pflpipe.spec.sections import (
@@ -119,6 +119,30 @@ def _data_errors(spec: Spec):
         elif partition.groups and n_classes and n_classes % partition.groups:
             yield (("partition", "groups"), f"must divide the {n_classes} classes of "
                    f"{dataset.name!r}", partition.groups)
+    if getattr(partition, "shared_cuts", False) and n_classes is not None:
+        held = partition.n_clients * partition.labels_per_client
+        if held % n_classes:
+            yield (("partition", "shared_cuts"), f"needs every label held by the same number of "
+                   f"clients, but {partition.n_clients} clients × {partition.labels_per_client} "
+                   f"labels = {held} is not a multiple of the {n_classes} classes; change "
+                   "n_clients or labels_per_client, or set shared_cuts: false", True)
+    yield from _capacity_errors(spec)
+
+
+def _capacity_errors(spec: Spec):
+    """Reject a named dataset too small for n_clients × min_samples, before any data loads."""
+    dataset, partition = spec.dataset, spec.partition
+    available = n_samples_of(dataset)
+    needed = partition.n_clients * partition.min_samples
+    if available is None or needed <= available:
+        return
+    most_clients = available // partition.min_samples
+    per_client = available // partition.n_clients
+    lower = f", or min_samples of at most {per_client}" if per_client >= 3 else ""
+    yield (("partition", "min_samples"),
+           f"{partition.n_clients:,} clients × {partition.min_samples} samples = {needed:,} "
+           f"exceeds the {available:,} samples of {dataset.name!r} by {needed - available:,}; use "
+           f"at most {most_clients:,} clients{lower}", partition.min_samples)
 
 
 def _model_errors(spec: Spec):

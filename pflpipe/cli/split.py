@@ -1,0 +1,65 @@
+"""``pflpipe split SPEC [-o DIR] [--seed N]``: write a partition directory and show its clients."""
+
+from pathlib import Path
+
+#: The table shows this many clients by default (first ones, then the last few).
+DEFAULT_ROWS = 50
+
+
+def register(subparsers) -> None:
+    """Add the verb to the command line."""
+    parser = subparsers.add_parser(
+        "split", help="Partition the spec's dataset over clients; print a per-client table.",
+        description="Run the partition_data stage alone: load the dataset, split it over the "
+        "clients and into train/val/test, write the partition directory (per-client tensors, "
+        "manifest.json, label_distribution.png).")
+    parser.add_argument("spec", type=Path, metavar="SPEC")
+    parser.add_argument("-o", "--output", type=Path, metavar="DIR",
+                        help="Partition directory (default <results_dir>/partition/seed-<seed>).")
+    parser.add_argument("--seed", type=int, help="Seed (default: the spec's first seed).")
+    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, metavar="N",
+                        help=f"Clients shown in the table (default {DEFAULT_ROWS}; 0 for all).")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    """Write the partition and print its table."""
+    from pflpipe.spec import load_spec
+    from pflpipe.stages import partition_data
+
+    spec = load_spec(args.spec)
+    seed = spec.experiment.seeds[0] if args.seed is None else args.seed
+    out_dir = args.output or Path(spec.experiment.results_dir) / "partition" / f"seed-{seed}"
+    result = partition_data.run(spec, seed, out_dir)
+    _print(result, args.rows)
+    return 0
+
+
+def _print(result, rows: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from pflpipe.stages.partition_data import format_classes
+
+    table = Table(title=f"{result.dataset}, {result.strategy}, seed {result.seed}: "
+                        f"{len(result.clients)} clients")
+    for column in ("client", "train", "val", "test", "total"):
+        table.add_column(column, justify="right")
+    table.add_column("classes")
+    shown = result.clients
+    if 0 < rows < len(shown):
+        tail = min(5, rows // 2)
+        shown = (*shown[:rows - tail], None, *shown[len(shown) - tail:])
+    for client in shown:
+        if client is None:
+            table.add_row("…", "", "", "", "", f"{len(result.clients) - rows} clients not shown")
+            continue
+        table.add_row(str(client.client_id), str(client.n_train), str(client.n_val),
+                      str(client.n_test), str(client.n), format_classes(client.classes))
+    console = Console(soft_wrap=True)
+    console.print(table)
+    sizes = sorted(client.n for client in result.clients)
+    console.print(f"client sizes: min {sizes[0]}, median {sizes[len(sizes) // 2]}, max "
+                  f"{sizes[-1]}; {result.n_assigned:,} of {result.n_samples:,} samples assigned")
+    console.print(f"content hash {result.content_hash}")
+    console.print(f"wrote {result.out_dir}/ (manifest.json, clients/, label_distribution.png)")

@@ -1,0 +1,192 @@
+"""Load the dataset a spec names into one pooled array pair, before any split.
+
+Samples keep their raw dtype (uint8 images as [N, C, H, W], float32 features as [N, d]); the
+`Transform` says how `load_partition` turns them into float32 inputs: (x · scale − mean) / std,
+mean and std per channel (or one value for all features).
+"""
+
+import hashlib
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pflpipe.errors import DataError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Transform:
+    """x_float = (x · scale − mean) / std, with mean/std per channel (axis 1) or one value."""
+
+    scale: float = 1.0
+    mean: tuple[float, ...] = (0.0,)
+    std: tuple[float, ...] = (1.0,)
+
+    def to_json(self) -> dict:
+        """Return the manifest's `transform` entry."""
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in asdict(self).items()}
+
+
+@dataclass(frozen=True, eq=False)
+class Pooled:
+    """A dataset pooled over its official subsets, ready to split.
+
+    Attributes:
+        name: the spec's dataset name.
+        x: [N, ...] samples in stored dtype (possibly a strided view; never copied per client).
+        y: [N] int64 labels, or float32 targets for a regression task.
+        n_classes: number of classes (None for regression).
+        task: "classification" or "regression".
+        transform: how stored samples become float32 inputs.
+        fingerprint: sha256 of the samples, labels and groups.
+        groups: [N] int64 natural client of every sample, if the data has groups.
+        superclass: [n_classes] superclass of every class, where the data defines one.
+
+    """
+
+    name: str
+    x: np.ndarray
+    y: np.ndarray
+    n_classes: int | None
+    task: str
+    transform: Transform
+    fingerprint: str
+    groups: np.ndarray | None = None
+    superclass: np.ndarray | None = None
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one sample."""
+        return tuple(int(size) for size in self.x.shape[1:])
+
+    @property
+    def n_samples(self) -> int:
+        """Number of pooled samples."""
+        return int(self.x.shape[0])
+
+
+def load_pooled(spec, rng: np.random.Generator) -> Pooled:
+    """Load (or generate, with `rng`) the spec's dataset and pool it."""
+    section = spec.dataset
+    if getattr(section, "source", None):
+        _fetch(section.source, Path(section.root), spec.storage)
+    if section.name in ("synthetic", "gaussian"):
+        return _generated(section, spec.partition.n_clients, rng)
+    if section.name == "digits":
+        return _digits()
+    if section.name == "arrays":
+        return _arrays(section)
+    from pflpipe.data.vision import NORMALISATION, load_vision
+
+    partition = spec.partition
+    wants_groups = partition.strategy == "concept_drift" and partition.groups in (None, 20)
+    x, y, superclass = load_vision(section, superclasses=wants_groups)
+    mean, std = NORMALISATION[section.name]
+    from pflpipe.spec.dataset import n_classes_of
+
+    return _pooled(section.name, x, y, n_classes_of(section),
+                   Transform(1 / 255, tuple(mean), tuple(std)), superclass=superclass)
+
+
+def fingerprint(*arrays: np.ndarray | None, chunk: int = 4096) -> str:
+    """Return the sha256 of arrays' dtypes, shapes and C-order bytes (read in chunks)."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        if array is None:
+            digest.update(b"none")
+            continue
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        for start in range(0, max(len(array), 1), chunk):
+            digest.update(np.ascontiguousarray(array[start:start + chunk]).data)
+    return digest.hexdigest()
+
+
+def _pooled(name: str, x: np.ndarray, y: np.ndarray, n_classes: int | None,
+            transform: Transform, *, groups: np.ndarray | None = None,
+            superclass: np.ndarray | None = None) -> Pooled:
+    task = "classification" if n_classes is not None else "regression"
+    return Pooled(name=name, x=x, y=y, n_classes=n_classes, task=task, transform=transform,
+                  fingerprint=fingerprint(x, y, groups), groups=groups, superclass=superclass)
+
+
+def _generated(section, n_clients: int, rng: np.random.Generator) -> Pooled:
+    from pflpipe.data import synthetic
+
+    params = section.model_dump(exclude={"name"})
+    if section.name == "gaussian":
+        data = synthetic.gaussian(n_clients, rng, **params)
+        return _pooled("gaussian", data.x, data.y, None, Transform(), groups=data.groups)
+    data = synthetic.synthetic(n_clients, rng, **params)
+    return _pooled("synthetic", data.x, data.y, section.n_classes, Transform(), groups=data.groups)
+
+
+def _digits() -> Pooled:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as err:
+        raise DataError("the digits dataset needs scikit-learn: pip install scikit-learn") from err
+    bunch = load_digits()
+    x = bunch.images.astype(np.uint8)[:, None]  # values 0..16
+    return _pooled("digits", x, bunch.target.astype(np.int64), 10, Transform(1 / 16))
+
+
+def _arrays(section) -> Pooled:
+    path = Path(section.root) / section.path
+    if not path.is_file():
+        raise DataError(f"dataset 'arrays': no file {path} (dataset.root {section.root!r} + "
+                        f"dataset.path {section.path!r}); it must hold arrays x and y")
+    arrays = _read_arrays(path)
+    missing = [key for key in ("x", "y") if key not in arrays]
+    if missing:
+        raise DataError(f"{path}: missing array(s) {', '.join(missing)}; found "
+                        f"{sorted(arrays) or 'none'}. Save x (samples) and y (labels)")
+    x, y, groups = arrays["x"], arrays["y"], arrays.get("client")
+    lengths = {"x": len(x), "y": len(y)} | ({"client": len(groups)} if groups is not None else {})
+    if len(set(lengths.values())) > 1:
+        raise DataError(f"{path}: arrays differ in length {lengths}; one entry per sample")
+    if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1 or (len(y) and y.min() < 0):
+        raise DataError(f"{path}: y must be a 1-D array of integer labels 0..n_classes-1 (got "
+                        f"dtype {y.dtype}, shape {y.shape})")
+    n_classes = section.n_classes or int(y.max()) + 1
+    if len(y) and y.max() >= n_classes:
+        raise DataError(f"{path}: label {int(y.max())} is out of range for dataset.n_classes = "
+                        f"{n_classes}; labels must be 0..{n_classes - 1}")
+    x = x.reshape(len(x), 1) if x.ndim == 1 else x[:, None] if x.ndim == 3 else x
+    transform = Transform(1 / 255) if x.dtype == np.uint8 else Transform()
+    if x.dtype != np.uint8:
+        x = x.astype(np.float32)
+    groups = None if groups is None else groups.astype(np.int64)
+    return _pooled("arrays", x, y.astype(np.int64), n_classes, transform, groups=groups)
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                return {key: data[key] for key in data.files}
+        import torch
+
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, ValueError, RuntimeError) as err:
+        raise DataError(f"{path}: cannot read arrays ({err.__class__.__name__}: {err})") from err
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: a .pt file must hold a dict of tensors x, y (got "
+                        f"{type(data).__name__})")
+    return {key: value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+            for key, value in data.items()}
+
+
+def _fetch(source: str, root: Path, storage) -> None:
+    """Download the objects under an s3:// source into root (through pflpipe.storage)."""
+    from pflpipe.storage.s3 import download_uri
+
+    s3 = getattr(storage, "kind", None) == "s3"
+    root.mkdir(parents=True, exist_ok=True)
+    paths = download_uri(source, root, endpoint_url=storage.endpoint_url if s3 else None,
+                         region=storage.region if s3 else None,
+                         max_attempts=storage.max_attempts if s3 else 5)
+    log.info("fetched %d file(s) from %s into %s", len(paths), source, root)
