@@ -1,7 +1,8 @@
 """APFL (Deng et al., 2020): each client keeps a local model v and a mixing weight α; its
 personalized model is the mixture v̄ = α·v + (1 − α)·w. Per step, w takes a FedAvg step on
 f(w), v a step on f(v̄) (w held fixed inside the mixture), and — when adaptive — α a step on
-∂f(v̄)/∂α = ⟨∇f(v̄), v − w⟩. α is clipped to [0, 1] where it is used."""
+∂f(v̄)/∂α = ⟨∇f(v̄), v − w⟩. α is clipped to [0, 1] where it is used.
+"""
 
 import torch
 
@@ -16,7 +17,7 @@ class Apfl(Algorithm[ApflParams]):
     kept = ("personal", "alpha")
 
     def init_kept(self, global_params):
-        """v starts as the global model, α at its configured value."""
+        """V starts as the global model, α at its configured value."""
         return {"personal": dict(global_params), "alpha": {"value": torch.tensor(self.params.alpha)}}
 
     def phases(self):

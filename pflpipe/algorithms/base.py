@@ -77,7 +77,8 @@ class Algorithm(Generic[P]):
 
     def aggregate(self, global_params: Group, payloads: Group, weights: Tensor) -> Group:
         """New global values of the payload keys from stacked payloads [C, ...] and weights [C]
-        that sum to one (n_k / n over the round's clients)."""
+        that sum to one (n_k / n over the round's clients).
+        """
         return {key: torch.tensordot(weights.to(value.dtype), value, dims=1)
                 for key, value in payloads.items()}
 
@@ -88,7 +89,8 @@ class Algorithm(Generic[P]):
     # ---- client side (one client; vmapped by the engine) -------------------------------------
     def receive(self, global_params: Group, previous: Tree) -> Tree:
         """A client's state at the start of a round: the global payload keys, its own values of
-        the keys that are never sent, and its kept groups."""
+        the keys that are never sent, and its kept groups.
+        """
         own = {key: value for key, value in previous["model"].items() if not self.is_payload(key)}
         payload = {key: value for key, value in global_params.items() if self.is_payload(key)}
         return {"model": merge(payload, own), **{g: previous[g] for g in self.kept}}
@@ -99,7 +101,8 @@ class Algorithm(Generic[P]):
 
     def eval_phases(self) -> tuple[Phase, ...]:
         """Training done before scoring, from the state the client would receive (Per-FedAvg's
-        adaptation step); none by default."""
+        adaptation step); none by default.
+        """
         return ()
 
     def local_objective(self, state: Tree, batch, shared: Tree, hp, ctx) -> Tensor:
@@ -112,7 +115,8 @@ class Algorithm(Generic[P]):
 
     def personalized(self, state: Tree, shared: Tree) -> Group:
         """Parameters of the client's personalized model — what it is scored with. `state` is the
-        client's state after its last local training; `shared["global"]` the global model."""
+        client's state after its last local training; `shared["global"]` the global model.
+        """
         if self.predict_with != "model":
             return state[self.predict_with]
         return self.receive(shared["global"], state)["model"]

@@ -1,6 +1,7 @@
 """Ditto (Li et al., ICML 2021): FedAvg, plus a personal model v per client trained on
 task_loss(v) + λ/2 ‖v − w‖² with w the global model the client received this round. v is never
-sent; v is scored."""
+sent; v is scored.
+"""
 
 from pflpipe.algorithms.base import Algorithm, Phase, register
 from pflpipe.engine.tree import sq_dist
@@ -15,7 +16,7 @@ class Ditto(Algorithm[DittoParams]):
     predict_with = "personal"
 
     def init_kept(self, global_params):
-        """v starts as the starting global model."""
+        """V starts as the starting global model."""
         return {"personal": dict(global_params)}
 
     def phases(self):

@@ -1,5 +1,6 @@
 """FedAvg (McMahan et al., AISTATS 2017): clients train the global model on their data for E local
-epochs; the server averages the results weighted by n_k / n. Every hook keeps its default."""
+epochs; the server averages the results weighted by n_k / n. Every hook keeps its default.
+"""
 
 from pflpipe.algorithms.base import Algorithm
 

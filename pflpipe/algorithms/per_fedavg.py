@@ -4,7 +4,8 @@ w̃ = w − α∇f(w; D), and w moves by β times
   FO: ∇f(w̃; D′)
   HF: ∇f(w̃; D′) − α·H(w; D″)∇f(w̃; D′), the Hessian-vector product by central differences
       [∇f(w + δd; D″) − ∇f(w − δd; D″)] / 2δ with d = ∇f(w̃; D′).
-A client is scored after `adapt_steps` plain steps of size α from the global model."""
+A client is scored after `adapt_steps` plain steps of size α from the global model.
+"""
 
 import torch
 

@@ -2,7 +2,8 @@
 mini-batch a client approximately solves θ̃ = argmin_θ f(θ) + λ/2 ‖θ − w‖² with K gradient steps
 of size `personal_lr` (warm-started from the previous θ̃ of the round), then moves its local w
 by w ← w − η·λ·(w − θ̃), the gradient of the envelope. The server mixes
-w ← (1 − β)·w + β·mean_k(w_k). θ̃ is the personalized model."""
+w ← (1 − β)·w + β·mean_k(w_k). θ̃ is the personalized model.
+"""
 
 import torch
 
@@ -18,7 +19,7 @@ class PFedMe(Algorithm[PFedMeParams]):
     predict_with = "personal"
 
     def receive(self, global_params, previous):
-        """w and θ both start the round at the global model."""
+        """W and θ both start the round at the global model."""
         return {"model": dict(global_params), "personal": dict(global_params)}
 
     def local_objective(self, state, batch, shared, hp, ctx):
@@ -37,7 +38,7 @@ class PFedMe(Algorithm[PFedMeParams]):
         return p.lam / 2 * sq_dist(state["model"], theta), {"personal": theta}
 
     def aggregate(self, global_params, payloads, weights):
-        """w ← (1 − β)·w + β·Σ_k (n_k / n)·w_k."""
+        """W ← (1 − β)·w + β·Σ_k (n_k / n)·w_k."""
         mean = super().aggregate(global_params, payloads, weights)
         beta = self.params.beta
         return {k: (1 - beta) * global_params[k] + beta * mean[k] for k in mean}

@@ -1,6 +1,7 @@
 """PersFL stage 2: every client distils its teacher into a student for every (λ, T) of the grid —
 all clients × all grid points trained at once on the engine — and keeps the pair that scores best
-on the selection split (thesis Alg. 1 lines 12-25)."""
+on the selection split (thesis Alg. 1 lines 12-25).
+"""
 
 from dataclasses import dataclass
 

@@ -1,6 +1,5 @@
 """PersFL's distillation objectives (thesis eq. 4.2 and 6.1), for one student."""
 
-import torch
 from torch import Tensor
 from torch.nn import functional as F
 
@@ -37,7 +36,8 @@ def distillation_loss(student: Tensor, teacher: Tensor, labels: Tensor, mask: Te
 
 def distill_objective(objective: str):
     """The engine objective of one student: hp carries its λ ("lam") and T ("temperature");
-    the batch carries the teacher's logits, computed once per client ("teacher_logits")."""
+    the batch carries the teacher's logits, computed once per client ("teacher_logits").
+    """
     def one_student(state, batch, shared, hp, ctx):
         student = ctx.forward(state["model"], batch["x"])
         return distillation_loss(student, batch["teacher_logits"], batch["y"], batch["mask"],

@@ -1,5 +1,6 @@
 """PersFL stage 1: each client's optimal teacher is the round whose global model does best on the
-client's validation split (thesis Alg. 1 lines 1-11, eq. 4.1)."""
+client's validation split (thesis Alg. 1 lines 1-11, eq. 4.1).
+"""
 
 import torch
 from torch import Tensor
@@ -21,6 +22,7 @@ def choose_rounds(val_loss: Tensor, val_accuracy: Tensor, criterion: str = "val_
     >>> loss = torch.tensor([[0.9, 0.5], [0.4, 0.5], [0.4, 0.7]])
     >>> choose_rounds(loss, -loss).tolist()      # client 0: tie of rows 1 and 2 -> 1
     [1, 0]
+
     """
     score = val_loss if criterion == "val_loss" else -val_accuracy
     best = score.min(dim=0, keepdim=True).values

@@ -132,7 +132,7 @@ class BatchedTrainer:
         step_fn = vmap(self._member_fn(job.objective), in_dims=(0, 0, None, 0))
         total = torch.zeros(job.members, device=device)
         bad = torch.full((job.members,), -1, dtype=torch.long, device=device)
-        active = [int((sorted_steps > s).sum()) for s in range((int(sorted_steps.max()) if len(sorted_steps) else 0))]
+        active = [int((sorted_steps > s).sum()) for s in range(int(sorted_steps.max()) if len(sorted_steps) else 0)]
         for step, k in enumerate(active):
             batch = _batch(job, index[:k, step], clients[:k])
             view = {g: {key: t[:k].detach().requires_grad_(g in job.train)

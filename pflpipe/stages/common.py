@@ -1,0 +1,184 @@
+"""What the training stages share: loading a partition onto the engine, the model, the checkpoint
+store of a stage, and writing a results directory (docs/contracts.md).
+"""
+
+import csv
+import hashlib
+import io
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pflpipe.engine.data import FederatedData, SplitData
+from pflpipe.engine.federation import FederationResult
+from pflpipe.engine.optim import OptimizerConfig
+from pflpipe.engine.trainer import Context, make_trainer
+from pflpipe.engine.tree import Group
+from pflpipe.errors import DataError
+from pflpipe.models import build_model, head_keys
+from pflpipe.storage import Store, open_store
+from pflpipe.tracking import Tracker
+
+log = logging.getLogger(__name__)
+RESULT_FIELDS = ("seed", "client", "model", "split", "selection", "round", "accuracy", "loss",
+                 "n_samples")
+HISTORY_FIELDS = ("seed", "client", "model", "round", "split", "loss", "accuracy")
+
+
+@dataclass
+class Setup:
+    """A partition on the engine's device with the spec's model, context and trainer."""
+
+    data: FederatedData
+    ctx: Context
+    trainer: object
+    init: Group                 # the seeded initial parameters
+    head: frozenset[str]
+    partition_hash: str
+    device: torch.device
+
+
+def device_of(engine) -> torch.device:
+    """The device `engine.device` names ('auto': CUDA when available)."""
+    if engine.device == "cuda" and not torch.cuda.is_available():
+        raise DataError("engine.device is 'cuda' but no CUDA device is available; use 'auto' "
+                        "or 'cpu'")
+    if engine.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(engine.device)
+
+
+def setup(spec, seed: int, partition_dir: Path) -> Setup:
+    """Load the partition and build the seeded model, context and trainer."""
+    from pflpipe.data import load_partition
+
+    partition = load_partition(partition_dir)
+    device = device_of(spec.engine)
+    splits = {name: SplitData.from_clients([c.split(name).x for c in partition.clients],
+                                           [c.split(name).y for c in partition.clients])
+              for name in ("train", "val", "test")}
+    data = FederatedData(**splits).to(device)
+    n_outputs = partition.n_classes if partition.task == "classification" else 1
+    model = build_model(spec.model, partition.input_shape, n_outputs, seed)
+    ctx = Context(model.to(device), partition.task)
+    init = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
+    return Setup(data, ctx, make_trainer(spec.engine.mode, ctx, spec.engine.max_members), init,
+                 head_keys(model, spec.model), partition.content_hash, device)
+
+
+def optimizer(spec) -> OptimizerConfig:
+    """The spec's local optimizer."""
+    return OptimizerConfig.from_spec(spec.federation)
+
+
+def checkpoint_store(spec, stage: str, key: dict) -> tuple[Store, str]:
+    """The stable store a stage checkpoints into (so a rerun resumes), and its key.
+
+    The key hashes everything the stage's result depends on: the same inputs find the same
+    checkpoints, other inputs get a fresh directory.
+    """
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    root = open_store(spec.storage, default_root=spec.experiment.results_dir)
+    return root.child(f"checkpoints/{stage}/{digest}"), digest
+
+
+def engine_key(spec) -> dict:
+    """The spec settings that change trained numbers."""
+    return {"model": spec.model.model_dump(mode="json"), "engine": spec.engine.mode,
+            "device": str(device_of(spec.engine))}
+
+
+def federation_rows(result: FederationResult, model: str, seed: int, data: FederatedData
+                    ) -> list[dict]:
+    """results.csv rows: each client's val and test scores at its best-val and last round."""
+    rows = []
+    for selection, scores in (("best_val", result.best), ("last_round", result.last)):
+        for split in ("val", "test"):
+            counts = data.split(split).counts.tolist()
+            for client in range(data.n_clients):
+                rows.append({
+                    "seed": seed, "client": client, "model": model, "split": split,
+                    "selection": selection, "round": int(scores["round"][client]),
+                    "accuracy": float(scores[f"{split}_accuracy"][client]),
+                    "loss": float(scores[f"{split}_loss"][client]), "n_samples": counts[client]})
+    return rows
+
+
+def history_rows(rows: list[dict], model: str, seed: int) -> list[dict]:
+    """history.csv rows from the engine's round × client × split records."""
+    return [{"seed": seed, "model": model, "accuracy": row.get("accuracy", ""), **row}
+            for row in rows]
+
+
+def write_results(out_dir: Path, results: list[dict], history: list[dict],
+                  models: dict[str, dict] | None = None, summary: str = "") -> None:
+    """Write a results directory: results.csv, history.csv, models/*.pt, summary.md."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_csv(out_dir / "results.csv", RESULT_FIELDS, results)
+    write_csv(out_dir / "history.csv", HISTORY_FIELDS, history)
+    for name, state_dict in (models or {}).items():
+        (out_dir / "models").mkdir(exist_ok=True)
+        torch.save({k: v.detach().cpu() for k, v in state_dict.items()},
+                   out_dir / "models" / f"{name}.pt")
+    (out_dir / "summary.md").write_text(summary)
+
+
+def client_models(params: Group) -> dict[str, dict]:
+    """One state_dict per client from stacked parameters [C, ...]."""
+    n_clients = len(next(iter(params.values())))
+    return {f"client_{c:04d}": {k: v[c] for k, v in params.items()} for c in range(n_clients)}
+
+
+def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Rows of a CSV written by a stage."""
+    with Path(path).open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def load_round(directory: Path, round_idx: int, device: torch.device) -> Group:
+    """The global state_dict of one round from a checkpoint directory."""
+    path = Path(directory) / f"round_{round_idx:04d}.pt"
+    if not path.is_file():
+        raise DataError(f"{directory}: no checkpoint for round {round_idx} ({path.name})")
+    return torch.load(io.BytesIO(path.read_bytes()), weights_only=True, map_location=device)
+
+
+def mean_by_round(rows: list[dict], split: str, key: str, data: FederatedData) -> dict[int, float]:
+    """Sample-weighted mean of `key` over clients, per round, for one split."""
+    counts = data.split(split).counts.tolist()
+    totals: dict[int, list[float]] = {}
+    for row in rows:
+        if row["split"] == split:
+            acc = totals.setdefault(row["round"], [0.0, 0.0])
+            acc[0] += row[key] * counts[row["client"]]
+            acc[1] += counts[row["client"]]
+    return {r: s / n for r, (s, n) in sorted(totals.items()) if n}
+
+
+def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],
+                history: list[dict], extra: Callable[[int], dict] | None = None) -> None:
+    """One MLflow child run per client: per-round history (step = round) and final scores."""
+    for client in sorted({row["client"] for row in results}):
+        tags = {"client_id": str(client), "algorithm": model, "stage": stage}
+        with tracker.child(f"{stage}/{model}/client-{client}", tags) as run:
+            run.log_history([
+                {"round": row["round"], f"{row['split']}_loss": row["loss"],
+                 **({f"{row['split']}_accuracy": row["accuracy"]}
+                    if row.get("accuracy") not in ("", None) else {})}
+                for row in history if row["client"] == client])
+            run.log_metrics({f"{row['selection']}.{row['split']}_accuracy": row["accuracy"]
+                             for row in results if row["client"] == client})
+            if extra is not None:
+                run.log_params(extra(client))

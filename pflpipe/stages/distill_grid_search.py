@@ -1,0 +1,88 @@
+"""Stage `distill_grid_search`: PersFL stage 2 — every client × every (λ, T) student trained at
+once from the client's teacher; each client keeps the pair best on the selection split.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pflpipe.distill import GridConfig, run_grid
+from pflpipe.distill.figures import lambda_t_figure
+from pflpipe.stages import common
+from pflpipe.tracking import NULL_TRACKER, Tracker
+
+GRID_FIELDS = ("client", "lam", "temperature", "train_loss", "train_accuracy", "val_loss",
+               "val_accuracy", "test_loss", "test_accuracy")
+
+
+@dataclass(frozen=True)
+class DistillResult:
+    """The chosen (λ, T) per client and the mean test accuracy of the chosen students."""
+
+    model: str
+    chosen: tuple[dict, ...]
+    test_accuracy: float
+    selection_split: str
+
+    def to_markdown(self) -> str:
+        """The chosen pairs per client (thesis Table 6.5)."""
+        leak = (" **(chosen on test: the reported accuracy is optimistic)**"
+                if self.selection_split == "test" else "")
+        lines = [f"**{self.model}**: mean client test accuracy {self.test_accuracy:.4f}; (λ, T) "
+                 f"chosen per client on {self.selection_split}{leak}", "",
+                 "| client | teacher round | λ | T | val accuracy | test accuracy |",
+                 "|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {c['client']} | {c['teacher_round']} | {c['lam']:g} | {c['temperature']:g} | "
+                  f"{c['val_accuracy']:.4f} | {c['test_accuracy']:.4f} |" for c in self.chosen]
+        return "\n".join(lines) + "\n"
+
+
+def model_name(spec) -> str:
+    """`persfl` for the KL objective, `persfl_gd` for the soft cross-entropy variant."""
+    return "persfl" if spec.distillation.objective == "kl" else "persfl_gd"
+
+
+def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_dir: Path,
+        results_dir: Path, *, tracker: Tracker = NULL_TRACKER) -> DistillResult:
+    """Distil every client's teacher over the grid; write results, grid and figures."""
+    s = common.setup(spec, seed, partition_dir)
+    dist = spec.distillation
+    teachers = json.loads((Path(teachers_dir) / "teachers.json").read_text())["teachers"]
+    rounds = {t["round"]: common.load_round(checkpoints_dir, t["round"], s.device)
+              for t in teachers}
+    params = {k: torch.stack([rounds[t["round"]][k] for t in teachers]) for k in s.init}
+    config = GridConfig(
+        lambdas=tuple(dist.lambdas), temperatures=tuple(dist.temperatures), epochs=dist.epochs,
+        batch_size=dist.batch_size or spec.federation.batch_size,
+        lr=dist.lr or spec.federation.lr, objective=dist.objective,
+        selection_split=dist.selection_split, optimizer=common.optimizer(spec), seed=seed)
+    grid = run_grid(s.ctx, s.trainer, s.data, params, config)
+    model = model_name(spec)
+    chosen = tuple({**c, "teacher_round": teachers[c["client"]]["round"]} for c in grid.chosen)
+    results = [{"seed": seed, "client": c["client"], "model": model, "split": split,
+                "selection": selection, "round": c["teacher_round"],
+                "accuracy": c[f"{split}_accuracy"], "loss": c[f"{split}_loss"],
+                "n_samples": int(s.data.split(split).counts[c["client"]])}
+               for selection in ("best_val", "last_round") for split in ("val", "test")
+               for c in chosen]
+    summary = DistillResult(model, chosen, sum(c["test_accuracy"] for c in chosen) / len(chosen),
+                            dist.selection_split)
+    out = Path(results_dir)
+    common.write_results(out, results, [], common.client_models(grid.params), summary.to_markdown())
+    common.write_csv(out / "grid.csv", GRID_FIELDS, grid.grid)
+    common.write_csv(out / "chosen.csv", ("client", "teacher_round", *GRID_FIELDS[1:]),
+                     list(chosen))
+    figure = lambda_t_figure(grid.grid, grid.chosen, out / "lambda_t.png")
+    tracker.log_params({"lambdas": list(dist.lambdas), "temperatures": list(dist.temperatures),
+                        "epochs": dist.epochs, "objective": dist.objective,
+                        "teacher": dist.teacher, "selection_split": dist.selection_split})
+    tracker.log_metrics({"test_accuracy": summary.test_accuracy})
+    tracker.log_artifact(figure, "figures")
+    tracker.log_artifact(out / "grid.csv", "distillation")
+    common.log_clients(tracker, "distill_grid_search", model, results, [],
+                       extra=lambda c: {"lam": chosen[c]["lam"],
+                                        "temperature": chosen[c]["temperature"],
+                                        "teacher_round": chosen[c]["teacher_round"]})
+    return summary

@@ -1,0 +1,106 @@
+"""Stage `personalize`: one personalization algorithm of the spec, run on the engine from the
+warm start's checkpoint (its final model, any round's, or the seeded initial model).
+"""
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from pflpipe.algorithms import build
+from pflpipe.engine.federation import Federation, Plan
+from pflpipe.errors import DataError
+from pflpipe.stages import common
+from pflpipe.tracking import NULL_TRACKER, Tracker
+
+log = logging.getLogger(__name__)
+STAGE = "personalize"
+#: Algorithms that send nothing: one "round" is one epoch of training alone.
+ALONE = ("local", "fedavg_ft")
+
+
+@dataclass(frozen=True)
+class PersonalizeResult:
+    """Mean client test accuracy of the personalized models."""
+
+    model: str
+    rounds: int
+    best_val_test_accuracy: float
+    last_round_test_accuracy: float
+
+    def to_markdown(self) -> str:
+        """One paragraph for the KFP Markdown artifact."""
+        return (f"**{self.model}**: {self.rounds} rounds; mean client test accuracy "
+                f"{self.best_val_test_accuracy:.4f} with each client's model chosen on "
+                f"validation, {self.last_round_test_accuracy:.4f} after the last round.\n")
+
+
+def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path | None,
+        results_dir: Path, *, tracker: Tracker = NULL_TRACKER, stage: str = STAGE
+        ) -> PersonalizeResult:
+    """Run the personalization entry called `label`; write its results directory."""
+    entry = spec.algorithm(label) if label != "local" else spec.local_params
+    s = common.setup(spec, seed, partition_dir)
+    init = _starting_point(entry, s, checkpoints_dir)
+    fed = spec.federation
+    alone = entry.name in ALONE
+    algorithm = build(entry, head=s.head, federation=fed)
+    plan = Plan(
+        rounds=entry.epochs if alone else (entry.rounds or fed.rounds),
+        local_epochs=1 if alone else algorithm.local_epochs,
+        batch_size=entry.batch_size or fed.batch_size, lr=algorithm.lr, seed=seed,
+        optimizer=common.optimizer(spec),
+        client_fraction=1.0 if alone else fed.client_fraction,
+        eval_every=getattr(entry, "eval_every", 1),
+        stream=1 + [e.display_name for e in spec.personalization].index(label)
+        if label in [e.display_name for e in spec.personalization] else 1)
+    store, key = common.checkpoint_store(spec, stage, {
+        "seed": seed, "partition": s.partition_hash, "entry": entry.model_dump(mode="json"),
+        "plan": repr(plan), "init": _digest(init), **common.engine_key(spec)})
+    result = Federation(algorithm, s.ctx, s.data, s.trainer, plan, store, key).run(init)
+    model = entry.display_name
+    results = common.federation_rows(result, model, seed, s.data)
+    history = common.history_rows(result.rows, model, seed)
+    summary = PersonalizeResult(model, result.rounds_completed, _mean(results, "best_val"),
+                                _mean(results, "last_round"))
+    common.write_results(Path(results_dir), results, history,
+                         common.client_models(result.best_params), summary.to_markdown())
+    tracker.log_params({"algorithm": entry.name, "seed": seed, "rounds": plan.rounds,
+                        **{k: v for k, v in entry.model_dump(mode="json").items()
+                           if v is not None and k != "name"}})
+    tracker.log_metrics({"best_val.test_accuracy": summary.best_val_test_accuracy,
+                         "last_round.test_accuracy": summary.last_round_test_accuracy})
+    common.log_clients(tracker, stage, model, results, history)
+    return summary
+
+
+def _starting_point(entry, s, checkpoints_dir: Path | None):
+    warm = "none" if entry.name == "local" else getattr(entry, "warm_start", "final")
+    if warm == "none":
+        return s.init
+    if checkpoints_dir is None:
+        raise DataError(f"{entry.display_name}: warm_start is {warm!r} but no warm-start "
+                        "checkpoints were given")
+    progress = Path(checkpoints_dir) / "progress.json"
+    if not progress.is_file():
+        raise DataError(f"{checkpoints_dir} holds no warm-start checkpoints (no progress.json)")
+    last = json.loads(progress.read_text())["rounds_completed"]
+    round_idx = last if warm == "final" else warm
+    if round_idx > last:
+        raise DataError(f"{entry.display_name}: warm_start round {round_idx} does not exist; the "
+                        f"warm start ran {last} rounds")
+    return common.load_round(checkpoints_dir, round_idx, s.device)
+
+
+def _digest(params) -> str:
+    digest = hashlib.sha256()
+    for key in sorted(params):
+        digest.update(key.encode())
+        digest.update(params[key].detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _mean(results: list[dict], selection: str) -> float:
+    values = [r["accuracy"] for r in results if r["selection"] == selection and r["split"] == "test"]
+    return sum(values) / len(values)

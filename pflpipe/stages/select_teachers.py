@@ -1,0 +1,88 @@
+"""Stage `select_teachers`: each client's optimal teacher round from the warm start's per-round ×
+per-client validation scores (thesis eq. 4.1), or the last round (the Table 6.4 ablation).
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pflpipe.errors import DataError
+from pflpipe.stages import common
+from pflpipe.tracking import NULL_TRACKER, Tracker
+
+FIELDS = ("client", "round", "val_loss", "val_accuracy")
+
+
+@dataclass(frozen=True)
+class TeachersResult:
+    """Each client's teacher round and its validation scores."""
+
+    teachers: tuple[dict, ...]
+    criterion: str
+    last_round: int
+
+    def to_markdown(self) -> str:
+        """Table of chosen rounds (thesis Fig. 6.1 as numbers)."""
+        lines = [f"**select_teachers** ({self.criterion}; last round {self.last_round})", "",
+                 "| client | round | val loss | val accuracy |", "|---:|---:|---:|---:|"]
+        lines += [f"| {t['client']} | {t['round']} | {t['val_loss']:.4f} | "
+                  f"{t['val_accuracy']:.4f} |" for t in self.teachers]
+        return "\n".join(lines) + "\n"
+
+
+def run(spec, checkpoints_dir: Path, teachers_dir: Path, *, tracker: Tracker = NULL_TRACKER
+        ) -> TeachersResult:
+    """Choose the teachers; write teachers.csv, teachers.json and teacher_rounds.png."""
+    import torch
+
+    from pflpipe.distill import choose_rounds
+    from pflpipe.distill.figures import teacher_rounds_figure
+
+    loss, accuracy, rounds = _matrices(Path(checkpoints_dir))
+    criterion = spec.teachers.criterion
+    first = 1 if len(rounds) > 1 else 0   # round 0 is the untrained initial model
+    if spec.distillation.teacher == "last_round":
+        rows = torch.full((loss.shape[1],), len(rounds) - 1, dtype=torch.long)
+    else:
+        rows = choose_rounds(loss[first:], accuracy[first:], criterion) + first
+    teachers = tuple({"client": c, "round": rounds[int(r)], "val_loss": float(loss[r, c]),
+                      "val_accuracy": float(accuracy[r, c])} for c, r in enumerate(rows.tolist()))
+    out = Path(teachers_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    common.write_csv(out / "teachers.csv", FIELDS, list(teachers))
+    (out / "teachers.json").write_text(json.dumps({"criterion": criterion,
+                                                   "teacher": spec.distillation.teacher,
+                                                   "teachers": list(teachers)}, indent=2))
+    figure = teacher_rounds_figure([t["round"] for t in teachers], rounds[-1],
+                                   out / "teacher_rounds.png")
+    result = TeachersResult(teachers, criterion, rounds[-1])
+    tracker.log_params({"criterion": criterion, "teacher": spec.distillation.teacher})
+    tracker.log_artifact(figure, "figures")
+    for t in teachers:
+        with tracker.child(f"select_teachers/client-{t['client']}",
+                           {"client_id": str(t["client"]), "algorithm": "persfl",
+                            "stage": "select_teachers"}) as run:
+            run.log_metrics({"teacher_round": t["round"], "teacher_val_loss": t["val_loss"],
+                             "teacher_val_accuracy": t["val_accuracy"]})
+    return result
+
+
+def _matrices(checkpoints_dir: Path):
+    """[R, C] validation loss and accuracy of every round's global model, and the rounds."""
+    import torch
+
+    path = checkpoints_dir / "round_metrics.csv"
+    if not path.is_file():
+        raise DataError(f"{checkpoints_dir} has no round_metrics.csv; run warm_start_fedavg first")
+    rows = [r for r in common.read_csv(path) if r["split"] == "val"]
+    rounds = sorted({int(r["round"]) for r in rows})
+    clients = sorted({int(r["client"]) for r in rows})
+    position = {r: i for i, r in enumerate(rounds)}
+    loss = torch.full((len(rounds), len(clients)), float("nan"))
+    accuracy = torch.full_like(loss, float("nan"))
+    for row in rows:
+        i, c = position[int(row["round"])], int(row["client"])
+        loss[i, c], accuracy[i, c] = float(row["loss"]), float(row["accuracy"])
+    if torch.isnan(loss).any():
+        raise DataError(f"{path}: some client has no validation score in some round")
+    return loss, accuracy, rounds

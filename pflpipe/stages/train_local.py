@@ -1,0 +1,15 @@
+"""Stage `train_local`: the local-only baseline — every client trains alone from the seeded
+initial model; its model is the epoch best on its validation split.
+"""
+
+from pathlib import Path
+
+from pflpipe.stages import personalize
+from pflpipe.tracking import NULL_TRACKER, Tracker
+
+
+def run(spec, seed: int, partition_dir: Path, results_dir: Path, *,
+        tracker: Tracker = NULL_TRACKER) -> personalize.PersonalizeResult:
+    """Train the local baseline; write its results directory (model name `local`)."""
+    return personalize.run(spec, seed, "local", partition_dir, None, results_dir,
+                           tracker=tracker, stage="train_local")

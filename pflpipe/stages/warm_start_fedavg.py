@@ -1,0 +1,110 @@
+"""Stage `warm_start_fedavg`: FedAvg from the seeded initial model, keeping every round's global
+model and every round's per-client validation and test scores (the input of teacher selection).
+Checkpoints go to the spec's storage as they are made, so a killed run resumes.
+"""
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pflpipe.algorithms import FedAvg
+from pflpipe.engine.federation import Federation, Plan
+from pflpipe.stages import common
+from pflpipe.tracking import NULL_TRACKER, Tracker
+
+log = logging.getLogger(__name__)
+MODEL = "fedavg"
+METRIC_FIELDS = ("round", "client", "split", "loss", "accuracy", "n_samples")
+
+
+@dataclass(frozen=True)
+class WarmStartResult:
+    """Rounds run, the round chosen on validation and the final scores."""
+
+    rounds_completed: int
+    stopped_early: bool
+    best_round: int
+    test_accuracy: float        # mean over clients, final global model
+    best_test_accuracy: float   # mean over clients, global model of the best-val round
+    store: str
+
+    def to_markdown(self) -> str:
+        """One paragraph for the KFP Markdown artifact."""
+        stop = " (stopped early on a validation plateau)" if self.stopped_early else ""
+        return (f"**warm_start_fedavg**: {self.rounds_completed} rounds{stop}; mean client test "
+                f"accuracy {self.test_accuracy:.4f} after the last round, "
+                f"{self.best_test_accuracy:.4f} at round {self.best_round} (best mean validation "
+                f"accuracy). Every round's global model is kept in {self.store}.\n")
+
+
+def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir: Path, *,
+        tracker: Tracker = NULL_TRACKER,
+        on_round: Callable[[int, list[dict]], None] | None = None) -> WarmStartResult:
+    """Run (or resume) FedAvg; write the checkpoint and results directories."""
+    s = common.setup(spec, seed, partition_dir)
+    fed = spec.federation
+    plan = Plan(rounds=fed.rounds, local_epochs=fed.local_epochs, batch_size=fed.batch_size,
+                lr=fed.lr, seed=seed, optimizer=common.optimizer(spec),
+                client_fraction=fed.client_fraction,
+                early_stop=(fed.early_stop.patience, fed.early_stop.min_delta)
+                if fed.early_stop else None, keep_every_round=True, stream=0)
+    store, key = common.checkpoint_store(spec, "warm_start_fedavg", {
+        "seed": seed, "partition": s.partition_hash, "federation": fed.model_dump(mode="json"),
+        **common.engine_key(spec)})
+    algorithm = FedAvg(None, head=s.head, lr=fed.lr, local_epochs=fed.local_epochs)
+    result = Federation(algorithm, s.ctx, s.data, s.trainer, plan, store, key, on_round).run(s.init)
+    _write_checkpoints(store, Path(checkpoints_dir), result, s.data)
+    results, best_round = _global_results(result.rows, result.rounds_completed, seed, s.data)
+    history = common.history_rows(result.rows, MODEL, seed)
+    summary = WarmStartResult(
+        result.rounds_completed, result.stopped_early, best_round,
+        _mean(results, "last_round"), _mean(results, "best_val"), store.uri)
+    common.write_results(Path(results_dir), results, history, {
+        "global": result.global_params,
+        "global_best_val": common.load_round(checkpoints_dir, best_round, s.device)},
+        summary.to_markdown())
+    tracker.log_params({"rounds": fed.rounds, "local_epochs": fed.local_epochs, "lr": fed.lr,
+                        "batch_size": fed.batch_size, "optimizer": fed.optimizer,
+                        "client_fraction": fed.client_fraction, "seed": seed})
+    tracker.log_metrics({"rounds_completed": result.rounds_completed, "best_round": best_round,
+                         "test_accuracy": summary.test_accuracy,
+                         "best_val.test_accuracy": summary.best_test_accuracy})
+    common.log_clients(tracker, "warm_start_fedavg", MODEL, results, history)
+    return summary
+
+
+def _write_checkpoints(store, out_dir: Path, result, data) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for key in store.list():
+        if key.startswith("round_") or key == "progress.json":
+            (out_dir / key).write_bytes(store.get_bytes(key))
+    rows = [{**row, "n_samples": data.split(row["split"]).counts[row["client"]].item()}
+            for row in result.rows if row["split"] in ("val", "test")]
+    common.write_csv(out_dir / "round_metrics.csv", METRIC_FIELDS, rows)
+
+
+def _global_results(rows: list[dict], last: int, seed: int, data) -> tuple[list[dict], int]:
+    """The global model is one model: its best-val round is the round with the best
+    sample-weighted mean validation accuracy (ties: lower mean loss, then the earlier round).
+    """
+    accuracy = common.mean_by_round(rows, "val", "accuracy", data)
+    loss = common.mean_by_round(rows, "val", "loss", data)
+    best = min(accuracy, key=lambda r: (-accuracy[r], loss[r], r))
+    index = {(r["round"], r["client"], r["split"]): r for r in rows}
+    out = []
+    for selection, round_idx in (("best_val", best), ("last_round", last)):
+        for split in ("val", "test"):
+            counts = data.split(split).counts.tolist()
+            for client in range(data.n_clients):
+                row = index[(round_idx, client, split)]
+                out.append({"seed": seed, "client": client, "model": MODEL, "split": split,
+                            "selection": selection, "round": round_idx,
+                            "accuracy": row["accuracy"], "loss": row["loss"],
+                            "n_samples": counts[client]})
+    return out, best
+
+
+def _mean(results: list[dict], selection: str) -> float:
+    values = [r["accuracy"] for r in results if r["selection"] == selection and r["split"] == "test"]
+    return sum(values) / len(values)
