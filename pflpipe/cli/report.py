@@ -1,0 +1,40 @@
+"""``pflpipe report TABLE.csv [...] -o DIR``: the fairness report of any per-client table."""
+
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    """Add the verb to the command line."""
+    parser = subparsers.add_parser(
+        "report", help="Evaluate a per-client accuracy table: performance, fairness, report.",
+        description="Evaluate one or more per-client results tables (columns client, model, "
+        "accuracy; optional seed, split, selection, loss, n_samples, round) and write "
+        "report.json, report.md, report.html and figures into DIR. Exit 2 on a bad table.")
+    parser.add_argument("tables", nargs="+", type=Path, metavar="TABLE.csv")
+    parser.add_argument("-o", "--output", type=Path, default=Path("report"), metavar="DIR",
+                        help="Output directory (default: ./report).")
+    parser.add_argument("--local", default="local", metavar="NAME",
+                        help="Model name of the local-only baseline L (default: local).")
+    parser.add_argument("--global", dest="global_", default="fedavg", metavar="NAME",
+                        help="Model name of the global baseline G (default: fedavg).")
+    parser.add_argument("--selection", choices=("best_val", "last_round"), default="best_val",
+                        help="Which recorded per-client model to evaluate (default: best_val).")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    """Build the report; print the two answers per split and where the files are."""
+    from pflpipe.metrics import read_table
+    from pflpipe.metrics.report import build_report, write_report
+
+    table = read_table(args.tables)
+    report = build_report(table, local=args.local, global_=args.global_,
+                          selection=args.selection)
+    files = write_report(report, args.output)
+    unit = "fractions" if report.unit == "fraction" else "percent"
+    print(f"{len(table.rows)} rows from {len(args.tables)} table(s); accuracies in {unit}; "
+          f"selection {args.selection}")
+    print(report.answers())
+    print(f"report: {files.html}  ({files.json.name}, {files.markdown.name}, "
+          f"{len(files.figures)} figures in {files.out_dir / 'figures'})")
+    return 0

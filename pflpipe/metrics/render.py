@@ -1,0 +1,207 @@
+"""The report's content as a list of blocks, rendered once to Markdown and once to HTML.
+
+A block is a tuple: ``("h1" | "h2" | "h3" | "p", text)``, ``("list", items)``,
+``("table", header, rows)`` or ``("figure", name, caption)`` where `name` is the PNG file name.
+"""
+
+import base64
+import html
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from pflpipe.metrics.base import REGISTRY, fsum
+from pflpipe.metrics.fairness import FAIRNESS
+from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
+from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, GROUPS, SplitSummary
+
+Block = tuple
+UNIT_TEXT = {
+    "fraction": "fractions in [0, 1]",
+    "percent": "percent in [0, 100]",
+}
+GROUP_NAMES = {
+    "improved": "QoI over U⁺ (how evenly the improvement is shared)",
+    "decreased": "|QoI| over U⁻ (how evenly the loss is shared)",
+    "accuracy": "per-client accuracy",
+}
+NULL_RULE = (
+    "A metric without a value is shown as — and is null in report.json; the model's "
+    "\"reasons\" mapping gives the reason at the metric's dotted path (e.g. "
+    "\"performance.MPD\": \"U⁻ is empty: ...\"). Baselines have no QoI metrics."
+)
+SEED_RULE = (
+    "Each metric is computed per seed on that seed's clients, then reported as mean ± sample "
+    "std (K − 1) over seeds; with one seed there is no ±. Clients weigh equally."
+)
+
+
+def fmt(value: float | None, name: str, unit: str) -> str:
+    """Format a metric value: PUI/PUD with 1 decimal, accuracy-unit values per unit, else 4 d."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if name in ("PUI", "PUD"):
+        return f"{value:.1f}"
+    if name == "AV":
+        # AV is in unit² and spans many magnitudes; rounding noise below 1e-15 shows as 0.
+        return "0" if abs(value) < 1e-15 else f"{value:.4g}"
+    if name in ("CS", "Entropy", "JI"):
+        return f"{value:.4f}"
+    return f"{value:.2f}" if unit == "percent" else f"{value:.4f}"
+
+
+def cell(summary: SplitSummary, model: str, path: str) -> str:
+    """Format ``mean ± std`` of one model's metric."""
+    name, result = path.rsplit(".", 1)[1], summary.models[model]
+    text = fmt(result.mean[path], name, summary.unit)
+    std = result.std[path]
+    return text if std is None or result.mean[path] is None else \
+        f"{text} ± {fmt(std, name, summary.unit)}"
+
+
+def heading(name: str) -> str:
+    """Metric name with its direction, e.g. ``AV ↓``."""
+    return f"{name} {REGISTRY[name].direction}"
+
+
+def split_blocks(summary: SplitSummary, metrics: Sequence[str],
+                 figures: Mapping[str, str]) -> list[Block]:
+    """Return the blocks of one split: answers, tables, figures and notes."""
+    personalized = [m for m, r in summary.models.items() if r.is_personalized]
+    everyone = list(summary.models)
+    seeds = ", ".join(map(str, summary.seeds))
+    out: list[Block] = [
+        ("h2", f"Split: {summary.split}"),
+        ("p", f"{len(summary.clients)} clients, seed(s) {seeds}. {summary.answer()}"),
+        ("h3", "Per-client accuracy (thesis Table 6.2 style; mean over seeds)"),
+        _client_table(summary),
+    ]
+    perf = [m for m in PERFORMANCE if m in metrics]
+    if perf and personalized:
+        out += [("h3", "Performance on the QoI (thesis Table 6.8 style)"),
+                ("table", ["Metric", *personalized],
+                 [[heading(m), *(cell(summary, p, f"performance.{m}") for p in personalized)]
+                  for m in perf])]
+    fair = [m for m in FAIRNESS if m in metrics]
+    for group in GROUPS if fair else ():
+        models = everyone if group == "accuracy" else personalized
+        if models:
+            out += [("h3", f"Fairness on {GROUP_NAMES[group]}"),
+                    ("table", ["Metric", *models],
+                     [[heading(m), *(cell(summary, p, f"fairness.{group}.{m}") for p in models)]
+                      for m in fair])]
+    acc = [m for m in ACCURACY if m in metrics]
+    if acc:
+        out += [("h3", "Accuracy summaries"),
+                ("table", ["Metric", *everyone],
+                 [[heading(m), *(cell(summary, p, f"accuracy.{m}") for p in everyone)]
+                  for m in acc])]
+    if "qoi_density" in figures:
+        out.append(("figure", figures["qoi_density"], "Density of QoI per personalized model, "
+                    "pooled over clients and seeds; ticks mark clients (thesis Fig. 6.8)."))
+    if "fairness" in figures:
+        out.append(("figure", figures["fairness"], "Fairness metrics per model (thesis Fig. "
+                    "6.9); the fairest bar of each panel is hatched; error bars: std over seeds."))
+    notes = _notes(summary, personalized)
+    if notes:
+        out += [("h3", "Undefined metrics"), ("list", notes)]
+    return out
+
+
+def _client_table(summary: SplitSummary) -> Block:
+    models = list(summary.models)
+    rows = [[f"Client {c}", *(fmt(summary.models[m].per_client_accuracy.get(c), "AA",
+                                  summary.unit) for m in models)] for c in summary.clients]
+    means, stds = ["Avg Acc"], ["Std Dev"]
+    for model in models:
+        values = np.array(list(summary.models[model].per_client_accuracy.values()))
+        mean = fsum(values) / values.size
+        means.append(fmt(mean, "AA", summary.unit))
+        std = (math.sqrt(fsum((values - mean) ** 2) / (values.size - 1))
+               if values.size > 1 else None)
+        stds.append(fmt(std, "std", summary.unit))
+    return ("table", ["Client", *models], [*rows, means, stds])
+
+
+def _notes(summary: SplitSummary, personalized: list[str]) -> list[str]:
+    by_model: dict[tuple[str, str], list[str]] = {}
+    for model in personalized:
+        for path, reason in summary.models[model].reasons.items():
+            by_model.setdefault((model, reason), []).append(path)
+    # One line per (reason, metrics), naming every model it applies to.
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for (model, reason), paths in by_model.items():
+        groups: dict[str, list[str]] = {}
+        for path in paths:
+            prefix, name = path.rsplit(".", 1)
+            groups.setdefault(prefix, []).append(name)
+        where = "; ".join(f"{prefix} {', '.join(names)}" for prefix, names in groups.items())
+        grouped.setdefault((reason, where), []).append(model)
+    return [f"{', '.join(models)} — {where}: {reason}"
+            for (reason, where), models in grouped.items()]
+
+
+def rule_blocks() -> list[Block]:
+    """Return the blocks stating how the answers and the numbers are made."""
+    return [("h2", "How the answers are decided"),
+            ("list", [BEST_RULE, FAIREST_RULE, SEED_RULE, NULL_RULE])]
+
+
+def to_markdown(blocks: Sequence[Block]) -> str:
+    """Render blocks as GitHub-flavoured Markdown (figures as relative image links)."""
+    lines: list[str] = []
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2", "h3"):
+            lines += ["#" * int(kind[1]) + " " + block[1], ""]
+        elif kind == "p":
+            lines += [block[1], ""]
+        elif kind == "list":
+            lines += [f"- {item}" for item in block[1]] + [""]
+        elif kind == "table":
+            header, rows = block[1], block[2]
+            lines.append("| " + " | ".join(header) + " |")
+            lines.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header)))
+                         + "|")
+            lines += ["| " + " | ".join(row) + " |" for row in rows]
+            lines.append("")
+        elif kind == "figure":
+            lines += [f"![{block[2]}]({block[1]})", "", f"*{block[2]}*", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em;
+       color: #222; line-height: 1.45; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; }
+td:not(:first-child) { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f3f3f3; }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; }
+figcaption { font-size: 0.9em; color: #555; }
+"""
+
+
+def to_html(blocks: Sequence[Block], images: Mapping[str, bytes], title: str) -> str:
+    """Render blocks as one self-contained HTML page; figures are embedded as base64 PNG."""
+    esc = html.escape
+    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+             f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"]
+    for block in blocks:
+        kind = block[0]
+        if kind in ("h1", "h2", "h3", "p"):
+            parts.append(f"<{kind}>{esc(block[1])}</{kind}>")
+        elif kind == "list":
+            parts.append("<ul>" + "".join(f"<li>{esc(i)}</li>" for i in block[1]) + "</ul>")
+        elif kind == "table":
+            head = "".join(f"<th>{esc(h)}</th>" for h in block[1])
+            body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
+                           for row in block[2])
+            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        elif kind == "figure":
+            data = base64.b64encode(images[block[1]]).decode("ascii")
+            parts.append(f"<figure><img alt=\"{esc(block[2])}\" src=\"data:image/png;base64,"
+                         f"{data}\"><figcaption>{esc(block[2])}</figcaption></figure>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)

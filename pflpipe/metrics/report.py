@@ -1,0 +1,177 @@
+"""The fairness report: report.json, report.md, a self-contained report.html and the figures.
+
+`build_report` evaluates a results table; `write_report` writes the files (figures also as PNG).
+
+report.json::
+
+    {"format": 1, "unit": "fraction" | "percent", "selection": "best_val",
+     "baselines": {"local": "local", "global": "fedavg"}, "primary_split": "test",
+     "models": {MODEL: ...},            # the primary split's models (test if present)
+     "best": MODEL | null, "fairest": MODEL | null, "answer": "...",   # primary split
+     "splits": {SPLIT: {"models": {MODEL: {
+                            "role": "personalized" | "local baseline" | "global baseline",
+                            "performance": {"PUI", "PUD", "MPI", "API", "MPD", "APD", "AA"},
+                            "fairness": {"improved" | "decreased" | "accuracy":
+                                         {"AV", "CS", "Entropy", "JI"}},
+                            "accuracy": {"AA", "std", "min", "bottom_decile"},
+                            "std_over_seeds": {same nesting; null with one seed},
+                            "reasons": {"performance.MPD": "U⁻ is empty: ...", ...},
+                            "n_clients", "seeds", "per_client": {CLIENT: {"accuracy", "qoi"}}}},
+                        "best": MODEL | null, "fairest": MODEL | null, "answer": "...",
+                        "decisions": {"best" | "fairest": {"model", "votes", "winners",
+                                                           "tie_break", "reason"}},
+                        "clients": [...], "seeds": [...], "figures": {...}}},
+     "rules": {"best", "fairest", "seeds", "nulls"}, "protocol": "...", "sources": [...]}
+
+Metric values are means over seeds; a null value has its reason in the model's "reasons".
+"""
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pflpipe.metrics import figures, render
+from pflpipe.metrics.fairness import FAIRNESS
+from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
+from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
+from pflpipe.metrics.table import ResultsTable
+
+#: Every metric name the report knows (the spec's `evaluation.metrics` choose among them).
+ALL_METRICS = tuple(dict.fromkeys((*PERFORMANCE, *FAIRNESS, *ACCURACY)))
+TITLE = "pflpipe fairness report"
+
+
+def protocol(selection: str, local: str, global_: str) -> str:
+    """Describe how the per-client numbers were produced."""
+    chosen = {"best_val": "the model best on validation", "last_round": "the last-round model"}
+    return (
+        f"Each client is scored on its own test split with its personalized model. The "
+        f"per-client model (round or epoch) is chosen on the client's validation split, never on "
+        f"test; both the last-round and the best-on-validation models are recorded, and this "
+        f"report evaluates {chosen[selection]} ({selection}). QoI_i = P_i − max(G_i, L_i) "
+        f"compares each client's personalized accuracy P with the better of its global ({global_!r}"
+        f", G) and local-only ({local!r}, L) accuracies (thesis eq. 5.2). A 'val' split, when "
+        f"present, is reported too but is the split the model was chosen on."
+    )
+
+
+@dataclass(frozen=True)
+class Report:
+    """The evaluated table: one `SplitSummary` per split, plus how it was made."""
+
+    splits: dict[str, SplitSummary]
+    unit: str
+    selection: str
+    local: str
+    global_: str
+    metrics: tuple[str, ...] = ALL_METRICS
+    sources: tuple[str, ...] = ()
+
+    @property
+    def primary(self) -> SplitSummary:
+        """The split the top-level answers refer to: test when present."""
+        return self.splits.get("test") or next(iter(self.splits.values()))
+
+    def answers(self) -> str:
+        """Return the two answers of every split, one line per split."""
+        return "\n".join(summary.answer() for summary in self.splits.values())
+
+    def to_json(self, figure_files: dict[str, dict[str, str]] | None = None) -> dict:
+        """Return report.json's content (see the module docstring)."""
+        splits = {name: _split_json(s, (figure_files or {}).get(name, {}))
+                  for name, s in self.splits.items()}
+        primary = splits[self.primary.split]
+        return {
+            "format": 1, "unit": self.unit, "selection": self.selection,
+            "baselines": {"local": self.local, "global": self.global_},
+            "primary_split": self.primary.split, "models": primary["models"],
+            "best": primary["best"], "fairest": primary["fairest"], "answer": primary["answer"],
+            "splits": splits,
+            "rules": {"best": BEST_RULE, "fairest": FAIREST_RULE, "seeds": render.SEED_RULE,
+                      "nulls": render.NULL_RULE},
+            "protocol": protocol(self.selection, self.local, self.global_),
+            "sources": list(self.sources),
+        }
+
+    def blocks(self, figure_files: dict[str, dict[str, str]] | None = None) -> list[tuple]:
+        """Return the report's content as render blocks (see `pflpipe.metrics.render`)."""
+        unit = render.UNIT_TEXT[self.unit]
+        out: list[tuple] = [
+            ("h1", TITLE),
+            ("p", f"Accuracy unit: {unit}. QoI, MPI, API, MPD, APD, AA, std, min and the "
+                  f"bottom-decile mean are in this unit; PUI and PUD are % of clients; AV is in "
+                  f"unit²; CS, Entropy and JI have no unit. Baselines: local {self.local!r}, "
+                  f"global {self.global_!r}. Tables: {', '.join(self.sources) or '(in memory)'}."),
+            ("h2", "Protocol"), ("p", protocol(self.selection, self.local, self.global_)),
+            ("h2", "Answers"), ("list", [s.answer() for s in self.splits.values()]),
+        ]
+        for name, summary in self.splits.items():
+            out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}))
+        return out + render.rule_blocks()
+
+    def to_markdown(self, figure_files: dict[str, dict[str, str]] | None = None) -> str:
+        """Render report.md (figures as relative links when `figure_files` is given)."""
+        return render.to_markdown(self.blocks(figure_files))
+
+
+def _split_json(summary: SplitSummary, figure_files: dict[str, str]) -> dict:
+    return {
+        "models": {m: r.to_json() for m, r in summary.models.items()},
+        "best": summary.best.model, "fairest": summary.fairest.model,
+        "answer": summary.answer(),
+        "decisions": {"best": summary.best.to_json(), "fairest": summary.fairest.to_json()},
+        "clients": list(summary.clients), "seeds": list(summary.seeds), "figures": figure_files,
+    }
+
+
+def build_report(table: ResultsTable, *, local: str = "local", global_: str = "fedavg",
+                 selection: str = "best_val", metrics: Sequence[str] = ALL_METRICS) -> Report:
+    """Evaluate a results table (see `summarize`); `metrics` chooses what md/html show.
+
+    Raises:
+        DataError: the table cannot be evaluated (a baseline or a client is missing).
+
+    """
+    unknown = sorted(set(metrics) - set(ALL_METRICS))
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; choose among {', '.join(ALL_METRICS)}")
+    splits = summarize(table, local=local, global_=global_, selection=selection)
+    return Report(splits, table.unit, selection, local, global_, tuple(metrics), table.sources)
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Where `write_report` put the report."""
+
+    out_dir: Path
+    json: Path
+    markdown: Path
+    html: Path
+    figures: tuple[Path, ...]
+
+
+def write_report(report: Report, out_dir: Path) -> ReportFiles:
+    """Write report.json, report.md, report.html and figures/*.png into `out_dir`."""
+    out_dir = Path(out_dir)
+    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
+    images: dict[str, bytes] = {}
+    figure_files: dict[str, dict[str, str]] = {}
+    for name, summary in report.splits.items():
+        slug = re.sub(r"[^A-Za-z0-9_-]+", "_", name)
+        files = {"qoi_density": f"figures/qoi_density_{slug}.png",
+                 "fairness": f"figures/fairness_{slug}.png"}
+        images[files["qoi_density"]] = figures.qoi_density_png(summary)
+        images[files["fairness"]] = figures.fairness_bars_png(summary, report.metrics)
+        figure_files[name] = files
+    for relative, data in images.items():
+        (out_dir / relative).write_bytes(data)
+    paths = ReportFiles(out_dir, out_dir / "report.json", out_dir / "report.md",
+                        out_dir / "report.html", tuple(out_dir / r for r in images))
+    text = json.dumps(report.to_json(figure_files), indent=2, ensure_ascii=False)
+    paths.json.write_text(text + "\n", encoding="utf-8")
+    blocks = report.blocks(figure_files)
+    paths.markdown.write_text(render.to_markdown(blocks), encoding="utf-8")
+    paths.html.write_text(render.to_html(blocks, images, TITLE), encoding="utf-8")
+    return paths

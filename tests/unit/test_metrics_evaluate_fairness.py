@@ -1,0 +1,87 @@
+"""Stage evaluate_fairness: results directories in, report directory out."""
+
+import csv
+import json
+
+import pytest
+
+from pflpipe.errors import DataError
+from pflpipe.spec import Spec
+from pflpipe.stages import evaluate_fairness
+from pflpipe.tracking import NULL_TRACKER
+
+COLUMNS = ["seed", "client", "model", "split", "selection", "round", "accuracy", "loss",
+           "n_samples"]
+
+
+def spec(**evaluation) -> Spec:
+    return Spec.model_validate({"experiment": {"name": "t"}, "dataset": {"name": "digits"},
+                                "partition": {"strategy": "ds1", "n_clients": 2},
+                                "evaluation": evaluation})
+
+
+def results_dir(tmp_path, model: str, accuracies: dict[str, list[float]]):
+    """A results directory as a training stage writes it (docs/contracts.md)."""
+    directory = tmp_path / model
+    directory.mkdir()
+    with (directory / "results.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        writer.writeheader()
+        for selection, values in accuracies.items():
+            for client, accuracy in enumerate(values):
+                writer.writerow({"seed": 0, "client": client, "model": model, "split": "test",
+                                 "selection": selection, "round": 5, "accuracy": accuracy,
+                                 "loss": 1.0, "n_samples": 30})
+    return directory
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return [
+        results_dir(tmp_path, "local", {"best_val": [0.5, 0.6], "last_round": [0.5, 0.6]}),
+        results_dir(tmp_path, "fedavg", {"best_val": [0.6, 0.5], "last_round": [0.6, 0.5]}),
+        # persfl: best_val QoI [0.2, 0.1]; last_round QoI [0.1, −0.1].
+        results_dir(tmp_path, "persfl", {"best_val": [0.8, 0.7], "last_round": [0.7, 0.5]}),
+    ]
+
+
+def test_evaluate_fairness_writes_the_report_and_answers(tmp_path, dirs):
+    result = evaluate_fairness.run(spec(), dirs, tmp_path / "report", tracker=NULL_TRACKER)
+    data = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert data["models"]["persfl"]["performance"]["API"] == pytest.approx(0.15, rel=1e-12)
+    assert result.best == {"test": "persfl"} and result.fairest == {"test": "persfl"}
+    assert result.to_markdown() == (tmp_path / "report" / "report.md").read_text()
+    assert all(path.is_file() for path in result.files)
+
+
+def test_evaluate_fairness_uses_the_spec_selection(tmp_path, dirs):
+    evaluate_fairness.run(spec(selection="last_round"), dirs, tmp_path / "r")
+    data = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert data["models"]["persfl"]["performance"]["PUD"] == 50.0
+    assert data["selection"] == "last_round"
+
+
+def test_evaluate_fairness_tracks_metrics_by_model_split_and_name(tmp_path, dirs):
+    from pflpipe.metrics import read_table
+    from pflpipe.metrics.report import build_report
+
+    report = build_report(read_table(evaluate_fairness.results_tables(dirs)),
+                          metrics=("AA", "JI", "PUI"))
+    tracked = evaluate_fairness.tracked_metrics(report)
+    assert tracked["persfl.test.AA"] == pytest.approx(0.75, rel=1e-12)
+    assert tracked["persfl.test.PUI"] == 100.0
+    assert tracked["persfl.test.improved.JI"] == pytest.approx(0.3**2 / (2 * 0.05), rel=1e-12)
+    assert tracked["local.test.accuracy.JI"] < 1 and "local.test.PUI" not in tracked
+    assert not any(name.endswith(".AV") for name in tracked)
+
+
+def test_evaluate_fairness_names_a_directory_without_results(tmp_path, dirs):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match="no results.csv in results directory .*empty"):
+        evaluate_fairness.run(spec(), [*dirs, empty], tmp_path / "r")
+
+
+def test_evaluate_fairness_uses_the_spec_baseline_names(tmp_path, dirs):
+    with pytest.raises(DataError, match="baseline model 'central' has no rows"):
+        evaluate_fairness.run(spec(baselines={"global": "central"}), dirs, tmp_path / "r")
