@@ -166,9 +166,12 @@ def _parse_row(record: Mapping[str, object], where: str) -> Row:
             raise DataError(f"{where}: {name} is empty; every row needs a client and a model")
     accuracy = _number(record, "accuracy", where, float)
     if accuracy is None or not math.isfinite(accuracy) or accuracy < 0:
+        hint = ("; NaN means the client has no samples in this split, or the task is a "
+                "regression, which has no accuracy" if accuracy is not None
+                and math.isnan(accuracy) else "")
         raise DataError(
             f"{where}: accuracy must be a finite number ≥ 0 (got {_text(record, 'accuracy')!r}) "
-            f"for client {client}, model {model}"
+            f"for client {client}, model {model}{hint}"
         )
     selection = _text(record, "selection")
     if selection and selection not in SELECTIONS:

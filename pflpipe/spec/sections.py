@@ -136,7 +136,9 @@ class Evaluation(Section):
     """Metrics and baselines of the fairness report."""
 
     metrics: list[Literal[METRICS]] = Field(  # type: ignore[valid-type]
-        list(METRICS), min_length=1, description="Metrics reported (all by default)."
+        list(METRICS), min_length=1,
+        description="Metrics shown in report.md/report.html and logged to MLflow (all by "
+        "default); report.json always holds every metric.",
     )
     baselines: Baselines = Field(default_factory=Baselines, description="Baseline model names.")
     selection: Literal["best_val", "last_round"] = Field(
