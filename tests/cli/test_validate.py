@@ -119,6 +119,16 @@ CORPUS = [
     ("s3-source-not-s3", BASE + "  source: http://x\n", ["partition.source: unknown key"]),
     ("dataset-source-not-s3", BASE.replace("  name: digits\n", "  name: digits\n  source: /tmp/x\n"),
      ["dataset.source", "s3://"]),
+    ("ds4-odd-k", BASE.replace("ds1", "ds4") + "  k: 5\n", ["partition.k", "must be even"]),
+    ("gaussian-sizes-reversed",
+     BASE.replace("name: digits", "name: gaussian\n  n_min: 20\n  n_max: 10")
+     .replace("ds1", "natural"), ["dataset", "n_min (20) must not exceed n_max (10)"]),
+    ("more-clients-than-samples",
+     BASE.replace("n_clients: 10", "n_clients: 1000\n  min_samples: 50"),
+     ["partition.min_samples", "50,000 exceeds the 1,797 samples of 'digits' by 48,203"]),
+    ("shared-cuts-uneven",
+     BASE.replace("ds1", "label_skew").replace("n_clients: 10", "n_clients: 3")
+     + "  shared_cuts: true\n", ["partition.shared_cuts", "not a multiple of the 10 classes"]),
 ]
 
 

@@ -1,0 +1,248 @@
+"""Dataset loaders on small files written in the real formats and layouts torchvision reads."""
+
+import gzip
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pflpipe.data.datasets import load_pooled
+from pflpipe.errors import DataError
+from pflpipe.spec import parse_spec
+
+RNG = np.random.default_rng(0)
+
+
+def make_spec(dataset: str, partition: str = "{strategy: iid, n_clients: 2, min_samples: 3}"):
+    return parse_spec(f"experiment: {{name: t}}\ndataset: {dataset}\npartition: {partition}\n")
+
+
+def write_idx(path: Path, array: np.ndarray, gzipped: bool = False) -> None:
+    """Write an IDX (ubyte) file: magic 0x0000 08 <ndim>, big-endian dims, then the bytes."""
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim)
+    header += b"".join(struct.pack(">i", size) for size in array.shape)
+    data = header + array.astype(np.uint8).tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if gzipped:
+        Path(f"{path}.gz").write_bytes(gzip.compress(data))
+    else:
+        path.write_bytes(data)
+
+
+def write_mnist(root: Path, folder: str, n_train: int, n_test: int, prefix=("train", "t10k"),
+                gzip_train: bool = False):
+    images = RNG.integers(0, 256, (n_train + n_test, 28, 28), dtype=np.uint8)
+    labels = np.arange(n_train + n_test, dtype=np.uint8) % 10
+    raw = root / folder / "raw"
+    write_idx(raw / f"{prefix[0]}-images-idx3-ubyte", images[:n_train], gzip_train)
+    write_idx(raw / f"{prefix[0]}-labels-idx1-ubyte", labels[:n_train], gzip_train)
+    if n_test:
+        write_idx(raw / f"{prefix[1]}-images-idx3-ubyte", images[n_train:])
+        write_idx(raw / f"{prefix[1]}-labels-idx1-ubyte", labels[n_train:])
+    return images, labels
+
+
+def write_pickle(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(data))
+
+
+# ---- MNIST family (IDX) ------------------------------------------------------------------------
+
+def test_mnist_pools_train_and_test_from_gzipped_and_plain_idx(tmp_path):
+    images, labels = write_mnist(tmp_path, "MNIST", 6, 4, gzip_train=True)
+
+    pooled = load_pooled(make_spec(f"{{name: mnist, root: {tmp_path}}}"), RNG)
+
+    assert pooled.x.shape == (10, 1, 28, 28) and pooled.x.dtype == np.uint8
+    assert np.array_equal(pooled.x[:, 0], images)
+    assert pooled.y.tolist() == labels.tolist() and pooled.y.dtype == np.int64
+    assert pooled.n_classes == 10 and pooled.input_shape == (1, 28, 28)
+    assert pooled.transform.scale == pytest.approx(1 / 255)
+    assert pooled.transform.mean == (0.1307,) and pooled.transform.std == (0.3081,)
+
+
+def test_mnist_train_subset_needs_only_train_files(tmp_path):
+    images, _ = write_mnist(tmp_path, "MNIST", 5, 0)
+
+    pooled = load_pooled(make_spec(f"{{name: mnist, root: {tmp_path}, subsets: train}}"), RNG)
+
+    assert np.array_equal(pooled.x[:, 0], images)
+
+
+def test_fashion_mnist_reads_its_own_folder(tmp_path):
+    images, _ = write_mnist(tmp_path, "FashionMNIST", 3, 3)
+
+    pooled = load_pooled(make_spec(f"{{name: fashion_mnist, root: {tmp_path}}}"), RNG)
+
+    assert np.array_equal(pooled.x[:, 0], images)
+    assert pooled.transform.mean == (0.2860,)
+
+
+def test_emnist_letters_are_transposed_and_labelled_from_zero(tmp_path):
+    raw = tmp_path / "EMNIST" / "raw"
+    image = np.arange(28 * 28, dtype=np.uint8).reshape(1, 28, 28)
+    for subset in ("train", "test"):
+        write_idx(raw / f"emnist-letters-{subset}-images-idx3-ubyte", image)
+        write_idx(raw / f"emnist-letters-{subset}-labels-idx1-ubyte", np.array([26], np.uint8))
+
+    pooled = load_pooled(make_spec(f"{{name: emnist, split: letters, root: {tmp_path}}}"), RNG)
+
+    assert np.array_equal(pooled.x[0, 0], image[0].T)
+    assert pooled.y.tolist() == [25, 25] and pooled.n_classes == 26
+
+
+def test_missing_mnist_files_name_files_layout_and_fix(tmp_path):
+    with pytest.raises(DataError) as info:
+        load_pooled(make_spec(f"{{name: mnist, root: {tmp_path}}}"), RNG)
+
+    message = str(info.value)
+    assert "missing 4 file(s)" in message
+    assert "MNIST/raw/train-images-idx3-ubyte" in message
+    assert "MNIST/raw/t10k-labels-idx1-ubyte" in message
+    assert "dataset.allow_download: true" in message
+
+
+# ---- CIFAR (pickled batches) -------------------------------------------------------------------
+
+def test_cifar10_pools_five_train_batches_then_test(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    data = RNG.integers(0, 256, (12, 3072), dtype=np.uint8)
+    labels = [int(v) for v in np.arange(12) % 10]
+    for b in range(5):
+        write_pickle(folder / f"data_batch_{b + 1}",
+                     {"data": data[2 * b:2 * b + 2], "labels": labels[2 * b:2 * b + 2]})
+    write_pickle(folder / "test_batch", {"data": data[10:], "labels": labels[10:]})
+    write_pickle(folder / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
+
+    pooled = load_pooled(make_spec(f"{{name: cifar10, root: {tmp_path}}}"), RNG)
+
+    assert pooled.x.shape == (12, 3, 32, 32)
+    assert np.array_equal(pooled.x[7], data[7].reshape(3, 32, 32))
+    assert pooled.y.tolist() == labels
+    assert len(pooled.transform.mean) == 3
+
+
+def test_cifar100_reads_coarse_labels_for_concept_drift(tmp_path):
+    folder = tmp_path / "cifar-100-python"
+    fine = np.array([0, 1, 2, 3, 4, 5])
+    coarse = np.array([4, 1, 14, 8, 0, 6])  # CIFAR-100's coarse labels of fine classes 0-5
+    for subset, part in (("train", slice(0, 4)), ("test", slice(4, 6))):
+        write_pickle(folder / subset, {
+            "data": RNG.integers(0, 256, (len(fine[part]), 3072), dtype=np.uint8),
+            "fine_labels": fine[part].tolist(), "coarse_labels": coarse[part].tolist()})
+    write_pickle(folder / "meta", {"fine_label_names": [f"f{i}" for i in range(100)]})
+
+    pooled = load_pooled(make_spec(f"{{name: cifar100, root: {tmp_path}}}",
+                                   "{strategy: concept_drift, n_clients: 2, min_samples: 3}"), RNG)
+
+    assert pooled.y.tolist() == fine.tolist() and pooled.n_classes == 100
+    assert pooled.superclass[:6].tolist() == coarse.tolist()
+
+
+def test_cifar_archive_in_root_is_extracted(tmp_path):
+    import tarfile
+
+    staging = tmp_path / "staging" / "cifar-10-batches-py"
+    for name in [f"data_batch_{b}" for b in range(1, 6)] + ["test_batch"]:
+        write_pickle(staging / name, {"data": np.zeros((1, 3072), np.uint8), "labels": [3]})
+    write_pickle(staging / "batches.meta", {"label_names": []})
+    with tarfile.open(tmp_path / "cifar-10-python.tar.gz", "w:gz") as archive:
+        archive.add(staging, arcname="cifar-10-batches-py")
+
+    pooled = load_pooled(make_spec(f"{{name: cifar10, root: {tmp_path}}}"), RNG)
+
+    assert pooled.y.tolist() == [3] * 6
+
+
+def test_missing_cifar_files_mention_archive_and_layout(tmp_path):
+    with pytest.raises(DataError, match=r"(?s)cifar-100-python/train.*cifar-100-python.tar.gz"):
+        load_pooled(make_spec(f"{{name: cifar100, root: {tmp_path}}}"), RNG)
+
+
+# ---- user arrays, digits, generators -----------------------------------------------------------
+
+def test_arrays_npz_grey_images_gain_a_channel_and_groups(tmp_path):
+    x = RNG.integers(0, 256, (6, 4, 4), dtype=np.uint8)
+    np.savez(tmp_path / "d.npz", x=x, y=np.array([0, 1, 2, 0, 1, 2]), client=np.array([9] * 6))
+
+    pooled = load_pooled(make_spec(f"{{name: arrays, root: {tmp_path}, path: d.npz}}"), RNG)
+
+    assert pooled.x.shape == (6, 1, 4, 4) and pooled.n_classes == 3
+    assert pooled.groups.tolist() == [9] * 6
+    assert pooled.transform.scale == pytest.approx(1 / 255)
+
+
+def test_arrays_pt_float_features_become_float32(tmp_path):
+    import torch
+
+    torch.save({"x": torch.ones(4, 3, dtype=torch.float64), "y": torch.tensor([0, 1, 1, 0])},
+               tmp_path / "d.pt")
+
+    pooled = load_pooled(make_spec(f"{{name: arrays, root: {tmp_path}, path: d.pt}}"), RNG)
+
+    assert pooled.x.dtype == np.float32 and pooled.x.shape == (4, 3)
+    assert pooled.transform.scale == 1.0 and pooled.n_classes == 2
+
+
+@pytest.mark.parametrize(("arrays", "message"), [
+    ({"x": np.zeros((3, 2))}, "missing array(s) y"),
+    ({"x": np.zeros((3, 2)), "y": np.array([0.0, 1.0, 1.0])}, "integer labels"),
+    ({"x": np.zeros((3, 2)), "y": np.array([0, 1])}, "differ in length"),
+    ({"x": np.zeros((3, 2)), "y": np.array([0, 1, 5])}, "label 5 is out of range"),
+])
+def test_arrays_reject_bad_files_naming_the_problem(tmp_path, arrays, message):
+    np.savez(tmp_path / "d.npz", **arrays)
+    n_classes = ", n_classes: 3" if "5 is out" in message else ""
+
+    with pytest.raises(DataError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_pooled(make_spec(f"{{name: arrays, root: {tmp_path}, path: d.npz{n_classes}}}"), RNG)
+
+
+def test_arrays_missing_file_names_the_path(tmp_path):
+    with pytest.raises(DataError, match="no file .*nope.npz"):
+        load_pooled(make_spec(f"{{name: arrays, root: {tmp_path}, path: nope.npz}}"), RNG)
+
+
+def test_digits_are_uint8_images_scaled_by_one_sixteenth():
+    pooled = load_pooled(make_spec("{name: digits}"), RNG)
+
+    assert pooled.x.shape == (1797, 1, 8, 8) and pooled.x.dtype == np.uint8
+    assert int(pooled.x.max()) == 16 and pooled.transform.scale == 1 / 16
+
+
+def test_gaussian_without_spread_observes_theta0():
+    spec = make_spec("{name: gaussian, sigma0_sq: 0, sigma_sq: 1.0e-10, n_min: 3, n_max: 5}",
+                     "{strategy: natural, n_clients: 4, min_samples: 3}")
+
+    pooled = load_pooled(spec, np.random.default_rng(0))
+
+    assert pooled.task == "regression" and pooled.n_classes is None
+    assert np.allclose(pooled.y, 1.6, atol=1e-3) and np.all(pooled.x == 1)
+    assert np.bincount(pooled.groups).min() >= 3 and len(np.unique(pooled.groups)) == 4
+
+
+def test_synthetic_has_one_group_per_client_and_fedprox_sizes():
+    spec = make_spec("{name: synthetic, dimension: 5, n_classes: 3, sigma_samples: 0}",
+                     "{strategy: natural, n_clients: 4, min_samples: 3}")
+
+    pooled = load_pooled(spec, np.random.default_rng(0))
+
+    # σ = 0: every size is ⌊e^4⌋ + 50 = 54 + 50
+    assert np.bincount(pooled.groups).tolist() == [104] * 4
+    assert pooled.x.shape == (416, 5) and pooled.x.dtype == np.float32
+    assert set(pooled.y.tolist()) <= {0, 1, 2}
+
+
+def test_fingerprint_depends_on_content_only(tmp_path):
+    x = RNG.integers(0, 256, (6, 4), dtype=np.uint8)
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        np.savez(tmp_path / name / "d.npz", x=x, y=np.arange(6) % 2)
+
+    first, second = (load_pooled(make_spec(f"{{name: arrays, root: {tmp_path / n}, path: d.npz}}"),
+                                 RNG) for n in ("a", "b"))
+
+    assert first.fingerprint == second.fingerprint
