@@ -161,7 +161,8 @@ class Federation:
             return
         member = bad[0]
         client, step = int(clients[member]), int(result.bad_step[member])
-        kept = (f"checkpoints for rounds 0–{round_idx - 1} are intact in {self.store.uri}"
+        done = "round 0" if round_idx == 1 else f"rounds 0–{round_idx - 1}"
+        kept = (f"checkpoints of {done} are intact in {self.store.uri}"
                 if self.store is not None and round_idx > 0 else "nothing was checkpointed yet")
         raise DivergenceError(
             f"client {client}, round {round_idx}: loss became NaN or infinite after {step + 1} "

@@ -134,7 +134,7 @@ class BatchedTrainer:
         bad = torch.full((job.members,), -1, dtype=torch.long, device=device)
         active = [int((sorted_steps > s).sum()) for s in range(int(sorted_steps.max()) if len(sorted_steps) else 0)]
         for step, k in enumerate(active):
-            batch = _batch(job, index[:k, step], clients[:k])
+            batch = self.gather(job, index[:k, step], clients[:k])
             view = {g: {key: t[:k].detach().requires_grad_(g in job.train)
                         for key, t in group.items()} for g, group in state.items()}
             losses, updates = step_fn(view, batch, job.shared, {n: v[:k] for n, v in hp.items()})
@@ -152,6 +152,16 @@ class BatchedTrainer:
         inverse = torch.argsort(order).to(device)
         mean = total / sorted_steps.clamp_min(1).to(device)
         return TrainResult(select(state, inverse), mean[inverse], bad[inverse])
+
+    @staticmethod
+    def gather(job: Job, local: Tensor, clients: Tensor) -> Batch:
+        """Gather the mini-batches [k, (batches_per_step,) B, ...] of the k active members."""
+        rows = job.data.offsets[clients].view(-1, 1, 1) + local.clamp_min(0)
+        batch = {"x": job.data.x[rows], "y": job.data.y[rows], "mask": (local >= 0).float()}
+        batch.update({name: value[rows] for name, value in job.data.extra.items()})
+        if job.batches_per_step == 1:
+            batch = {name: value.squeeze(1) for name, value in batch.items()}
+        return batch
 
     def _member_fn(self, objective: Objective):
         ctx = self.ctx
@@ -172,16 +182,6 @@ def _index_table(job: Job, order: Tensor, sorted_steps: Tensor) -> Tensor:
         table[row, :steps] = schedule(int(counts[m]), steps, job.batch_size, job.seeds[m],
                                       job.batches_per_step)
     return table
-
-
-def _batch(job: Job, local: Tensor, clients: Tensor) -> Batch:
-    """Gather the mini-batches [k, (batches_per_step,) B, ...] of the active members."""
-    rows = job.data.offsets[clients].view(-1, 1, 1) + local.clamp_min(0)
-    batch = {"x": job.data.x[rows], "y": job.data.y[rows], "mask": (local >= 0).float()}
-    batch.update({name: value[rows] for name, value in job.data.extra.items()})
-    if job.batches_per_step == 1:
-        batch = {name: value.squeeze(1) for name, value in batch.items()}
-    return batch
 
 
 def _chunk(job: Job, start: int, stop: int) -> Job:

@@ -1,0 +1,23 @@
+"""Fixtures of the engine tests: a real digits ds3 partition (very unequal client sizes)."""
+
+import pytest
+
+from pflpipe.spec import parse_spec
+from pflpipe.stages import common, partition_data
+
+DS3 = """\
+experiment: {name: engine-ds3}
+dataset: {name: digits}
+partition: {strategy: ds3, n_clients: 10, min_samples: 10}
+federation: {rounds: 3, batch_size: 16, lr: 0.05}
+engine: {device: cpu}
+"""
+
+
+@pytest.fixture(scope="session")
+def ds3(tmp_path_factory):
+    """(spec, Setup) of a digits ds3 partition over 10 clients."""
+    root = tmp_path_factory.mktemp("ds3")
+    spec = parse_spec(DS3 + f"storage: {{kind: local, path: {root / 'store'}}}\n")
+    partition_data.run(spec, 0, root / "partition")
+    return spec, common.setup(spec, 0, root / "partition")
