@@ -41,6 +41,10 @@ NO_CREDENTIALS = ("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCES
                   "Kubernetes secret via storage.secret_name)")
 
 
+class AccessDenied(StorageError):
+    """The store refused the credentials or the request (HTTP 401/403)."""
+
+
 def parse_s3_uri(uri: str) -> tuple[str, str]:
     """Split ``s3://bucket/prefix`` into ``(bucket, prefix)``.
 
@@ -120,7 +124,7 @@ class _Connection:
     def _client_error(self, operation: str, key: str | None, target: str, code: str,
                       err: Exception) -> Exception:
         if code in _AUTH_CODES:
-            return StorageError(
+            return AccessDenied(
                 f"S3 refused the credentials for bucket {self.bucket!r} at {self.where} "
                 f"({code}) during {operation} of {target}: check AWS_ACCESS_KEY_ID / "
                 "AWS_SECRET_ACCESS_KEY (or the Kubernetes secret in storage.secret_name) and the "
@@ -134,12 +138,21 @@ class _Connection:
         return StorageError(f"S3 {operation} of {target} at {self.where} failed: {code}: {err}")
 
     def check_bucket(self) -> None:
-        """Fail early, with a clear message, when the bucket is missing or access is refused."""
+        """Fail early, with a clear message, when the bucket is missing or credentials are absent.
+
+        HeadBucket needs s3:ListBucket, which a policy scoped to a prefix may not grant, so a
+        refusal here is left to the request itself to report.
+        """
         with self._lock:
-            if not self._bucket_checked:
+            if self._bucket_checked:
+                return
+            try:
                 self.call("access check", None,
                           lambda: self.client.head_bucket(Bucket=self.bucket))
-                self._bucket_checked = True
+            except AccessDenied as err:
+                log.debug("bucket check of %r refused (%s); the requests will tell", self.bucket,
+                          err)
+            self._bucket_checked = True
 
 
 def _code(err: Exception) -> str:
