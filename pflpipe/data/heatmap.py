@@ -40,8 +40,9 @@ def draw_heatmap(manifest: dict, plan, path: Path) -> Path:
                    for client in plan.clients]
     counts, columns = count_matrix(manifest, targets)
     n_clients, n_columns = counts.shape
-    width = min(4 + 0.35 * n_columns, 30)
-    height = min(2 + 0.3 * n_clients, 30)
+    # capped: past ~1,500 × 1,000 pixels a heatmap shows no more, but rendering costs memory
+    width = min(4 + 0.35 * n_columns, 15)
+    height = min(2 + 0.3 * n_clients, 10)
     figure = Figure(figsize=(width, height))
     axes = figure.subplots()
     image = axes.imshow(counts, aspect="auto", cmap="viridis", interpolation="nearest")

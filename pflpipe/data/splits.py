@@ -102,7 +102,7 @@ def ds2(labels: np.ndarray, n_classes: int, n_clients: int, alpha: float,
 
     def draw():
         shares = rng.dirichlet(np.full(n_clients, alpha), size=n_classes)
-        counts = share_counts(have, np.nan_to_num(shares))
+        counts = share_counts(have, shares)
         return counts.sum(axis=0), counts
 
     counts = redraw(draw, limits.min_samples, limits.max_retries, f"ds2 with α = {alpha}")

@@ -111,8 +111,11 @@ def _read(section, root: Path, train: bool) -> tuple[np.ndarray, np.ndarray]:
         data = cls(str(root), train=train, **kwargs)
     except (OSError, RuntimeError, ValueError, TypeError, KeyError, pickle.UnpicklingError,
             AssertionError) as err:
+        kind = "pickled batches" if section.name in _CIFAR_FOLDERS else "IDX files"
         raise DataError(f"dataset {section.name!r}: cannot read the {'train' if train else 'test'}"
-                        f" files under {root}: {err.__class__.__name__}: {err}") from err
+                        f" files under {root} ({err.__class__.__name__}: {err}); they are not "
+                        f"{kind} in torchvision's format. Replace them with the official files "
+                        "(or delete them and set dataset.allow_download: true)") from err
     if section.name in _CIFAR_FOLDERS:  # [N, H, W, C] numpy
         return data.data.transpose(0, 3, 1, 2), np.asarray(data.targets)
     return data.data.numpy()[:, None], data.targets.numpy()

@@ -246,3 +246,11 @@ def test_fingerprint_depends_on_content_only(tmp_path):
                                  RNG) for n in ("a", "b"))
 
     assert first.fingerprint == second.fingerprint
+
+
+def test_corrupt_idx_file_is_a_data_error_naming_the_format(tmp_path):
+    write_mnist(tmp_path, "MNIST", 2, 2)
+    (tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte").write_bytes(b"not an idx file")
+
+    with pytest.raises(DataError, match="not IDX files in torchvision's format"):
+        load_pooled(make_spec(f"{{name: mnist, root: {tmp_path}}}"), RNG)
