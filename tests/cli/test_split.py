@@ -126,10 +126,14 @@ def test_split_missing_files_exit_2_naming_the_layout(tmp_path, capsys, name):
     assert "Expected layout" in err and "dataset.allow_download: true" in err
 
 
+@pytest.mark.slow
 def test_split_in_another_process_gives_the_same_hash(tmp_path, capsys):
-    text = DIGITS.format(out=tmp_path).replace("strategy: ds1", "strategy: ds2").replace(
-        "  classes_per_client: 4\n", "")
-    spec = write_spec(tmp_path, text)
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.integers(0, 256, (200, 6), dtype=np.uint8),
+             y=np.arange(200) % 5)
+    spec = write_spec(tmp_path, f"experiment: {{name: t}}\ndataset: {{name: arrays, root: "
+                                f"{tmp_path}, path: d.npz}}\npartition: {{strategy: ds2, "
+                                "n_clients: 6}\n")
     assert main(["split", str(spec), "-o", str(tmp_path / "here"), "--seed", "3"]) == 0
     script = "import sys; from pflpipe.cli import main; sys.exit(main(sys.argv[1:]))"
 
