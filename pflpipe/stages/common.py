@@ -168,8 +168,10 @@ def mean_by_round(rows: list[dict], split: str, key: str, data: FederatedData) -
 
 
 def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],
-                history: list[dict], extra: Callable[[int], dict] | None = None) -> None:
-    """One MLflow child run per client: per-round history (step = round) and final scores."""
+                history: list[dict], extra: Callable[[int], dict] | None = None,
+                models: dict[str, dict] | None = None) -> None:
+    """One MLflow child run per client: per-round history (step = round), final scores and,
+    when given, the client's personalized state_dict (`models["client_0000"]`)."""
     for client in sorted({row["client"] for row in results}):
         tags = {"client_id": str(client), "algorithm": model, "stage": stage}
         with tracker.child(f"{stage}/{model}/client-{client}", tags) as run:
@@ -182,3 +184,5 @@ def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],
                              for row in results if row["client"] == client})
             if extra is not None:
                 run.log_params(extra(client))
+            if models is not None:
+                run.log_state_dict(models[f"client_{client:04d}"], f"{model}-client-{client}")

@@ -70,7 +70,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     summary = DistillResult(model, chosen, sum(c["test_accuracy"] for c in chosen) / len(chosen),
                             dist.selection_split)
     out = Path(results_dir)
-    common.write_results(out, results, [], common.client_models(grid.params), summary.to_markdown())
+    models = common.client_models(grid.params)
+    common.write_results(out, results, [], models, summary.to_markdown())
     common.write_csv(out / "grid.csv", GRID_FIELDS, grid.grid)
     common.write_csv(out / "chosen.csv", ("client", "teacher_round", *GRID_FIELDS[1:]),
                      list(chosen))
@@ -84,5 +85,6 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     common.log_clients(tracker, "distill_grid_search", model, results, [],
                        extra=lambda c: {"lam": chosen[c]["lam"],
                                         "temperature": chosen[c]["temperature"],
-                                        "teacher_round": chosen[c]["teacher_round"]})
+                                        "teacher_round": chosen[c]["teacher_round"]},
+                       models=models if spec.tracking.log_models else None)
     return summary

@@ -64,14 +64,15 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     history = common.history_rows(result.rows, model, seed)
     summary = PersonalizeResult(model, result.rounds_completed, _mean(results, "best_val"),
                                 _mean(results, "last_round"))
-    common.write_results(Path(results_dir), results, history,
-                         common.client_models(result.best_params), summary.to_markdown())
+    models = common.client_models(result.best_params)
+    common.write_results(Path(results_dir), results, history, models, summary.to_markdown())
     tracker.log_params({"algorithm": entry.name, "seed": seed, "rounds": plan.rounds,
                         **{k: v for k, v in entry.model_dump(mode="json").items()
                            if v is not None and k != "name"}})
     tracker.log_metrics({"best_val.test_accuracy": summary.best_val_test_accuracy,
                          "last_round.test_accuracy": summary.last_round_test_accuracy})
-    common.log_clients(tracker, stage, model, results, history)
+    common.log_clients(tracker, stage, model, results, history,
+                       models=models if spec.tracking.log_models else None)
     return summary
 
 

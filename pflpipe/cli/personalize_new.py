@@ -1,0 +1,50 @@
+"""``pflpipe personalize-new SPEC --client-data FILE``: personalize a client that joins after
+training, from the stored per-round global models and its own data."""
+
+from pathlib import Path
+
+from pflpipe.cli import UsageError
+
+
+def register(subparsers) -> None:
+    """Add the verb to the command line."""
+    parser = subparsers.add_parser(
+        "personalize-new", help="Personalize a client that joins after training (thesis §7.1).",
+        description="Pick a new client's teacher among the warm start's per-round global models "
+        "using only its validation split, then run the spec's λ/T distillation grid.")
+    parser.add_argument("spec", type=Path, metavar="SPEC")
+    parser.add_argument("--client-data", type=Path, required=True, metavar="FILE",
+                        help=".npz (or .pt) with arrays x and y in the dataset's raw format.")
+    parser.add_argument("--partition", type=Path, metavar="DIR",
+                        help="The experiment's partition directory (default: "
+                        "<results>/seed-<seed>/partition).")
+    parser.add_argument("--checkpoints", type=Path, metavar="DIR",
+                        help="The warm start's checkpoint directory (default: "
+                        "<results>/seed-<seed>/checkpoints).")
+    parser.add_argument("--seed", type=int, default=None, help="Seed (the spec's first).")
+    parser.add_argument("-o", "--output", type=Path, help="Output directory.")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    """Run the newcomer's teacher selection and grid; print the outcome."""
+    from pflpipe.spec import load_spec
+
+    spec = load_spec(args.spec)
+    seed = spec.experiment.seeds[0] if args.seed is None else args.seed
+    base = Path(spec.experiment.results_dir) / f"seed-{seed}"
+    partition = args.partition or base / "partition"
+    checkpoints = args.checkpoints or base / "checkpoints"
+    for what, path in (("--client-data", args.client_data), ("--partition", partition),
+                       ("--checkpoints", checkpoints)):
+        if not path.exists():
+            raise UsageError(f"{what}: {path} does not exist" + (
+                "; run `pflpipe run SPEC` first or pass the directory" if what != "--client-data"
+                else ""))
+    from pflpipe.stages import personalize_new
+
+    out = args.output or Path(spec.experiment.results_dir) / "newcomer" / args.client_data.stem
+    result = personalize_new.run(spec, args.client_data, partition, checkpoints, out, seed)
+    print(result.to_markdown().strip())
+    print(f"wrote {out}/ (teacher.json, grid.csv, model.pt)")
+    return 0

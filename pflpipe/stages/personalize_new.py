@@ -1,0 +1,109 @@
+"""A client that joins after training (thesis §7.1): it picks its teacher among the stored
+per-round global models with its own validation data only, then runs the λ/T grid."""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pflpipe.distill import GridConfig, choose_rounds, run_grid
+from pflpipe.engine.data import FederatedData, SplitData
+from pflpipe.engine.evaluate import evaluate
+from pflpipe.errors import DataError
+from pflpipe.stages import common
+from pflpipe.stages.distill_grid_search import GRID_FIELDS
+
+
+@dataclass(frozen=True)
+class NewcomerResult:
+    """The newcomer's teacher round, chosen (λ, T) and scores."""
+
+    teacher_round: int
+    chosen: dict
+    teacher_test_accuracy: float
+    sizes: tuple[int, int, int]
+
+    def to_markdown(self) -> str:
+        """A short summary."""
+        c = self.chosen
+        return (f"**personalize-new**: {self.sizes[0]}/{self.sizes[1]}/{self.sizes[2]} "
+                f"train/val/test samples; teacher round {self.teacher_round} (test accuracy "
+                f"{self.teacher_test_accuracy:.4f}); chosen λ = {c['lam']:g}, "
+                f"T = {c['temperature']:g}: val accuracy {c['val_accuracy']:.4f}, "
+                f"test accuracy {c['test_accuracy']:.4f}\n")
+
+
+def run(spec, client_file: Path, partition_dir: Path, checkpoints_dir: Path, out_dir: Path,
+        seed: int = 0) -> NewcomerResult:
+    """Choose the newcomer's teacher and distil it over the spec's grid; write `out_dir`."""
+    s = common.setup(spec, seed, partition_dir)
+    data = _client_data(spec, Path(client_file), partition_dir, seed).to(s.device)
+    rounds = _rounds(Path(checkpoints_dir))
+    stacked = [common.load_round(checkpoints_dir, r, s.device) for r in rounds]
+    params = {k: torch.stack([p[k] for p in stacked]) for k in s.init}
+    zeros = torch.zeros(len(rounds), dtype=torch.long, device=s.device)
+    scores = {split: evaluate(s.ctx, lambda st, sh, x, c: c.forward(st["model"], x),
+                              {"model": params}, {}, data.split(split), zeros)
+              for split in ("val", "test")}
+    if spec.distillation.teacher == "last_round":
+        row = len(rounds) - 1
+    else:
+        row = int(choose_rounds(scores["val"][0][1:, None], scores["val"][1][1:, None],
+                                spec.teachers.criterion)[0]) + 1
+    dist = spec.distillation
+    config = GridConfig(lambdas=tuple(dist.lambdas), temperatures=tuple(dist.temperatures),
+                        epochs=dist.epochs, batch_size=dist.batch_size or spec.federation.batch_size,
+                        lr=dist.lr or spec.federation.lr, objective=dist.objective,
+                        selection_split=dist.selection_split, optimizer=common.optimizer(spec),
+                        seed=seed)
+    grid = run_grid(s.ctx, s.trainer, data, {k: v[row:row + 1] for k, v in params.items()}, config)
+    result = NewcomerResult(rounds[row], grid.chosen[0], float(scores["test"][1][row]),
+                            tuple(int(data.split(n).counts[0]) for n in ("train", "val", "test")))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "teacher.json").write_text(json.dumps({
+        "round": rounds[row], "criterion": spec.teachers.criterion,
+        "val_loss_by_round": dict(zip(rounds, scores["val"][0].tolist(), strict=True))}, indent=2))
+    common.write_csv(out / "grid.csv", GRID_FIELDS, grid.grid)
+    torch.save({k: v[0].cpu() for k, v in grid.params.items()}, out / "model.pt")
+    (out / "summary.md").write_text(result.to_markdown())
+    return result
+
+
+def _rounds(checkpoints_dir: Path) -> list[int]:
+    rounds = sorted(int(p.stem.split("_")[1]) for p in checkpoints_dir.glob("round_*.pt"))
+    if len(rounds) < 2:
+        raise DataError(f"{checkpoints_dir} holds {len(rounds)} round checkpoint(s); the warm "
+                        "start must have kept every round (round_0000.pt … round_R.pt)")
+    return rounds
+
+
+def _client_data(spec, path: Path, partition_dir: Path, seed: int) -> FederatedData:
+    """The newcomer's samples, transformed like the partition's and split per the spec."""
+    from pflpipe.data import read_manifest
+    from pflpipe.data.artifact import _apply
+    from pflpipe.data.client_split import split_client
+    from pflpipe.data.datasets import _read_arrays
+
+    arrays = _read_arrays(path)
+    if "x" not in arrays or "y" not in arrays or len(arrays["x"]) != len(arrays["y"]):
+        raise DataError(f"{path}: needs arrays x and y of equal length (got "
+                        f"{ {k: v.shape for k, v in arrays.items()} })")
+    manifest = read_manifest(partition_dir)
+    shape = tuple(manifest["dataset"]["input_shape"])
+    x = arrays["x"].reshape(len(arrays["x"]), *shape) if arrays["x"][0].size == np.prod(shape) \
+        else None
+    if x is None:
+        raise DataError(f"{path}: samples of shape {arrays['x'].shape[1:]} do not match the "
+                        f"dataset's input shape {shape}")
+    y = arrays["y"].astype(np.int64)
+    fractions = spec.partition.fractions
+    parts = split_client(np.arange(len(y)), y, fractions.val, fractions.test,
+                         np.random.default_rng([seed, 911]), client_id=0)
+    features = _apply(torch.from_numpy(x), manifest["dataset"]["transform"])
+    labels = torch.from_numpy(y)
+    return FederatedData(**{name: SplitData.from_clients([features[idx]], [labels[idx]])
+                            for name, idx in (("train", parts.train), ("val", parts.val),
+                                              ("test", parts.test))})
