@@ -9,6 +9,7 @@ Nothing is downloaded unless `dataset.allow_download` is true.
 import gzip
 import pickle
 import shutil
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -78,19 +79,23 @@ def _prepare(section, root: Path, subset: str) -> list[str]:
     """Extract gzipped IDX files or a CIFAR archive found in place; return what is still missing."""
     files = expected_files(section, subset)
     missing = [name for name in files if not (root / name).is_file()]
-    for name in list(missing):
-        packed = root / f"{name}.gz"
-        if packed.is_file():
-            with gzip.open(packed, "rb") as source, open(root / name, "wb") as target:
-                shutil.copyfileobj(source, target)
-            missing.remove(name)
-    if missing and section.name in _CIFAR_FOLDERS:
-        archive = root / _torchvision_class(section.name).filename
-        if archive.is_file():
+    try:
+        for name in list(missing):
+            packed = root / f"{name}.gz"
+            if packed.is_file():
+                with gzip.open(packed, "rb") as source, open(root / name, "wb") as target:
+                    shutil.copyfileobj(source, target)
+                missing.remove(name)
+        archive = root / getattr(_torchvision_class(section.name), "filename", "")
+        if missing and section.name in _CIFAR_FOLDERS and archive.is_file():
             from torchvision.datasets.utils import extract_archive
 
             extract_archive(str(archive), str(root))
             missing = [name for name in files if not (root / name).is_file()]
+    except (OSError, EOFError, tarfile.TarError) as err:
+        raise DataError(f"dataset {section.name!r}: cannot unpack the files found under {root} "
+                        f"({err.__class__.__name__}: {err}); replace a damaged archive, unpack it "
+                        "yourself, or make the directory writable") from err
     return missing
 
 
