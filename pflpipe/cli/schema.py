@@ -10,17 +10,23 @@ def register(subparsers) -> None:
         "schema", help="Print the JSON Schema of the spec.",
         description="Print the spec's JSON Schema; point your editor's YAML plugin at it.")
     parser.add_argument("-o", "--output", type=Path, help="Write to this file instead of stdout.")
+    parser.add_argument("--markdown", action="store_true",
+                        help="Print the spec reference as Markdown tables instead.")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
     """Print or write the schema."""
     from pflpipe.spec import Spec
+    from pflpipe.spec.reference import markdown_reference
 
-    schema = Spec.model_json_schema(by_alias=True)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "pflpipe spec"
-    text = json.dumps(schema, indent=2) + "\n"
+    if args.markdown:
+        text = markdown_reference()
+    else:
+        schema = Spec.model_json_schema(by_alias=True)
+        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        schema["title"] = "pflpipe spec"
+        text = json.dumps(schema, indent=2) + "\n"
     if args.output:
         args.output.write_text(text)
         print(f"wrote {args.output}")

@@ -208,3 +208,10 @@ def test_schema_is_json_schema_of_the_spec(capsys):
     assert schema["title"] == "pflpipe spec"
     assert set(schema["required"]) == {"experiment", "dataset", "partition"}
     assert "DittoParams" in schema["$defs"]
+
+
+def test_spec_reference_in_docs_is_generated_from_the_models():
+    from pflpipe.spec.reference import markdown_reference
+
+    assert (REPO / "docs" / "spec-reference.md").read_text() == markdown_reference(), (
+        "docs/spec-reference.md is stale: run `pflpipe schema --markdown > docs/spec-reference.md`")

@@ -1,0 +1,123 @@
+"""Render the spec reference (every section, key, type, default and description) as Markdown,
+from the pydantic models themselves, so the README cannot drift from the code."""
+
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from pflpipe.spec.spec import Spec
+
+_TAGS = ("name", "strategy", "architecture", "kind")
+
+
+def markdown_reference() -> str:
+    """Markdown tables describing every section of the spec."""
+    out: list[str] = []
+    for name, field in Spec.model_fields.items():
+        required = " (required)" if field.is_required() else ""
+        variants = _variants(field.annotation)
+        out.append(f"#### `{name}`{required}\n")
+        if field.description:
+            out.append(field.description + "\n")
+        if variants:
+            for model in variants:
+                tag = next(t for t in _TAGS if t in model.model_fields)
+                values = " \\| ".join(f"`{v}`" for v in typing.get_args(
+                    model.model_fields[tag].annotation))
+                out.append(f"**`{name}.{tag}`: {values}** — {_summary(model)}\n")
+                out += _tables(model, name, skip=tag)
+        else:
+            out += _tables(_unwrap(field.annotation), name)
+    return "\n".join(out)
+
+
+def _tables(model: type[BaseModel], path: str, skip: str | None = None) -> list[str]:
+    """The model's table, then one table per nested section (e.g. `partition.fractions`)."""
+    out, seen = [_table(model, skip)], set()
+    for name, field in model.model_fields.items():
+        nested = _nested(field.annotation)
+        if nested is not None and nested not in seen:
+            seen.add(nested)
+            out.append(f"`{path}.{field.alias or name}`: {_summary(nested)}\n")
+            out += _tables(nested, f"{path}.{field.alias or name}")
+    return out
+
+
+def _nested(annotation: Any) -> type[BaseModel] | None:
+    annotation = _strip(annotation)
+    if typing.get_origin(annotation) is list:
+        annotation = _strip(typing.get_args(annotation)[0])
+    for arg in typing.get_args(annotation) or (annotation,):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _variants(annotation: Any) -> list[type[BaseModel]]:
+    inner = _strip(annotation)
+    if typing.get_origin(inner) is list:
+        inner = _strip(typing.get_args(inner)[0])
+    if typing.get_origin(inner) in (typing.Union, types.UnionType):
+        return [a for a in typing.get_args(inner) if isinstance(a, type) and issubclass(a, BaseModel)]
+    return []
+
+
+def _strip(annotation: Any) -> Any:
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    return annotation
+
+
+def _unwrap(annotation: Any) -> type[BaseModel]:
+    annotation = _strip(annotation)
+    for arg in typing.get_args(annotation) or (annotation,):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    raise TypeError(annotation)
+
+
+def _summary(model: type[BaseModel]) -> str:
+    return " ".join((model.__doc__ or "").split())
+
+
+def _table(model: type[BaseModel], skip: str | None = None) -> str:
+    rows = ["| key | type | default | description |", "|---|---|---|---|"]
+    for name, field in model.model_fields.items():
+        if name == skip:
+            continue
+        key = field.alias or name
+        description = (field.description or "").replace("|", "\\|")
+        rows.append(f"| `{key}` | {_type(field.annotation)} | {_default(field)} | {description} |")
+    return "\n".join(rows) + "\n"
+
+
+def _type(annotation: Any) -> str:
+    annotation = _strip(annotation)
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{v}`" for v in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return " \\| ".join(_type(a) for a in typing.get_args(annotation))
+    if origin in (list, dict):
+        return f"{origin.__name__}[{', '.join(_type(a) for a in typing.get_args(annotation))}]"
+    if annotation is type(None):
+        return "null"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "mapping"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default(field: FieldInfo) -> str:
+    if field.is_required():
+        return "required"
+    value = field.default_factory() if field.default_factory else field.default
+    if value is PydanticUndefined:
+        return ""
+    if isinstance(value, BaseModel) or (isinstance(value, dict) and value and
+                                        any(t in value for t in _TAGS)):
+        return "see below" if isinstance(value, BaseModel) else f"`{value}`"
+    return f"`{value}`" if value not in (None, "") else ("`null`" if value is None else '`""`')
