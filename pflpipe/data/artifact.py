@@ -176,7 +176,7 @@ def load_partition(path: str | Path, *, transform: bool = True, verify: bool = F
                     _update(digest, tensors[key].numpy())
             x = tensors["x"]
             if transform:
-                x = _apply(x, manifest["dataset"]["transform"])
+                x = apply_transform(x, manifest["dataset"]["transform"])
             splits[split] = SplitData(x=x, y=tensors["y"], index=tensors["index"])
         clients.append(ClientData(client_id=entry["client_id"], **splits))
     if verify:
@@ -231,7 +231,8 @@ def _update(digest, array: np.ndarray) -> None:
     digest.update(array.data)
 
 
-def _apply(x, transform: dict):
+def apply_transform(x, transform: dict):
+    """Return float32 (x · scale − mean) / std with the manifest's transform."""
     import torch
 
     mean = torch.tensor(transform["mean"], dtype=torch.float32)

@@ -139,7 +139,7 @@ def _arrays(section) -> Pooled:
     if not path.is_file():
         raise DataError(f"dataset 'arrays': no file {path} (dataset.root {section.root!r} + "
                         f"dataset.path {section.path!r}); it must hold arrays x and y")
-    arrays = _read_arrays(path)
+    arrays = read_arrays(path)
     missing = [key for key in ("x", "y") if key not in arrays]
     if missing:
         raise DataError(f"{path}: missing array(s) {', '.join(missing)}; found "
@@ -163,7 +163,8 @@ def _arrays(section) -> Pooled:
     return _pooled("arrays", x, y.astype(np.int64), n_classes, transform, groups=groups)
 
 
-def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Read arrays from an .npz file or a .pt dict of tensors."""
     try:
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as data:

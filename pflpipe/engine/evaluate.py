@@ -35,7 +35,7 @@ def evaluate(ctx, predict: Predict, state: Tree, shared: Tree, split: SplitData,
         local = torch.arange(start, start + chunk, device=device).expand(k, chunk)
         valid = local < sorted_counts[:k, None]
         rows = starts[:k, None] + torch.minimum(local, sorted_counts[:k, None] - 1)
-        outputs = batched(tree_map(lambda t: t[:k], state), split.x[rows])
+        outputs = batched(tree_map(lambda t, k=k: t[:k], state), split.x[rows])
         targets = split.y[rows]
         if ctx.task == "regression":
             per_sample = (outputs.squeeze(-1) - targets) ** 2

@@ -152,7 +152,7 @@ class Federation:
         self._check_finite(result, clients, round_idx, phase, lr)
         if phase_idx == 0 and round_idx > 0:
             snap["rows"] += [{"round": round_idx, "client": c, "split": "train", "loss": loss}
-                             for c, loss in zip(clients.tolist(), result.loss.tolist())]
+                             for c, loss in zip(clients.tolist(), result.loss.tolist(), strict=True)]
         return result.state
 
     def _check_finite(self, result, clients: Tensor, round_idx: int, phase: Phase, lr: float):
@@ -189,7 +189,7 @@ class Federation:
             scores[f"{split}_loss"], scores[f"{split}_accuracy"] = loss, acc
             snap["rows"] += [{"round": round_idx, "client": c, "split": split, "loss": lo,
                               "accuracy": ac}
-                             for c, (lo, ac) in enumerate(zip(loss.tolist(), acc.tolist()))]
+                             for c, (lo, ac) in enumerate(zip(loss.tolist(), acc.tolist(), strict=True))]
         scores["round"] = torch.full_like(scores["val_loss"], round_idx)
         snap["last"] = scores
         self._track_best(snap, scores, params)

@@ -121,10 +121,11 @@ class BatchedTrainer:
         order = torch.argsort(job.steps.cpu(), descending=True, stable=True)
         device = job.data.x.device
         sorted_steps = job.steps.cpu()[order]
-        state = select(job.state, order.to(device))
+        max_steps = int(sorted_steps[0]) if job.members else 0
+        state = select(job.state, order.to(device))  # a copy: the job's tensors stay untouched
         clients = job.clients.to(device)[order.to(device)]
         hp = {name: value[order.to(value.device)] for name, value in job.hp.items()}
-        index = _index_table(job, order, sorted_steps).to(device)
+        index = _index_table(job, order, max_steps).to(device)
         keys = [(g, k) for g in job.train for k in state[g]]
         params = [state[g][k] for g, k in keys]
         lrs = [job.lr[g].to(device)[order.to(device)] for g, _ in keys]
@@ -132,7 +133,8 @@ class BatchedTrainer:
         step_fn = vmap(self._member_fn(job.objective), in_dims=(0, 0, None, 0))
         total = torch.zeros(job.members, device=device)
         bad = torch.full((job.members,), -1, dtype=torch.long, device=device)
-        active = [int((sorted_steps > s).sum()) for s in range(int(sorted_steps.max()) if len(sorted_steps) else 0)]
+        # at step s the members with more than s steps are active: a prefix of the sorted order
+        active = (sorted_steps.unsqueeze(0) > torch.arange(max_steps).unsqueeze(1)).sum(1).tolist()
         for step, k in enumerate(active):
             batch = self.gather(job, index[:k, step], clients[:k])
             view = {g: {key: t[:k].detach().requires_grad_(g in job.train)
@@ -140,7 +142,8 @@ class BatchedTrainer:
             losses, updates = step_fn(view, batch, job.shared, {n: v[:k] for n, v in hp.items()})
             leaves = [view[g][key] for g, key in keys]
             grads = torch.autograd.grad(losses.sum(), leaves, allow_unused=True)
-            grads = [torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads)]
+            grads = [torch.zeros_like(leaf) if g is None else g
+                     for leaf, g in zip(leaves, grads, strict=True)]
             optimizer.step(k, grads, step)
             with torch.no_grad():
                 for g, group in updates.items():
@@ -149,8 +152,10 @@ class BatchedTrainer:
                 losses = losses.detach()
                 total[:k] += losses
                 bad[:k] = torch.where((bad[:k] < 0) & ~torch.isfinite(losses), step, bad[:k])
-        inverse = torch.argsort(order).to(device)
         mean = total / sorted_steps.clamp_min(1).to(device)
+        if torch.equal(order, torch.arange(job.members)):
+            return TrainResult(state, mean, bad)
+        inverse = torch.argsort(order).to(device)
         return TrainResult(select(state, inverse), mean[inverse], bad[inverse])
 
     @staticmethod
@@ -172,11 +177,11 @@ class BatchedTrainer:
         return one_member
 
 
-def _index_table(job: Job, order: Tensor, sorted_steps: Tensor) -> Tensor:
+def _index_table(job: Job, order: Tensor, max_steps: int) -> Tensor:
     """Local sample indices [M, S_max, batches_per_step, B] of every member's steps, -1 padded."""
     counts = job.data.counts.cpu()[job.clients.cpu()]
-    table = torch.full((job.members, (int(sorted_steps.max()) if len(sorted_steps) else 0), job.batches_per_step,
-                        job.batch_size), -1, dtype=torch.long)
+    table = torch.full((job.members, max_steps, job.batches_per_step, job.batch_size), -1,
+                       dtype=torch.long)
     for row, m in enumerate(order.tolist()):
         steps = int(job.steps[m])
         table[row, :steps] = schedule(int(counts[m]), steps, job.batch_size, job.seeds[m],

@@ -83,11 +83,11 @@ def _rounds(checkpoints_dir: Path) -> list[int]:
 def _client_data(spec, path: Path, partition_dir: Path, seed: int) -> FederatedData:
     """The newcomer's samples, transformed like the partition's and split per the spec."""
     from pflpipe.data import read_manifest
-    from pflpipe.data.artifact import _apply
+    from pflpipe.data.artifact import apply_transform
     from pflpipe.data.client_split import split_client
-    from pflpipe.data.datasets import _read_arrays
+    from pflpipe.data.datasets import read_arrays
 
-    arrays = _read_arrays(path)
+    arrays = read_arrays(path)
     if "x" not in arrays or "y" not in arrays or len(arrays["x"]) != len(arrays["y"]):
         raise DataError(f"{path}: needs arrays x and y of equal length (got "
                         f"{ {k: v.shape for k, v in arrays.items()} })")
@@ -102,7 +102,7 @@ def _client_data(spec, path: Path, partition_dir: Path, seed: int) -> FederatedD
     fractions = spec.partition.fractions
     parts = split_client(np.arange(len(y)), y, fractions.val, fractions.test,
                          np.random.default_rng([seed, 911]), client_id=0)
-    features = _apply(torch.from_numpy(x), manifest["dataset"]["transform"])
+    features = apply_transform(torch.from_numpy(x), manifest["dataset"]["transform"])
     labels = torch.from_numpy(y)
     return FederatedData(**{name: SplitData.from_clients([features[idx]], [labels[idx]])
                             for name, idx in (("train", parts.train), ("val", parts.val),

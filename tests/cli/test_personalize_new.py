@@ -1,0 +1,73 @@
+"""`pflpipe personalize-new`: a client joining after training gets a teacher and a student."""
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+from pflpipe.cli import main
+from pflpipe.spec import load_spec
+from pflpipe.stages import partition_data, warm_start_fedavg
+
+SPEC = """\
+experiment: {{name: newcomer, output_dir: {out}}}
+dataset: {{name: digits}}
+partition: {{strategy: ds1, n_clients: 4, classes_per_client: 3}}
+federation: {{rounds: 4, lr: 0.1}}
+distillation: {{lambdas: [0, 0.5], temperatures: [1, 5], epochs: 2}}
+engine: {{device: cpu}}
+"""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("newcomer")
+    path = root / "spec.yaml"
+    path.write_text(SPEC.format(out=root / "results"))
+    spec = load_spec(path)
+    base = root / "results" / "seed-0"
+    partition_data.run(spec, 0, base / "partition")
+    warm_start_fedavg.run(spec, 0, base / "partition", base / "checkpoints", base / "fedavg")
+    return root, path
+
+
+def test_personalize_new_picks_a_stored_round_and_distils_it(trained, capsys):
+    root, spec = trained
+    digits = load_digits()
+    keep = np.isin(digits.target, [2, 5])
+    np.savez(root / "client.npz", x=digits.images[keep][:60].astype(np.float32),
+             y=digits.target[keep][:60])
+
+    code = main(["personalize-new", str(spec), "--client-data", str(root / "client.npz"),
+                 "-o", str(root / "out")])
+
+    assert code == 0, capsys.readouterr().err
+    teacher = json.loads((root / "out" / "teacher.json").read_text())
+    losses = {int(r): v for r, v in teacher["val_loss_by_round"].items()}
+    assert teacher["round"] == min((r for r in losses if r > 0), key=lambda r: (losses[r], r))
+    grid = (root / "out" / "grid.csv").read_text().splitlines()
+    assert len(grid) == 1 + 4                      # header + 2 λ × 2 T
+    assert (root / "out" / "model.pt").is_file()
+    assert "chosen λ = " in capsys.readouterr().out
+
+
+def test_personalize_new_rejects_samples_of_another_shape(trained, capsys):
+    root, spec = trained
+    np.savez(root / "bad.npz", x=np.zeros((20, 5), np.float32), y=np.zeros(20, np.int64))
+
+    code = main(["personalize-new", str(spec), "--client-data", str(root / "bad.npz")])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "do not match the dataset's input shape (1, 8, 8)" in err
+
+
+def test_personalize_new_names_a_missing_checkpoint_directory(trained, tmp_path, capsys):
+    root, spec = trained
+
+    code = main(["personalize-new", str(spec), "--client-data", str(root / "client.npz"),
+                 "--checkpoints", str(tmp_path / "nowhere")])
+
+    assert code == 2
+    assert "--checkpoints" in capsys.readouterr().err
