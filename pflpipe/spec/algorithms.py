@@ -95,8 +95,15 @@ class PerFedAvgParams(FederatedParams):
     variant: Literal["first_order", "hessian_free"] = Field(
         "first_order", description="FO (first-order MAML) or HF (Hessian-vector product estimate)."
     )
-    alpha: float = Field(0.01, gt=0, description="α: step size of the inner (adaptation) step.")
-    beta: float = Field(0.005, gt=0, description="β: step size of the outer (meta) step.")
+    alpha: float | None = Field(
+        None, gt=0, description="α: step size of the inner (adaptation) step, also used to adapt "
+        "the model before scoring; the entry's lr (federation.lr) when omitted."
+    )
+    beta: float | None = Field(
+        None, gt=0,
+        description="β: step size of the outer (meta) step; the entry's lr (federation.lr) when "
+        "omitted.",
+    )
     delta: float = Field(1e-3, gt=0, description="δ: finite-difference width of the HF variant.")
     adapt_steps: int = Field(1, ge=1, description="Adaptation steps (size α) before scoring.")
 
@@ -114,7 +121,9 @@ class ApflParams(FederatedParams):
 
     name: Literal["apfl"]
     alpha: float = Field(0.25, ge=0, le=1, description="Initial (or fixed) mixing weight α.")
-    adaptive: bool = Field(False, description="Learn α per client by gradient descent.")
+    adaptive: bool = Field(
+        False, description="Learn α per client by projected gradient descent on [0, 1]."
+    )
     alpha_lr: float | None = Field(
         None, gt=0, description="Step size of α when adaptive; the model's lr when omitted."
     )
