@@ -9,7 +9,7 @@ import sys
 from pflpipe import __version__
 from pflpipe.errors import DataError, DivergenceError, PflpipeError, SpecError, StorageError
 
-VERBS = ("validate", "schema", "split", "report", "personalize_new")
+VERBS = ("validate", "schema", "split", "report", "personalize_new", "run", "compile", "submit")
 
 #: Exit codes: 0 ok, 1 the run failed, 2 bad spec, arguments or input file.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

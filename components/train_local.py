@@ -1,0 +1,25 @@
+"""Component `train_local`: the local-only baseline, every client training alone."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Markdown, Model, Output
+
+from pflpipe.components._image import PFLPIPE_IMAGE
+
+
+@dsl.component(base_image=PFLPIPE_IMAGE, install_kfp_package=False)
+def train_local(spec_json: str, seed: int, tracking_uri: str, experiment: str,
+                parent_run_id: str, partition: Input[Dataset], results: Output[Model],
+                summary: Output[Markdown]):
+    """Train the local baseline; write its results directory (model `local`)."""
+    from pathlib import Path
+
+    from pflpipe.spec import Spec
+    from pflpipe.stages import train_local as stage
+    from pflpipe.tracking import child_run
+
+    spec = Spec.model_validate_json(spec_json)
+    with child_run(spec.tracking, tracking_uri, experiment, parent_run_id, "train_local",
+                   {"seed": str(seed)}) as tracker:
+        result = stage.run(spec, seed, Path(partition.path), Path(results.path),
+                           tracker=tracker)
+    Path(summary.path).write_text(result.to_markdown())

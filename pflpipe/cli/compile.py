@@ -1,0 +1,32 @@
+"""``pflpipe compile SPEC -o pipeline.yaml``: the spec's pipeline as KFP IR YAML."""
+
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    """Add the verb to the command line."""
+    parser = subparsers.add_parser(
+        "compile", help="Compile the spec's pipeline to KFP IR YAML for a cluster.",
+        description="Write the KFP v2 pipeline of the spec (IR YAML, with the Kubernetes "
+        "settings of resources: images, CPU/memory, GPUs, node selectors, tolerations, the S3 "
+        "secret). Its parameters tracking_uri, experiment and parent_run_id select the MLflow "
+        "server when a run starts.")
+    parser.add_argument("spec", type=Path, metavar="SPEC")
+    parser.add_argument("-o", "--output", type=Path, metavar="FILE",
+                        help="Output file (default: <experiment name>.yaml).")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    """Compile and say what was written."""
+    from pflpipe.pipelines.compile import compile_pipeline
+    from pflpipe.pipelines.graph import personalize_labels
+    from pflpipe.spec import load_spec
+
+    spec = load_spec(args.spec)
+    path = compile_pipeline(spec, args.output or Path(f"{spec.experiment.name}.yaml"))
+    labels = personalize_labels(spec)
+    print(f"{path}: pipeline {spec.experiment.name!r}, seeds {spec.experiment.seeds}, "
+          f"personalize {labels or 'none'}, image {spec.resources.image}")
+    print("parameters: tracking_uri, experiment, parent_run_id (empty: no MLflow tracking)")
+    return 0

@@ -1,0 +1,135 @@
+"""``pflpipe run SPEC``: the whole pipeline on the local kfp runner, tracked in MLflow.
+
+The CLI opens the MLflow parent run, runs the pipeline under kfp.local's SubprocessRunner (one
+Python subprocess per task, in this environment), shows each stage as it finishes, copies the
+report and every seed's results to stable names and says where everything is. kfp itself is
+imported by `pflpipe.pipelines`, inside the handler.
+"""
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    """Add the verb to the command line."""
+    parser = subparsers.add_parser(
+        "run", help="Run the whole pipeline on the local kfp runner (MLflow tracking).",
+        description="Run every stage of the spec's pipeline on kfp.local (SubprocessRunner, "
+        "no Docker), track it in MLflow and write the report and every seed's models into the "
+        "results directory. Deterministic stages (partition_data, warm_start_fedavg) are cached: "
+        "a rerun with more algorithms reuses them. Exit 1 if a stage fails, 2 on a bad spec.")
+    parser.add_argument("spec", type=Path, metavar="SPEC")
+    parser.add_argument("--results", type=Path, metavar="DIR",
+                        help="Results directory (default: experiment.output_dir, else "
+                        "results/<experiment name>).")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="Run every stage even when its outputs are cached.")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    """Run the pipeline; finish the MLflow parent run FINISHED, FAILED or KILLED."""
+    from rich.console import Console
+
+    from pflpipe.pipelines.local import publish, run_local
+    from pflpipe.spec import load_spec
+    from pflpipe.tracking import open_parent_run
+
+    spec = with_results_dir(load_spec(args.spec), args.results)
+    results_dir = Path(spec.experiment.results_dir)
+    # kfp.local swaps sys.stdout during the run; the console keeps the real one.
+    console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    parent = open_parent_run(spec, spec_yaml=args.spec.read_text(encoding="utf-8"))
+    _header(console, spec, parent)
+    progress = Progress(console)
+    started = time.monotonic()
+    try:
+        with progress:
+            local = run_local(spec, parent.pipeline_parameters(), results_dir=results_dir,
+                              use_cache=not args.no_cache, on_event=progress.event)
+        copies = publish(local, results_dir)
+    except BaseException as err:
+        parent.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+        raise
+    parent.finish("FINISHED")
+    _summary(console, copies, parent, results_dir, time.monotonic() - started)
+    return 0
+
+
+def with_results_dir(spec, results: Path | None):
+    """Return `spec` with `experiment.output_dir` set to `results` (when given)."""
+    if results is None:
+        return spec
+    data = spec.model_dump(mode="json", by_alias=True)
+    data["experiment"]["output_dir"] = str(results)
+    return type(spec).model_validate(data)
+
+
+class Progress:
+    """Prints a line per finished stage; shows the running ones on a terminal."""
+
+    SYMBOL = {"SUCCESS": "[green]✓[/]", "FAILURE": "[red]✗[/]", "CACHED": "[cyan]↺[/]"}
+
+    def __init__(self, console):
+        self.console = console
+        self.running: dict[int, object] = {}
+        self._lock = threading.Lock()
+        self._status = console.status("starting", spinner="dots")
+
+    def __enter__(self):
+        self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._status.__exit__(*exc)
+
+    def event(self, kind: str, task) -> None:
+        """Take an event of `TaskLogRouter` (called from the runner's threads)."""
+        from rich.markup import escape
+
+        with self._lock:
+            if kind == "started":
+                self.running[id(task)] = task
+            else:
+                self.running.pop(id(task), None)
+                when = "cached" if kind == "cached" else f"{task.seconds:5.1f} s"
+                self.console.print(f"  {self.SYMBOL.get(task.status, '?')} "
+                                   f"{escape(task.title):<40} {when:>8}")
+            names = ", ".join(escape(t.title) for t in self.running.values())
+            self._status.update(f"running {names}" if names else "between stages")
+
+
+def _header(console, spec, parent) -> None:
+    labels = [e.display_name for e in spec.personalization]
+    console.print(f"[bold]{spec.experiment.name}[/]: {spec.dataset.name}, "
+                  f"{spec.partition.n_clients} clients, seeds {spec.experiment.seeds}, "
+                  f"algorithms fedavg, local, {', '.join(labels)}")
+    console.print(f"  kfp.local (SubprocessRunner) → {spec.experiment.results_dir}/kfp")
+    if parent.run_id:
+        console.print(f"  MLflow parent run {parent.run_id} in experiment "
+                      f"{parent.experiment!r}")
+
+
+def _summary(console, copies: dict[str, Path], parent, results_dir: Path, seconds: float
+             ) -> None:
+    import json
+
+    report = copies["report"]
+    answer = json.loads((report / "report.json").read_text(encoding="utf-8")).get("answer", "")
+    console.print(f"\n[bold green]done[/] in {seconds:.0f} s")
+    console.print(f"  report   {report / 'report.html'}  (report.md, report.json, figures/)")
+    for name, path in copies.items():
+        if name.startswith("seed-"):
+            models = sorted(p.name for p in path.iterdir() if (p / "models").is_dir())
+            console.print(f"  {name:<8} {path}/<model>/models/client_*.pt  "
+                          f"({', '.join(models)}); per-client table {path / 'results.csv'}")
+    console.print(f"  logs     {results_dir / 'logs'}/")
+    if parent.run_id:
+        console.print(f"  MLflow   run {parent.run_id} in experiment {parent.experiment!r}")
+        console.print(f"           mlflow ui --backend-store-uri {parent.tracking_uri}"
+                      if parent.tracking_uri.startswith("sqlite:")
+                      else f"           {parent.tracking_uri}")
+    if answer:
+        console.print(f"\n{answer}")

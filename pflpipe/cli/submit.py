@@ -1,0 +1,56 @@
+"""``pflpipe submit SPEC --host URL``: upload the spec's pipeline to Kubeflow and start a run."""
+
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    """Add the verb to the command line."""
+    parser = subparsers.add_parser(
+        "submit", help="Upload the pipeline to a KFP API server and start a run.",
+        description="Compile the spec's pipeline, upload it (a new version when a pipeline of "
+        "that name exists) and start a run with kfp.Client. The MLflow parent run is opened "
+        "here first, so tracking.uri (or $MLFLOW_TRACKING_URI) must be a server the pods can "
+        "reach; the parent stays RUNNING while the pipeline runs on the cluster.")
+    parser.add_argument("spec", type=Path, metavar="SPEC")
+    parser.add_argument("--host", required=True, metavar="URL",
+                        help="KFP API endpoint, e.g. http://localhost:8080 after kubectl "
+                        "port-forward -n kubeflow svc/ml-pipeline-ui 8080:80.")
+    parser.add_argument("--experiment", metavar="E",
+                        help="KFP experiment (default: the spec's experiment name).")
+    parser.add_argument("--namespace", metavar="N", help="Kubernetes namespace (multi-user).")
+    parser.add_argument("--run-name", metavar="R", help="Run name (default: <name>-<time>).")
+    parser.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    """Check the tracking server, open the parent run, submit, print the run's URL."""
+    from pflpipe.cli import UsageError
+    from pflpipe.pipelines.submit import submit
+    from pflpipe.spec import load_spec
+    from pflpipe.tracking import open_parent_run, resolve_tracking_uri
+
+    spec = load_spec(args.spec)
+    if spec.tracking.enabled:
+        uri = resolve_tracking_uri(spec.tracking)
+        if not uri.startswith(("http://", "https://")):
+            raise UsageError(
+                f"tracking URI {uri.split('?')[0]!r} is a local store that pods on a cluster "
+                "cannot reach; set tracking.uri (or MLFLOW_TRACKING_URI) to an MLflow server, "
+                "e.g. http://mlflow.kubeflow:5000, or set tracking.enabled: false")
+    parent = open_parent_run(spec, spec_yaml=args.spec.read_text(encoding="utf-8"),
+                             tags={"kfp_host": args.host})
+    try:
+        done = submit(spec, host=args.host, experiment=args.experiment or spec.experiment.name,
+                      arguments=parent.pipeline_parameters(), namespace=args.namespace,
+                      run_name=args.run_name)
+    except BaseException:
+        parent.finish("FAILED")
+        raise
+    if parent.run_id:
+        parent.tracker().set_tags({"kfp_run_id": done.run_id, "kfp_run_url": done.url})
+    print(f"submitted {spec.experiment.name!r} (pipeline {done.pipeline_id}"
+          f"{', version ' + done.version_id if done.version_id else ''}) as run {done.run_id}")
+    print(f"run: {done.url}")
+    if parent.run_id:
+        print(f"MLflow parent run {parent.run_id} at {parent.tracking_uri}")
+    return 0

@@ -1,0 +1,95 @@
+"""Stage `collect_results`: gather one seed's results directories into one results directory.
+
+The pipeline trains the personalize algorithms in a loop nested in the seeds loop. KFP fans in one
+loop level at a time, so each seed's results meet here and `evaluate_fairness` reads one directory
+per seed. The output is itself a results directory (docs/contracts.md):
+
+```
+results.csv       the rows of every input's results.csv
+collected.json    {"seed": 0, "models": ["fedavg", "local", ...]}
+<model>/          each input directory as it was (results.csv, history.csv, models/, ...)
+```
+"""
+
+import csv
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pflpipe.errors import DataError
+from pflpipe.tracking import NULL_TRACKER, Tracker
+
+RESULTS = "results.csv"
+MANIFEST = "collected.json"
+
+
+@dataclass(frozen=True)
+class CollectedResults:
+    """The models of one seed and their mean client test accuracy."""
+
+    seed: int
+    selection: str
+    test_accuracy: dict[str, float]   # model -> mean over clients (spec's evaluation.selection)
+
+    def metrics(self) -> dict[str, float]:
+        """Return ``{model}.test_accuracy`` for each model (a KFP Metrics artifact, MLflow)."""
+        return {f"{model}.test_accuracy": value for model, value in self.test_accuracy.items()}
+
+    def to_markdown(self) -> str:
+        """Return one line per model: its mean client test accuracy."""
+        lines = [f"**collect_results** (seed {self.seed}): mean client test accuracy, each "
+                 f"client's model chosen by {self.selection}", "",
+                 "| model | test accuracy |", "|---|---:|"]
+        lines += [f"| {model} | {value:.4f} |" for model, value in self.test_accuracy.items()]
+        return "\n".join(lines) + "\n"
+
+
+def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
+        tracker: Tracker = NULL_TRACKER) -> CollectedResults:
+    """Copy each directory to `out_dir/<model>/` and write the concatenated results.csv."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    models: list[str] = []
+    fields: list[str] = []
+    for directory in map(Path, results_dirs):
+        table, columns = _read(directory)
+        fields += [name for name in columns if name not in fields]
+        model = table[0]["model"]
+        if model in models:
+            raise DataError(f"two results directories hold model {model!r} for seed {seed} "
+                            f"(the second is {directory}); every model is trained once per seed")
+        shutil.copytree(directory, out / model, dirs_exist_ok=True)
+        rows += table
+        models.append(model)
+    with (out / RESULTS).open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / MANIFEST).write_text(json.dumps({"seed": seed, "models": models}, indent=2) + "\n")
+    selection = spec.evaluation.selection
+    result = CollectedResults(seed, selection, {m: _mean(rows, m, selection) for m in models})
+    tracker.log_metrics(result.metrics())
+    return result
+
+
+def _read(directory: Path) -> tuple[list[dict], list[str]]:
+    path = directory / RESULTS
+    if not path.is_file():
+        raise DataError(f"{directory} holds no {RESULTS}; every training stage writes one")
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        table = list(reader)
+        columns = list(reader.fieldnames or [])
+    models = sorted({row.get("model", "") for row in table})
+    if len(models) != 1 or not models[0]:
+        raise DataError(f"{path} holds {len(models)} models ({', '.join(models) or 'none'}); a "
+                        "training stage's results directory holds exactly one")
+    return table, columns
+
+
+def _mean(rows: list[dict], model: str, selection: str) -> float:
+    values = [float(r["accuracy"]) for r in rows
+              if r["model"] == model and r["split"] == "test" and r["selection"] == selection]
+    return sum(values) / len(values) if values else float("nan")

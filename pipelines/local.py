@@ -1,0 +1,137 @@
+"""Run a spec's pipeline on kfp.local's SubprocessRunner and find what it wrote.
+
+Every task runs as a Python subprocess of the current interpreter (`use_venv=False`), so the
+project and its dependencies must be installed here; nothing is installed at run time. kfp.local
+keeps every task's outputs under `pipeline_root`; `publish` copies the report and each seed's
+results to stable names in the experiment's results directory.
+"""
+
+import contextlib
+import json
+import logging
+import shutil
+import sys
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from pflpipe.errors import PflpipeError
+from pflpipe.pipelines.graph import build_pipeline
+from pflpipe.pipelines.tasklog import TaskLog, TaskLogRouter
+from pflpipe.stages.collect_results import MANIFEST
+
+
+class StageFailed(PflpipeError):
+    """A stage of the pipeline failed; the message names it and carries its own error."""
+
+    def __init__(self, task: TaskLog):
+        self.task = task
+        super().__init__(f"stage {task.title} failed:\n{_indent(task.error())}\n"
+                         f"  (its full output: {task.path})")
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """Where one local run's outputs are."""
+
+    run_dir: Path                 # kfp.local's directory of this run
+    report: Path                  # evaluate_fairness's report directory
+    seeds: dict[int, Path]        # collect_results' directory per seed
+    tasks: tuple[TaskLog, ...]
+
+
+def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: bool = True,
+              on_event: Callable[[str, TaskLog], None] = lambda kind, task: None) -> LocalRun:
+    """Run the pipeline of `spec` with `arguments` (its tracking parameters).
+
+    kfp.local writes under ``results_dir/kfp`` and caches under ``results_dir/.kfp_cache``; the
+    log of every task goes to ``results_dir/logs``.
+
+    Raises:
+        StageFailed: a stage failed; its error and log file are in the message.
+
+    """
+    from kfp import local
+
+    results_dir = Path(results_dir).absolute()
+    local.init(runner=local.SubprocessRunner(use_venv=False),
+               pipeline_root=str(results_dir / "kfp"), raise_on_error=True,
+               enable_caching=use_cache, cache_root=str(results_dir / ".kfp_cache"))
+    pipeline = build_pipeline(spec)
+    router = TaskLogRouter(results_dir / "logs", on_event)
+    try:
+        with _routed(router):
+            task = pipeline(**arguments)
+    except RuntimeError as err:
+        failed = router.failures()
+        if not failed:
+            raise
+        raise StageFailed(failed[0]) from err
+    finally:
+        router.close()
+    report = Path(task.outputs["Output"].path)
+    run_dir = report.parent.parent
+    return LocalRun(run_dir, report, _seed_dirs(run_dir), tuple(router.tasks))
+
+
+def publish(run: LocalRun, results_dir: Path) -> dict[str, Path]:
+    """Copy the report to ``results_dir/report`` and seed s's results to ``results_dir/seed-s``.
+
+    Returns the copies by name (``report``, ``seed-0``, ...). Earlier copies are replaced.
+    """
+    copies = {"report": run.report, **{f"seed-{s}": d for s, d in sorted(run.seeds.items())}}
+    out = {}
+    for name, source in copies.items():
+        target = Path(results_dir) / name
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(source, target)
+        out[name] = target
+    return out
+
+
+def _seed_dirs(run_dir: Path) -> dict[int, Path]:
+    found = {}
+    for manifest in run_dir.glob(f"**/collect-results/results/{MANIFEST}"):
+        found[json.loads(manifest.read_text())["seed"]] = manifest.parent
+    return found
+
+
+@contextlib.contextmanager
+def _routed(router: TaskLogRouter) -> Iterator[None]:
+    """Send kfp.local's output to `router`, and silence what kfp.local warns about locally.
+
+    The Kubernetes settings of the tasks (resources, node selectors, the image name) have no
+    effect under the SubprocessRunner; kfp.local warns about each of them on every task.
+    """
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
+    cache_hits = _CacheHits(router)
+    root.addHandler(cache_hits)
+    root.setLevel(logging.INFO)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(router):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        sys.stdout.flush()
+
+
+class _CacheHits(logging.Handler):
+    """kfp.local logs a cache hit outside its task logger; pass the task name on."""
+
+    def __init__(self, router: TaskLogRouter):
+        super().__init__(logging.INFO)
+        self.router = router
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if " cache hit " in message and message.startswith("Task "):
+            self.router.cache_hit(message.split()[1])
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"  {line}" for line in text.splitlines())

@@ -1,0 +1,41 @@
+"""Per-stage settings of a task: image, resources, scheduling, secrets and caching.
+
+Everything comes from the spec's `resources` section (`Resources.for_stage`). kfp.local ignores
+the Kubernetes settings (it warns; `pflpipe run` silences those warnings).
+"""
+
+from kfp import kubernetes
+
+from pflpipe.pipelines.cache import CACHED
+
+#: The resources a stage without a section of its own in `resources` uses.
+RESOURCE_STAGE = {"collect_results": "evaluate_fairness"}
+#: The variables an S3 secret is mounted as (the keys boto3 reads).
+S3_SECRET_ENV = {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
+                 "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}
+
+
+def configure(task, spec, stage: str):
+    """Apply the spec's settings for `stage` to `task`; return the task."""
+    res = spec.resources.for_stage(RESOURCE_STAGE.get(stage, stage))
+    task.set_container_image(res.image)
+    task.set_caching_options(stage in CACHED)
+    if res.cpu:
+        task.set_cpu_request(res.cpu)
+    if res.cpu_limit:
+        task.set_cpu_limit(res.cpu_limit)
+    if res.memory:
+        task.set_memory_request(res.memory)
+    if res.memory_limit:
+        task.set_memory_limit(res.memory_limit)
+    if res.gpus:
+        task.set_accelerator_type(res.gpu_type).set_accelerator_limit(res.gpus)
+    for key, value in res.node_selector.items():
+        kubernetes.add_node_selector(task, key, value)
+    for toleration in res.tolerations:
+        kubernetes.add_toleration(task, key=toleration.key, operator=toleration.operator,
+                                  value=toleration.value, effect=toleration.effect)
+    secret = getattr(spec.storage, "secret_name", None)
+    if secret:
+        kubernetes.use_secret_as_env(task, secret, S3_SECRET_ENV)
+    return task

@@ -1,0 +1,156 @@
+"""Sort kfp.local's output by task: progress events, one log file per task, a failed stage's error.
+
+kfp.local prints everything to ``sys.stdout``: its own log lines ("Executing task 'x'", "Task 'x'
+finished with status SUCCESS") and, indented, each task's subprocess output. A task runs in one
+thread from start to finish (ParallelFor iterations run in a thread pool), so the lines a thread
+writes between "Executing task" and "finished" are that task's. `TaskLogRouter` stands in for
+``sys.stdout`` during a run and keeps them apart.
+"""
+
+import io
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+STARTED = re.compile(r" - INFO - Executing task '([\w-]+)'")
+FINISHED = re.compile(r" - (?:INFO|ERROR) - Task '([\w-]+)' finished with status (\w+)")
+CACHE_HIT = re.compile(r"Task ([\w-]+) cache hit")
+SEED = re.compile(r'^\s*"seed": (\d+),?$')
+LABEL = re.compile(r'^\s*"label": "([^"]+)",?$')
+TRACEBACK = "Traceback (most recent call last):"
+#: Lines of a subprocess are indented by kfp.local (logging_utils.indented_print).
+INDENT = "    "
+
+
+@dataclass
+class TaskLog:
+    """One task's output and outcome."""
+
+    stage: str                       # the stage name: partition_data, personalize, ...
+    lines: list[str] = field(default_factory=list)
+    status: str = "RUNNING"          # RUNNING, SUCCESS, FAILURE or CACHED
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    seed: int | None = None
+    label: str | None = None
+    path: Path | None = None         # the task's log file, once written
+
+    @property
+    def title(self) -> str:
+        """E.g. ``personalize[fedper] · seed 0``."""
+        name = f"{self.stage}[{self.label}]" if self.label else self.stage
+        return name if self.seed is None else f"{name} · seed {self.seed}"
+
+    @property
+    def seconds(self) -> float:
+        """Wall time so far (or in all)."""
+        return (self.finished or time.monotonic()) - self.started
+
+    def error(self) -> str:
+        """The exception the task's process ended with, as Python printed it (type: message)."""
+        return stage_error(self.lines)
+
+
+def stage_error(lines: list[str]) -> str:
+    r"""Return the last traceback's exception lines without the traceback; else the last lines.
+
+    >>> stage_error(["x", "Traceback (most recent call last):", '  File "a.py", line 1',
+    ...              "    f()", "pflpipe.errors.DataError: no results.csv", "  in results/"])
+    'DataError: no results.csv\\n  in results/'
+    """
+    starts = [i for i, line in enumerate(lines) if line.startswith(TRACEBACK)]
+    if not starts:
+        return "\n".join(line for line in lines[-5:] if line.strip())
+    tail = lines[starts[-1] + 1:]
+    first = next((i for i, line in enumerate(tail) if line and not line[0].isspace()), None)
+    if first is None:
+        return "\n".join(tail).strip()
+    message = "\n".join(tail[first:]).rstrip()
+    return re.sub(r"^(?:[A-Za-z_][\w]*\.)+(?=\w+:)", "", message)
+
+
+class TaskLogRouter(io.TextIOBase):
+    """A ``sys.stdout`` stand-in that sorts kfp.local's lines into `TaskLog` objects.
+
+    Args:
+        log_dir: where ``pipeline.log`` (everything) and one ``<task>.log`` per task go.
+        on_event: called with ("started" | "finished" | "cached", TaskLog) from the runner's
+            threads.
+
+    """
+
+    def __init__(self, log_dir: Path, on_event: Callable[[str, TaskLog], None]):
+        super().__init__()
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.tasks: list[TaskLog] = []
+        self._on_event = on_event
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._all = (self.log_dir / "pipeline.log").open("a", encoding="utf-8")
+
+    def writable(self) -> bool:
+        """Return True: this is an output stream."""
+        return True
+
+    def write(self, text: str) -> int:
+        """Buffer `text` per thread; handle every complete line."""
+        pending = getattr(self._local, "pending", "") + text
+        *complete, self._local.pending = pending.split("\n")
+        for line in complete:
+            self._line(ANSI.sub("", line))
+        return len(text)
+
+    def cache_hit(self, task_name: str) -> None:
+        """Record a task kfp.local did not run because its outputs are cached."""
+        task = TaskLog(_stage(task_name), status="CACHED")
+        task.finished = task.started
+        with self._lock:
+            self.tasks.append(task)
+        self._on_event("cached", task)
+
+    def failures(self) -> list[TaskLog]:
+        """The tasks that failed, in the order they finished."""
+        return [task for task in self.tasks if task.status == "FAILURE"]
+
+    def close(self) -> None:
+        """Close the combined log."""
+        self._all.close()
+        super().close()
+
+    def _line(self, line: str) -> None:
+        with self._lock:
+            self._all.write(line + "\n")
+        if match := STARTED.search(line):
+            task = TaskLog(_stage(match.group(1)))
+            self._local.task = task
+            with self._lock:
+                self.tasks.append(task)
+            self._on_event("started", task)
+        elif (match := FINISHED.search(line)) and getattr(self._local, "task", None):
+            self._finish(self._local.task, match.group(2))
+            self._local.task = None
+        elif getattr(self._local, "task", None) is not None:
+            self._collect(self._local.task, line.removeprefix(INDENT))
+
+    def _collect(self, task: TaskLog, line: str) -> None:
+        task.lines.append(line)
+        if task.seed is None and (match := SEED.match(line)):
+            task.seed = int(match.group(1))
+        if task.label is None and (match := LABEL.match(line)):
+            task.label = match.group(1)
+
+    def _finish(self, task: TaskLog, status: str) -> None:
+        task.status, task.finished = status, time.monotonic()
+        task.path = self.log_dir / f"{re.sub(r'[^A-Za-z0-9-]+', '_', task.title).strip('_')}.log"
+        task.path.write_text("\n".join(task.lines) + "\n", encoding="utf-8")
+        self._on_event("finished", task)
+
+
+def _stage(task_name: str) -> str:
+    """Return the stage name of a task: kfp names tasks after components, with dashes."""
+    return task_name.replace("-", "_")
