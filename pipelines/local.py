@@ -25,10 +25,12 @@ from pflpipe.stages.collect_results import MANIFEST
 class StageFailed(PflpipeError):
     """A stage of the pipeline failed; the message names it and carries its own error."""
 
-    def __init__(self, task: TaskLog):
-        self.task = task
+    def __init__(self, task: TaskLog, others: tuple[TaskLog, ...] = ()):
+        self.task, self.others = task, others
+        more = (f"\n  {len(others)} more failed: {', '.join(t.title for t in others)} (logs in "
+                f"{task.path.parent})" if others else "")
         super().__init__(f"stage {task.title} failed:\n{_indent(task.error())}\n"
-                         f"  (its full output: {task.path})")
+                         f"  (its full output: {task.path}){more}")
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
         failed = router.failures()
         if not failed:
             raise
-        raise StageFailed(failed[0]) from err
+        raise StageFailed(failed[0], tuple(failed[1:])) from err
     finally:
         router.close()
     report = Path(task.outputs["Output"].path)
@@ -102,13 +104,17 @@ def _seed_dirs(run_dir: Path) -> dict[int, Path]:
 def _routed(router: TaskLogRouter) -> Iterator[None]:
     """Send kfp.local's output to `router`, and silence what kfp.local warns about locally.
 
-    The Kubernetes settings of the tasks (resources, node selectors, the image name) have no
-    effect under the SubprocessRunner; kfp.local warns about each of them on every task.
+    kfp.local swaps the root logger's handlers around each task (from several threads at once
+    in a ParallelFor), and logs cache hits outside that; a handler of ours forwards what reaches
+    the root logger in between, so no line is lost. The Kubernetes settings of the tasks
+    (resources, node selectors, the image name) have no effect under the SubprocessRunner;
+    kfp.local warns about each of them on every task.
     """
     root = logging.getLogger()
     level, handlers = root.level, root.handlers[:]
-    cache_hits = _CacheHits(router)
-    root.addHandler(cache_hits)
+    forward = logging.StreamHandler(router)
+    forward.setFormatter(logging.Formatter("%(asctime)s - %(levelname)s - %(message)s"))
+    root.handlers[:] = [forward]
     root.setLevel(logging.INFO)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(router):
@@ -118,19 +124,6 @@ def _routed(router: TaskLogRouter) -> Iterator[None]:
         root.handlers[:] = handlers
         root.setLevel(level)
         sys.stdout.flush()
-
-
-class _CacheHits(logging.Handler):
-    """kfp.local logs a cache hit outside its task logger; pass the task name on."""
-
-    def __init__(self, router: TaskLogRouter):
-        super().__init__(logging.INFO)
-        self.router = router
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if " cache hit " in message and message.startswith("Task "):
-            self.router.cache_hit(message.split()[1])
 
 
 def _indent(text: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTED = re.compile(r" - INFO - Executing task '([\w-]+)'")
 FINISHED = re.compile(r" - (?:INFO|ERROR) - Task '([\w-]+)' finished with status (\w+)")
-CACHE_HIT = re.compile(r"Task ([\w-]+) cache hit")
+CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit")
 SEED = re.compile(r'^\s*"seed": (\d+),?$')
 LABEL = re.compile(r'^\s*"label": "([^"]+)",?$')
 TRACEBACK = "Traceback (most recent call last):"
@@ -60,7 +60,7 @@ def stage_error(lines: list[str]) -> str:
 
     >>> stage_error(["x", "Traceback (most recent call last):", '  File "a.py", line 1',
     ...              "    f()", "pflpipe.errors.DataError: no results.csv", "  in results/"])
-    'DataError: no results.csv\\n  in results/'
+    'DataError: no results.csv\n  in results/'
     """
     starts = [i for i, line in enumerate(lines) if line.startswith(TRACEBACK)]
     if not starts:
@@ -105,14 +105,6 @@ class TaskLogRouter(io.TextIOBase):
             self._line(ANSI.sub("", line))
         return len(text)
 
-    def cache_hit(self, task_name: str) -> None:
-        """Record a task kfp.local did not run because its outputs are cached."""
-        task = TaskLog(_stage(task_name), status="CACHED")
-        task.finished = task.started
-        with self._lock:
-            self.tasks.append(task)
-        self._on_event("cached", task)
-
     def failures(self) -> list[TaskLog]:
         """The tasks that failed, in the order they finished."""
         return [task for task in self.tasks if task.status == "FAILURE"]
@@ -125,7 +117,9 @@ class TaskLogRouter(io.TextIOBase):
     def _line(self, line: str) -> None:
         with self._lock:
             self._all.write(line + "\n")
-        if match := STARTED.search(line):
+        if match := CACHE_HIT.search(line):
+            self._cached(match.group(1))
+        elif match := STARTED.search(line):
             task = TaskLog(_stage(match.group(1)))
             self._local.task = task
             with self._lock:
@@ -136,6 +130,14 @@ class TaskLogRouter(io.TextIOBase):
             self._local.task = None
         elif getattr(self._local, "task", None) is not None:
             self._collect(self._local.task, line.removeprefix(INDENT))
+
+    def _cached(self, task_name: str) -> None:
+        """Record a task kfp.local did not run because its outputs are cached."""
+        task = TaskLog(_stage(task_name), status="CACHED")
+        task.finished = task.started
+        with self._lock:
+            self.tasks.append(task)
+        self._on_event("cached", task)
 
     def _collect(self, task: TaskLog, line: str) -> None:
         task.lines.append(line)

@@ -31,6 +31,8 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Run the pipeline; finish the MLflow parent run FINISHED, FAILED or KILLED."""
+    import logging
+
     from rich.console import Console
 
     from pflpipe.pipelines.local import publish, run_local
@@ -41,6 +43,7 @@ def run(args) -> int:
     results_dir = Path(spec.experiment.results_dir)
     # kfp.local swaps sys.stdout during the run; the console keeps the real one.
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
     parent = open_parent_run(spec, spec_yaml=args.spec.read_text(encoding="utf-8"))
     _header(console, spec, parent)
     progress = Progress(console)

@@ -1,0 +1,109 @@
+"""The router that sorts kfp.local's stdout by task, on lines shaped like kfp.local 2.17's."""
+
+import threading
+
+from pflpipe.pipelines.tasklog import TaskLogRouter, stage_error
+
+CYAN, GREEN, RED, RESET = "\x1b[96m", "\x1b[92m", "\x1b[91m", "\x1b[0m"
+
+
+def started(name: str) -> str:
+    return f"21:00:00.000 - INFO - Executing task {CYAN}'{name}'{RESET}\n"
+
+
+def finished(name: str, ok: bool = True) -> str:
+    level, status = ("INFO", f"{GREEN}SUCCESS") if ok else ("ERROR", f"{RED}FAILURE")
+    return f"21:00:01.000 - {level} - Task {CYAN}'{name}'{RESET} finished with status {status}{RESET}\n"
+
+
+def task_output(*lines: str) -> str:
+    return "".join(f"    {line}\n" for line in lines)
+
+
+EXECUTOR_INPUT = ('[KFP Executor INFO]: Got executor_input:', '{', '    "inputs": {',
+                  '        "parameterValues": {', '            "label": "fedper",',
+                  '            "seed": 3,', '            "spec_json": "{\\"seeds\\": [0]}"',
+                  '        }', '    }', '}')
+TRACEBACK = ("Traceback (most recent call last):",
+             '  File "/tmp/x/ephemeral_component.py", line 20, in personalize',
+             "    result = stage.run(spec, seed, label)",
+             "pflpipe.errors.DivergenceError: client 7, round 12: loss became NaN",
+             "       Lower federation.lr; checkpoints for rounds 0-11 are intact.")
+
+
+def test_router_sorts_lines_by_task_and_reads_seed_and_label(tmp_path):
+    events = []
+    router = TaskLogRouter(tmp_path, lambda kind, task: events.append((kind, task.title)))
+
+    router.write(started("partition-data") + task_output("[KFP Executor INFO]: hello"))
+    router.write(finished("partition-data"))
+    router.write(started("personalize") + task_output(*EXECUTOR_INPUT, *TRACEBACK))
+    router.write(finished("personalize", ok=False))
+    router.close()
+
+    assert events == [("started", "partition_data"), ("finished", "partition_data"),
+                      ("started", "personalize"), ("finished", "personalize[fedper] · seed 3")]
+    failed = router.failures()
+    assert [t.title for t in failed] == ["personalize[fedper] · seed 3"]
+    assert failed[0].error() == ("DivergenceError: client 7, round 12: loss became NaN\n"
+                                 "       Lower federation.lr; checkpoints for rounds 0-11 are "
+                                 "intact.")
+    assert failed[0].path == tmp_path / "personalize_fedper_seed_3.log"
+    assert "hello" in (tmp_path / "partition_data.log").read_text()
+    assert "Executing task" in (tmp_path / "pipeline.log").read_text()
+
+
+def test_router_keeps_concurrent_tasks_apart(tmp_path):
+    router = TaskLogRouter(tmp_path, lambda kind, task: None)
+    barrier = threading.Barrier(2)
+
+    def task(label: str) -> None:
+        router.write(started("personalize"))
+        barrier.wait()
+        for i in range(200):  # interleave with the other thread, split writes like print does
+            router.write("    ")
+            router.write(f'"label": "{label}",\n' if i == 0 else f"{label} line {i}\n")
+        barrier.wait()
+        router.write(finished("personalize"))
+
+    threads = [threading.Thread(target=task, args=(label,)) for label in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert sorted(t.label for t in router.tasks) == ["a", "b"]
+    for t in router.tasks:
+        assert all(line.startswith(f"{t.label} line") for line in t.lines[1:])
+        assert len(t.lines) == 200
+
+
+def test_router_reports_cache_hits(tmp_path):
+    events = []
+    router = TaskLogRouter(tmp_path, lambda kind, task: events.append((kind, task.stage)))
+
+    router.write("21:00:00,000 - INFO - Task warm-start-fedavg cache hit (key=0123456789ab); "
+                 "skipping execution.\n")
+
+    assert events == [("cached", "warm_start_fedavg")]
+    assert router.tasks[0].status == "CACHED"
+
+
+def test_stage_error_without_traceback_gives_the_last_lines():
+    assert stage_error(["a", "", "Killed"]) == "a\nKilled"
+
+
+def test_stage_error_takes_the_last_of_chained_tracebacks():
+    lines = ["Traceback (most recent call last):", '  File "a", line 1', "KeyError: 'x'", "",
+             "The above exception was the direct cause of the following exception:", "",
+             "Traceback (most recent call last):", '  File "b", line 2',
+             "pflpipe.errors.DataError: no results.csv in /r"]
+    assert stage_error(lines) == "DataError: no results.csv in /r"
+
+
+def test_tasklog_doctests_pass():
+    import doctest
+
+    from pflpipe.pipelines import tasklog
+
+    assert doctest.testmod(tasklog).failed == 0
