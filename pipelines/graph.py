@@ -78,7 +78,8 @@ def build_pipeline(spec: Spec):
                         spec_json=spec_json, seed=seed, label=label, partition=partition,
                         checkpoints=checkpoints, **tracking), spec, "personalize")
                 gathered["personalized"] = dsl.Collected(personal.outputs["results"])
-            collect = configure(collect_results(spec_json=spec_json, seed=seed, **gathered),
+            collect = configure(collect_results(spec_json=spec_json, seed=seed, **gathered,
+                                                **tracking),
                                 spec, "collect_results")
         report = configure(evaluate_fairness(
             spec_json=spec_json, results=dsl.Collected(collect.outputs["results"]), **tracking),

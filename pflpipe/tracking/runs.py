@@ -71,7 +71,12 @@ def flatten(data: Any, prefix: str = "") -> dict[str, str]:
 
 
 def git_commit(cwd: Path | None = None) -> str | None:
-    """Return the commit checked out in `cwd` (default: here), or None outside a repository."""
+    """Return the commit checked out in `cwd`, or None outside a repository.
+
+    The default is pflpipe's own source directory: the code that ran, wherever the user ran it
+    from (an installed, non-repository copy gives None).
+    """
+    cwd = cwd or Path(__file__).resolve().parent
     try:
         result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
                                 text=True, timeout=10, check=True)

@@ -80,7 +80,8 @@ def chain(tmp_path_factory):
                                     results=a["persfl"], summary=md["persfl"], **track)
     collect_results.python_func(spec_json=full, seed=0, fedavg=a["fedavg"], local=a["local"],
                                 persfl=a["persfl"], personalized=[a["fedper"]],
-                                results=a["seed0"], metrics=a["metrics"], summary=md["seed0"])
+                                results=a["seed0"], metrics=a["metrics"], summary=md["seed0"],
+                                **track)
     evaluate_fairness.python_func(spec_json=full, results=[a["seed0"]], report=a["report"],
                                   html=a["html"], summary=md["report"], **track)
     parent.finish()
@@ -140,9 +141,26 @@ def test_tracked_components_open_child_runs_under_the_parent(chain):
     runs = client.search_runs([chain["parent"].experiment_id],
                               f"tags.mlflow.parentRunId = '{chain['parent'].run_id}'")
     assert {r.data.tags["stage"] for r in runs} == {
-        "train_local", "personalize", "select_teachers", "distill_grid_search"}
+        "warm_start_fedavg", "train_local", "personalize", "select_teachers",
+        "distill_grid_search"}
     parent = client.get_run(chain["parent"].run_id)
     assert any(key.startswith("fedper.test.") for key in parent.data.metrics)
+    assert parent.data.tags["partition_hash.seed-0"] == json.loads(
+        (chain["partition"] / "manifest.json").read_text())["content_hash"]
+
+
+def test_collect_results_logs_the_cached_warm_start_with_round_histories(chain):
+    """The warm start takes no run id (it is cached); collect_results logs it per run."""
+    client = mlflow.MlflowClient(chain["parent"].tracking_uri)
+    (warm,) = client.search_runs([chain["parent"].experiment_id],
+                                 f"tags.mlflow.parentRunId = '{chain['parent'].run_id}' and "
+                                 "tags.stage = 'warm_start_fedavg'")
+    assert warm.data.params["rounds"] == "3" and warm.data.metrics["rounds_completed"] == 3
+    clients = client.search_runs([chain["parent"].experiment_id],
+                                 f"tags.mlflow.parentRunId = '{warm.info.run_id}'")
+    assert sorted(int(r.data.tags["client_id"]) for r in clients) == list(range(N_CLIENTS))
+    history = client.get_metric_history(clients[0].info.run_id, "val_accuracy")
+    assert sorted(m.step for m in history) == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.name)

@@ -6,12 +6,14 @@ stage opens its child run under it, and per-algorithm stages open one run per cl
 
 import subprocess
 import uuid
+from pathlib import Path
 
 import matplotlib
 import pytest
 import torch
 from mlflow import MlflowClient
 
+import pflpipe
 from pflpipe.errors import TrackingError
 from pflpipe.spec import parse_spec
 from pflpipe.tracking import child_run, open_parent_run, parent_tracker
@@ -106,7 +108,8 @@ def test_parent_run_holds_tags_params_spec_and_fairness(tracked):
     assert run.info.status == "FINISHED"
     assert run.data.tags["spec_hash"] == spec.content_hash()
     assert run.data.tags["seed"] == "0" and run.data.tags["kfp_run"] == "local-1"
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(pflpipe.__file__).parent)
     if commit.returncode == 0:
         assert run.data.tags["git_commit"] == commit.stdout.strip()
     assert run.data.params["partition.n_clients"] == str(N_CLIENTS)
