@@ -1,15 +1,27 @@
-"""Upload a spec's pipeline to a KFP API server and start a run (`kfp.Client`)."""
+"""Upload a spec's pipeline to a KFP API server and start a run (`kfp.Client`).
+
+The pipeline is named after the spec's experiment. The first submit uploads it; every later one
+uploads a new version of it. The run always names the exact version it runs: kfp.Client 2.x
+refuses a run from a pipeline id alone (kubeflow/pipelines#11441).
+"""
 
 import contextlib
 import io
+import json
+import logging
+import secrets
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from pflpipe.errors import PflpipeError
 from pflpipe.pipelines.compile import compile_pipeline
+
+#: Seconds between kfp.Client's health checks of the API server (kfp waits 5 s, five times).
+HEALTHZ_PAUSE_S = 1.0
 
 
 class SubmitError(PflpipeError):
@@ -18,10 +30,11 @@ class SubmitError(PflpipeError):
 
 @dataclass(frozen=True)
 class Submitted:
-    """The uploaded pipeline (version) and the started run."""
+    """The uploaded pipeline version and the started run."""
 
     pipeline_id: str
-    version_id: str | None      # None: the pipeline was new, its first version runs
+    version_id: str
+    is_new_pipeline: bool       # True: this submit created the pipeline (its first version)
     experiment_id: str
     run_id: str
     url: str
@@ -32,51 +45,121 @@ def submit(spec, *, host: str, experiment: str, arguments: dict[str, str],
     """Compile, upload (a new pipeline, or a new version of the spec's pipeline) and run.
 
     The pipeline is named after `experiment.name`; `experiment` is the KFP experiment.
+
+    Raises:
+        SubmitError: the server could not be reached or refused a request; the message names
+            the host and the server's answer.
+
     """
     name = spec.experiment.name
     stamp = f"{datetime.now():%Y%m%d-%H%M%S}"
-    with tempfile.TemporaryDirectory() as tmp, _quiet():
+    with tempfile.TemporaryDirectory() as tmp, _quiet() as kfp_log:
         path = compile_pipeline(spec, Path(tmp) / f"{name}.yaml")
         try:
             client = _client(host, namespace)
-            pipeline_id = client.get_pipeline_id(name)
-            version_id = None
-            if pipeline_id is None:
+            pipeline_id = _pipeline_id(client, name, namespace)
+            is_new = pipeline_id is None
+            if is_new:
                 pipeline_id = client.upload_pipeline(str(path), pipeline_name=name,
                                                      namespace=namespace).pipeline_id
+                version_id = _only_version(client, pipeline_id)
             else:
+                # Version names are unique per pipeline: two submits in one second must differ.
                 version_id = client.upload_pipeline_version(
-                    str(path), pipeline_version_name=f"{name}-{stamp}",
+                    str(path), pipeline_version_name=f"{name}-{stamp}-{secrets.token_hex(3)}",
                     pipeline_id=pipeline_id).pipeline_version_id
             exp = client.create_experiment(experiment, namespace=namespace)
             run = client.run_pipeline(exp.experiment_id, run_name or f"{name}-{stamp}",
                                       pipeline_id=pipeline_id, version_id=version_id,
                                       params=arguments)
+        except SubmitError as err:
+            raise SubmitError(f"the KFP API server at {host}: {err}") from err
         except Exception as err:  # noqa: BLE001 - kfp_server_api, urllib3 and ValueError alike
             raise SubmitError(f"the KFP API server at {host} failed the request: "
-                              f"{_reason(err)}") from err
+                              f"{_reason(err, kfp_log)}") from err
     url = f"{host.rstrip('/')}/#/runs/details/{run.run_id}"
-    return Submitted(pipeline_id, version_id, exp.experiment_id, run.run_id, url)
+    return Submitted(pipeline_id, version_id, is_new, exp.experiment_id, run.run_id, url)
 
 
 def _client(host: str, namespace: str | None):
     import kfp
 
-    return kfp.Client(host=host, namespace=namespace or "kubeflow")
+    class Client(kfp.Client):
+        """kfp.Client, failing sooner when the server's health check fails."""
+
+        def get_kfp_healthz(self, sleep_duration: float = HEALTHZ_PAUSE_S):
+            return super().get_kfp_healthz(sleep_duration=sleep_duration)
+
+    return Client(host=host, namespace=namespace or "kubeflow")
+
+
+def _pipeline_id(client, name: str, namespace: str | None) -> str | None:
+    """Return the id of the pipeline called `name` (in `namespace`), or None.
+
+    `kfp.Client.get_pipeline_id` looks only at shared pipelines, so on a multi-user cluster it
+    would miss the pipeline an earlier submit uploaded to the namespace.
+    """
+    query = json.dumps({"predicates": [
+        {"operation": "EQUALS", "key": "display_name", "stringValue": name}]})
+    found = client.list_pipelines(filter=query, namespace=namespace).pipelines or []
+    if len(found) > 1:
+        raise SubmitError(f"{len(found)} pipelines are called {name!r}; delete all but one "
+                          "(or rename experiment.name)")
+    return found[0].pipeline_id if found else None
+
+
+def _only_version(client, pipeline_id: str) -> str:
+    """Return the version id of a pipeline that was just uploaded (it has one version)."""
+    versions = client.list_pipeline_versions(pipeline_id, page_size=1,
+                                             sort_by="created_at desc").pipeline_versions
+    if not versions:
+        raise SubmitError(f"pipeline {pipeline_id} was uploaded but the server lists no version "
+                          "of it")
+    return versions[0].pipeline_version_id
+
+
+class _KfpLog(logging.Filter):
+    """Keep what kfp logs on the root logger (its retries log a traceback each) off the screen."""
+
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
 
 
 @contextlib.contextmanager
-def _quiet():
-    """kfp.Client prints a link per call and warns about its server version; we report once."""
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        yield
+def _quiet() -> Iterator[_KfpLog]:
+    """Silence kfp.Client; `submit` reports once, in one line.
+
+    kfp.Client prints a link per call, warns about its server version and logs each failed
+    health check with a traceback on the root logger. A filter on the root logger sees only
+    records logged on the root logger itself (kfp's ``logging.exception``), not those of named
+    loggers such as pflpipe's.
+    """
+    kfp_log = _KfpLog()
+    root = logging.getLogger()
+    root.addFilter(kfp_log)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield kfp_log
+    finally:
+        root.removeFilter(kfp_log)
 
 
-def _reason(err: Exception) -> str:
+def _reason(err: Exception, kfp_log: _KfpLog | None = None) -> str:
+    """Say what went wrong in one line: the HTTP status and body, or the error itself."""
     status, reason = getattr(err, "status", None), getattr(err, "reason", None)
     body = getattr(err, "body", None)
     if status:
         detail = f": {body.strip()[:300]}" if isinstance(body, str) and body.strip() else ""
         return f"HTTP {status} {reason or ''}".rstrip() + detail
-    return f"{err.__class__.__name__}: {err}"
+    text = f"{err.__class__.__name__}: {err}"
+    # kfp's health check gives up with a bare TimeoutError; the answers it got are in its log.
+    logged = [r.exc_info[1] for r in kfp_log.records if r.exc_info] if kfp_log else []
+    if logged:
+        text += f" (last answer: {_reason(logged[-1])})"
+    return text

@@ -48,8 +48,9 @@ def run(args) -> int:
         raise
     if parent.run_id:
         parent.tracker().set_tags({"kfp_run_id": done.run_id, "kfp_run_url": done.url})
-    print(f"submitted {spec.experiment.name!r} (pipeline {done.pipeline_id}"
-          f"{', version ' + done.version_id if done.version_id else ''}) as run {done.run_id}")
+    uploaded = "new pipeline" if done.is_new_pipeline else "new version of pipeline"
+    print(f"submitted {spec.experiment.name!r} as run {done.run_id} ({uploaded} "
+          f"{done.pipeline_id}, version {done.version_id})")
     print(f"run: {done.url}")
     if parent.run_id:
         print(f"MLflow parent run {parent.run_id} at {parent.tracking_uri}")
