@@ -174,3 +174,11 @@ def test_persfl_client_runs_carry_the_teacher_round_and_chosen_lambda_t(server_r
     for run in distilled:
         assert 0 <= float(run.data.params["lam"]) <= 1
         assert float(run.data.params["temperature"]) > 0
+
+
+def test_readme_quickstart_command_runs_this_spec():
+    """The README's first command is the run these tests make (after installing the project)."""
+    readme = (REPO / "README.md").read_text()
+    command = readme.split("<!-- quickstart-command -->")[1].split("```")[1].strip()
+    assert command.endswith(f"pflpipe run specs/{QUICKSTART.name}")
+    assert " install . " in command  # non-editable: what a user gets
