@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.errors import DataError
+from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 RESULTS = "results.csv"
@@ -71,6 +72,7 @@ def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
     selection = spec.evaluation.selection
     result = CollectedResults(seed, selection, {m: _mean(rows, m, selection) for m in models})
     tracker.log_metrics(result.metrics())
+    upload_results(spec, out, f"seed-{seed}")
     return result
 
 

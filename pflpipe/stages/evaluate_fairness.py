@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.errors import DataError
+from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     for path in (files.json, files.markdown, files.html):
         tracker.log_artifact(path, "report")
     tracker.log_artifact(files.out_dir / "figures", "report/figures")
+    upload_results(spec, files.out_dir, "report")
     return ReportResult(
         out_dir=files.out_dir, files=(files.json, files.markdown, files.html, *files.figures),
         best={s: r.best.model for s, r in report.splits.items()},

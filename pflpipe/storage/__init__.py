@@ -25,4 +25,16 @@ def open_store(storage_spec, default_root: str | Path) -> Store:
     return LocalStore(storage_spec.path or default_root)
 
 
-__all__ = ["LocalStore", "Store", "download_dir", "open_store", "upload_dir"]
+def upload_results(spec, directory: str | Path, name: str) -> list[str]:
+    """Copy a results directory into the spec's S3 store under ``results/<name>/``.
+
+    A local store needs no copy: `pflpipe run` publishes the same directories into the results
+    directory. A later run of the spec overwrites the keys, as it does the local copies.
+    """
+    if spec.storage.kind != "s3":
+        return []
+    store = open_store(spec.storage, default_root=spec.experiment.results_dir)
+    return upload_dir(store, Path(directory), f"results/{name}")
+
+
+__all__ = ["LocalStore", "Store", "download_dir", "open_store", "upload_dir", "upload_results"]
