@@ -30,7 +30,9 @@ def evaluate(ctx, predict: Predict, state: Tree, shared: Tree, split: SplitData,
     loss_sum = torch.zeros(len(order), device=device)
     correct = torch.zeros(len(order), device=device)
     batched = vmap(lambda st, x: predict(st, shared, x, ctx), in_dims=(0, 0))
-    for start in range(0, int(sorted_counts.max()) if len(order) else 0, chunk):
+    largest = int(sorted_counts.max()) if len(order) else 0
+    chunk = max(1, min(chunk, largest))  # small clients: no padding up to `chunk` positions
+    for start in range(0, largest, chunk):
         k = int((sorted_counts > start).sum())
         local = torch.arange(start, start + chunk, device=device).expand(k, chunk)
         valid = local < sorted_counts[:k, None]

@@ -59,12 +59,14 @@ class StackedOptimizer:
                 grad = grad + cfg.weight_decay * p
             if cfg.name == "adam":
                 self._adam(param, p, lr_k, grad, state, step_idx)
-            elif cfg.momentum:
+                continue
+            if cfg.momentum:
                 buf = state.setdefault("momentum", torch.zeros_like(param))[:k]
-                buf.mul_(cfg.momentum).add_(grad)
-                p.sub_(lr_k * buf)
-            else:
-                p.sub_(lr_k * grad)
+                grad = buf.mul_(cfg.momentum).add_(grad)
+            # lr·grad into a buffer kept across steps: the same two roundings as torch's SGD
+            # (which the equality tests rely on), without a fresh [k, ...] allocation per step.
+            update = state.setdefault("update", torch.empty_like(param))[:k]
+            p.sub_(torch.mul(grad, lr_k, out=update))
 
     def _adam(self, param, p, lr_k, grad, state, step_idx) -> None:
         k = p.shape[0]
