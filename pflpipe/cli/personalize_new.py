@@ -1,5 +1,6 @@
 """``pflpipe personalize-new SPEC --client-data FILE``: personalize a client that joins after
-training, from the stored per-round global models and its own data."""
+training, from the stored per-round global models and its own data.
+"""
 
 from pathlib import Path
 

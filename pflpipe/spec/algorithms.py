@@ -1,6 +1,7 @@
 """Parameters of every personalization algorithm: one model per algorithm, the only home of its
 defaults. The algorithm's code lives in ``pflpipe/algorithms/<name>.py``; the parameters live here
-so that validating a spec never imports torch."""
+so that validating a spec never imports torch.
+"""
 
 import re
 from typing import Annotated, Literal
@@ -131,7 +132,8 @@ class ApflParams(FederatedParams):
 
 class PersFLParams(Params):
     """PersFL: per-client optimal teachers then λ/T grid-search distillation; configured by the
-    spec's `teachers` and `distillation` sections."""
+    spec's `teachers` and `distillation` sections.
+    """
 
     name: Literal["persfl"]
 

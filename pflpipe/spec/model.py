@@ -32,7 +32,8 @@ class MlpModel(_Model):
 
 class CnnCifarModel(_Model):
     """The thesis's CIFAR-10 CNN (pFedMe's): two 5×5 convolutions with max-pooling, then
-    fully connected 400 → 120 → 84 → classes."""
+    fully connected 400 → 120 → 84 → classes.
+    """
 
     architecture: Literal["cnn_cifar"]
 

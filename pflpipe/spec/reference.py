@@ -1,5 +1,6 @@
 """Render the spec reference (every section, key, type, default and description) as Markdown,
-from the pydantic models themselves, so the README cannot drift from the code."""
+from the pydantic models themselves, so the README cannot drift from the code.
+"""
 
 import types
 import typing

@@ -1,5 +1,6 @@
 """The remaining spec sections: experiment, federation, teachers, distillation, evaluation,
-tracking, storage, resources and engine."""
+tracking, storage, resources and engine.
+"""
 
 import re
 from typing import Annotated, Literal
@@ -163,7 +164,8 @@ class Tracking(Section):
 
 class _Storage(Section):
     """Where checkpoints and artifacts are kept. Never holds credentials: they come from the
-    environment (or a Kubernetes secret on a cluster) only."""
+    environment (or a Kubernetes secret on a cluster) only.
+    """
 
 
 class LocalStorage(_Storage):

@@ -171,7 +171,8 @@ def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],
                 history: list[dict], extra: Callable[[int], dict] | None = None,
                 models: dict[str, dict] | None = None) -> None:
     """One MLflow child run per client: per-round history (step = round), final scores and,
-    when given, the client's personalized state_dict (`models["client_0000"]`)."""
+    when given, the client's personalized state_dict (`models["client_0000"]`).
+    """
     for client in sorted({row["client"] for row in results}):
         tags = {"client_id": str(client), "algorithm": model, "stage": stage}
         with tracker.child(f"{stage}/{model}/client-{client}", tags) as run:

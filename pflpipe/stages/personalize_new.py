@@ -1,5 +1,6 @@
 """A client that joins after training (thesis §7.1): it picks its teacher among the stored
-per-round global models with its own validation data only, then runs the λ/T grid."""
+per-round global models with its own validation data only, then runs the λ/T grid.
+"""
 
 import json
 from dataclasses import dataclass

@@ -11,7 +11,6 @@ The first test pins the bug itself; when it fails, a kfp upgrade has fixed the b
 """
 
 import json
-import os
 import sys
 from pathlib import Path
 
