@@ -1,5 +1,7 @@
-"""Personalization algorithms. Each file states only how its algorithm differs from FedAvg
-(`pflpipe.algorithms.base`); importing this package registers them all.
+"""Personalization algorithms.
+
+Each file states only how its algorithm differs from FedAvg (`pflpipe.algorithms.base`); importing
+this package registers them all.
 """
 
 from pflpipe.algorithms import apfl, ditto, fedavg_ft, fedper, local, per_fedavg, pfedme  # noqa: F401

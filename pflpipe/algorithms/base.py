@@ -1,5 +1,7 @@
-"""The algorithm extension point. An algorithm says only how it differs from FedAvg; the engine
-(`pflpipe.engine.federation`) owns every loop.
+"""The algorithm extension point.
+
+An algorithm says only how it differs from FedAvg; the engine (`pflpipe.engine.federation`) owns
+every loop.
 
 A client's state is a tree of named groups (see `pflpipe.engine.tree`): ``"model"`` is the
 network it trains and (partly) sends; algorithms add groups such as Ditto's ``"personal"``. The
@@ -76,8 +78,9 @@ class Algorithm(Generic[P]):
         return True
 
     def aggregate(self, global_params: Group, payloads: Group, weights: Tensor) -> Group:
-        """New global values of the payload keys from stacked payloads [C, ...] and weights [C]
-        that sum to one (n_k / n over the round's clients).
+        """New global values of the payload keys from stacked payloads [C, ...] and weights [C].
+
+        The weights sum to one (n_k / n over the round's clients).
         """
         return {key: torch.tensordot(weights.to(value.dtype), value, dims=1)
                 for key, value in payloads.items()}
@@ -88,8 +91,10 @@ class Algorithm(Generic[P]):
 
     # ---- client side (one client; vmapped by the engine) -------------------------------------
     def receive(self, global_params: Group, previous: Tree) -> Tree:
-        """A client's state at the start of a round: the global payload keys, its own values of
-        the keys that are never sent, and its kept groups.
+        """A client's state at the start of a round.
+
+        It holds the global payload keys, its own values of the keys that are never sent, and its
+        kept groups.
         """
         own = {key: value for key, value in previous["model"].items() if not self.is_payload(key)}
         payload = {key: value for key, value in global_params.items() if self.is_payload(key)}
@@ -100,8 +105,9 @@ class Algorithm(Generic[P]):
         return (Phase(),)
 
     def eval_phases(self) -> tuple[Phase, ...]:
-        """Training done before scoring, from the state the client would receive (Per-FedAvg's
-        adaptation step); none by default.
+        """Training done before scoring, from the state the client would receive.
+
+        E.g. Per-FedAvg's adaptation step; none by default.
         """
         return ()
 
@@ -114,8 +120,10 @@ class Algorithm(Generic[P]):
         return ctx.task_loss(state["model"], batch)
 
     def personalized(self, state: Tree, shared: Tree) -> Group:
-        """Parameters of the client's personalized model — what it is scored with. `state` is the
-        client's state after its last local training; `shared["global"]` the global model.
+        """Parameters of the client's personalized model — what it is scored with.
+
+        `state` is the client's state after its last local training; `shared["global"]` the global
+        model.
         """
         if self.predict_with != "model":
             return state[self.predict_with]

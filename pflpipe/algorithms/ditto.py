@@ -1,6 +1,7 @@
-"""Ditto (Li et al., ICML 2021): FedAvg, plus a personal model v per client trained on
-task_loss(v) + λ/2 ‖v − w‖² with w the global model the client received this round. v is never
-sent; v is scored.
+"""Ditto (Li et al., ICML 2021): FedAvg, plus a personal model v per client.
+
+v is trained on task_loss(v) + λ/2 ‖v − w‖² with w the global model the client received this
+round. v is never sent; v is scored.
 """
 
 from pflpipe.algorithms.base import Algorithm, Phase, register

@@ -1,5 +1,7 @@
-"""FedAvg (McMahan et al., AISTATS 2017): clients train the global model on their data for E local
-epochs; the server averages the results weighted by n_k / n. Every hook keeps its default.
+"""FedAvg (McMahan et al., AISTATS 2017): every hook keeps its default.
+
+Clients train the global model on their data for E local epochs; the server averages the results
+weighted by n_k / n.
 """
 
 from pflpipe.algorithms.base import Algorithm

@@ -1,6 +1,8 @@
-"""FedAvg-FT (e.g. Wang et al. 2019; Flow's "FedAvgFT"): the final FedAvg global model fine-tuned
-on each client's training data. It differs from local-only only in its starting point (the warm
-start's final global model), so it sends nothing and one "round" is one fine-tuning epoch.
+"""FedAvg-FT (e.g. Wang et al. 2019; Flow's "FedAvgFT"): FedAvg, then local fine-tuning.
+
+The final FedAvg global model is fine-tuned on each client's training data. It differs from
+local-only only in its starting point (the warm start's final global model), so it sends nothing
+and one "round" is one fine-tuning epoch.
 """
 
 from pflpipe.algorithms.base import Algorithm, register

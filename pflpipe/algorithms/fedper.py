@@ -1,6 +1,7 @@
-"""FedPer (Arivazhagan et al., 2019): base layers are federated as in FedAvg, the head
-(personalization layers) never leaves the client. A client scores with the global base plus its
-own head.
+"""FedPer (Arivazhagan et al., 2019): federated base layers, a head kept per client.
+
+Base layers are federated as in FedAvg, the head (personalization layers) never leaves the client.
+A client scores with the global base plus its own head.
 """
 
 from pflpipe.algorithms.base import Algorithm, register

@@ -1,6 +1,7 @@
-"""Local-only baseline: every client trains alone on its own data, nothing is sent. One "round"
-is one epoch, so the engine's per-round evaluation picks each client's model on its validation
-split (the best epoch).
+"""Local-only baseline: every client trains alone on its own data, nothing is sent.
+
+One "round" is one epoch, so the engine's per-round evaluation picks each client's model on its
+validation split (the best epoch).
 """
 
 from pflpipe.algorithms.base import Algorithm, register

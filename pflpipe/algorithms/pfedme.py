@@ -1,7 +1,8 @@
-"""pFedMe (Dinh et al., NeurIPS 2020): personalized models via Moreau envelopes. On each
-mini-batch a client approximately solves θ̃ = argmin_θ f(θ) + λ/2 ‖θ − w‖² with K gradient steps
-of size `personal_lr` (warm-started from the previous θ̃ of the round), then moves its local w
-by w ← w − η·λ·(w − θ̃), the gradient of the envelope. The server mixes
+"""pFedMe (Dinh et al., NeurIPS 2020): personalized models via Moreau envelopes.
+
+On each mini-batch a client approximately solves θ̃ = argmin_θ f(θ) + λ/2 ‖θ − w‖² with K gradient
+steps of size `personal_lr` (warm-started from the previous θ̃ of the round), then moves its local
+w by w ← w − η·λ·(w − θ̃), the gradient of the envelope. The server mixes
 w ← (1 − β)·w + β·mean_k(w_k). θ̃ is the personalized model.
 """
 

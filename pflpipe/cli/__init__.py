@@ -1,5 +1,7 @@
-"""The ``pflpipe`` command line. Every verb lives in its own module with ``register(subparsers)``;
-heavy imports (torch, kfp, mlflow) happen inside the verb's handler, never here.
+"""The ``pflpipe`` command line.
+
+Every verb lives in its own module with ``register(subparsers)``; heavy imports (torch, kfp,
+mlflow) happen inside the verb's handler, never here.
 """
 
 import argparse

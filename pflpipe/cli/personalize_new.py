@@ -1,5 +1,7 @@
-"""``pflpipe personalize-new SPEC --client-data FILE``: personalize a client that joins after
-training, from the stored per-round global models and its own data.
+"""``pflpipe personalize-new SPEC --client-data FILE``: personalize a late-joining client.
+
+The client joins after training; it is personalized from the stored per-round global models and
+its own data.
 """
 
 from pathlib import Path

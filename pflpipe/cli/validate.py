@@ -42,8 +42,8 @@ def plan(spec) -> str:
         f"{spec.experiment.results_dir}/",
         f"  partition_data      {spec.dataset.name}, {part.strategy} over {part.n_clients} clients "
         f"(train/val/test {part.fractions.train:g}/{part.fractions.val:g}/{part.fractions.test:g})",
-        f"  warm_start_fedavg   {spec.model.architecture}, {fed.rounds} rounds × {fed.local_epochs} "
-        f"local epoch(s), {fed.optimizer} lr {fed.lr:g}, batch {fed.batch_size}",
+        f"  warm_start_fedavg   {spec.model.architecture}, {fed.rounds} rounds × "
+        f"{fed.local_epochs} local epoch(s), {fed.optimizer} lr {fed.lr:g}, batch {fed.batch_size}",
         f"  train_local         local-only baseline, {spec.local_params.epochs} epochs",
     ]
     if algorithms:

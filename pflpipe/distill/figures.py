@@ -1,5 +1,7 @@
-"""PersFL's figures: chosen teacher rounds per client (thesis Fig. 6.1) and the λ–T interaction
-(Figs. 6.2-6.7: accuracy vs λ, one line per T, one panel per client).
+"""PersFL's figures: chosen teacher rounds and the λ–T interaction.
+
+Chosen teacher rounds per client (thesis Fig. 6.1) and the λ–T interaction (Figs. 6.2-6.7:
+accuracy vs λ, one line per T, one panel per client).
 """
 
 import math
@@ -41,11 +43,12 @@ def lambda_t_figure(grid: list[dict], chosen: list[dict], path: Path, split: str
     fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.6 * rows), squeeze=False,
                              sharex=True)
     colors = plt.cm.viridis([i / max(1, len(temperatures) - 1) for i in range(len(temperatures))])
-    for ax, client in zip(axes.flat, clients):
-        for color, t in zip(colors, temperatures):
+    for ax, client in zip(axes.flat, clients, strict=False):
+        for color, t in zip(colors, temperatures, strict=True):
             points = sorted((r["lam"], r[f"{split}_accuracy"]) for r in grid
                             if r["client"] == client and r["temperature"] == t)
-            ax.plot(*zip(*points), marker="o", markersize=3, color=color, label=f"T={t:g}")
+            ax.plot(*zip(*points, strict=True), marker="o", markersize=3, color=color,
+                    label=f"T={t:g}")
         pick = chosen[client]
         ax.scatter([pick["lam"]], [pick[f"{split}_accuracy"]], s=90, facecolors="none",
                    edgecolors="#C44E52", linewidths=1.5, zorder=3)

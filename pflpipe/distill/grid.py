@@ -1,6 +1,7 @@
-"""PersFL stage 2: every client distils its teacher into a student for every (λ, T) of the grid —
-all clients × all grid points trained at once on the engine — and keeps the pair that scores best
-on the selection split (thesis Alg. 1 lines 12-25).
+"""PersFL stage 2: every client distils its teacher into a student for every (λ, T) of the grid.
+
+All clients × all grid points are trained at once on the engine; each client keeps the pair that
+scores best on the selection split (thesis Alg. 1 lines 12-25).
 """
 
 from dataclasses import dataclass
@@ -83,14 +84,16 @@ def run_grid(ctx: Context, trainer, data: FederatedData, teachers: Group, config
     students = result.state["model"]
     scores = _score(ctx, students, data, clients)
     chosen_index = _choose(scores, config.selection_split, n_clients, len(pairs))
-    grid = [{"client": int(c), "lam": float(hp["lam"][m]), "temperature": float(hp["temperature"][m]),
+    grid = [{"client": int(c), "lam": float(hp["lam"][m]),
+             "temperature": float(hp["temperature"][m]),
              **{name: float(values[m]) for name, values in scores.items()}}
             for m, c in enumerate(clients.tolist())]
     chosen = [grid[int(m)] for m in chosen_index]
     return GridResult(grid, chosen, {k: v[chosen_index] for k, v in students.items()})
 
 
-def _score(ctx: Context, students: Group, data: FederatedData, clients: Tensor) -> dict[str, Tensor]:
+def _score(ctx: Context, students: Group, data: FederatedData,
+           clients: Tensor) -> dict[str, Tensor]:
     scores = {}
     for split in ("train", "val", "test"):
         loss, accuracy = evaluate(ctx, lambda st, sh, x, c: c.forward(st["model"], x),

@@ -35,8 +35,10 @@ def distillation_loss(student: Tensor, teacher: Tensor, labels: Tensor, mask: Te
 
 
 def distill_objective(objective: str):
-    """The engine objective of one student: hp carries its λ ("lam") and T ("temperature");
-    the batch carries the teacher's logits, computed once per client ("teacher_logits").
+    """The engine objective of one student.
+
+    hp carries its λ ("lam") and T ("temperature"); the batch carries the teacher's logits, computed
+    once per client ("teacher_logits").
     """
     def one_student(state, batch, shared, hp, ctx):
         student = ctx.forward(state["model"], batch["x"])

@@ -1,5 +1,7 @@
-"""PersFL stage 1: each client's optimal teacher is the round whose global model does best on the
-client's validation split (thesis Alg. 1 lines 1-11, eq. 4.1).
+"""PersFL stage 1: the choice of each client's optimal teacher.
+
+A client's optimal teacher is the round whose global model does best on the client's validation
+split (thesis Alg. 1 lines 1-11, eq. 4.1).
 """
 
 import torch
@@ -7,8 +9,9 @@ from torch import Tensor
 
 
 def choose_rounds(val_loss: Tensor, val_accuracy: Tensor, criterion: str = "val_loss") -> Tensor:
-    """Per client, the round with the lowest validation loss (or highest accuracy); ties go to the
-    earliest round.
+    """Per client, the round with the lowest validation loss (or highest accuracy).
+
+    Ties go to the earliest round.
 
     Args:
         val_loss: [R, C] validation loss of round r's global model on client c (rows are the

@@ -1,5 +1,7 @@
-"""The built-in networks. Each has a `base` and a `head` submodule; the head (its state-dict
-prefix ``head.``) is what FedPer, FedRep and pFedVEM keep per client.
+"""The built-in networks.
+
+Each has a `base` and a `head` submodule; the head (its state-dict prefix ``head.``) is what
+FedPer, FedRep and pFedVEM keep per client.
 """
 
 import math
@@ -40,8 +42,10 @@ class LogisticRegression(Mlp):
 
 
 class CnnCifar(nn.Module):
-    """The thesis's CIFAR-10 CNN (pFedMe's): conv 5×5 (6) → pool → conv 5×5 (16) → pool →
-    fully connected 400 → 120 → 84 → classes, ReLU after every layer but the last.
+    """The thesis's CIFAR-10 CNN (pFedMe's).
+
+    Conv 5×5 (6) → pool → conv 5×5 (16) → pool → fully connected 400 → 120 → 84 → classes, ReLU
+    after every layer but the last.
     """
 
     head_prefixes = ("head.",)
