@@ -1,6 +1,8 @@
-"""Parameters of every personalization algorithm: one model per algorithm, the only home of its
-defaults. The algorithm's code lives in ``pflpipe/algorithms/<name>.py``; the parameters live here
-so that validating a spec never imports torch.
+"""Parameters of every personalization algorithm.
+
+One model per algorithm, the only home of its defaults. The algorithm's code lives in
+``pflpipe/algorithms/<name>.py``; the parameters live here so that validating a spec never imports
+torch.
 """
 
 import re
@@ -131,8 +133,9 @@ class ApflParams(FederatedParams):
 
 
 class PersFLParams(Params):
-    """PersFL: per-client optimal teachers then λ/T grid-search distillation; configured by the
-    spec's `teachers` and `distillation` sections.
+    """PersFL: per-client optimal teachers then λ/T grid-search distillation.
+
+    Configured by the spec's `teachers` and `distillation` sections.
     """
 
     name: Literal["persfl"]
@@ -144,5 +147,6 @@ Algorithm = Annotated[
     Field(discriminator="name"),
 ]
 
-#: Algorithms that run in the `personalize` stage (PersFL and the baselines have stages of their own).
+#: Algorithms that run in the `personalize` stage (PersFL and the baselines have stages of
+#: their own).
 PERSONALIZE = ("fedavg_ft", "fedper", "pfedme", "per_fedavg", "ditto", "apfl")

@@ -86,7 +86,9 @@ class ArraysDataset(_Files):
     """
 
     name: Literal["arrays"]
-    path: str = Field(description="File with arrays x, y (and optionally client); relative to root.")
+    path: str = Field(
+        description="File with arrays x, y (and optionally client); relative to root."
+    )
     n_classes: int | None = Field(
         None, ge=2, description="Number of classes; inferred as max(y)+1 when omitted."
     )

@@ -137,7 +137,9 @@ def _model_at(loc: Loc, data: Any) -> type[BaseModel] | None:
             return None
         current = current[part] if isinstance(current, dict | list) else None
     annotation = _pick(annotation, current)
-    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
 
 
 def _pick(annotation: Any, value: Any) -> Any:
@@ -181,7 +183,8 @@ def _message(error: dict, loc: Loc, data: Any) -> tuple[Loc, str]:
         allowed = _keys_of(model) if model else []
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.5)
         parent = _value_at(loc[:-1], data)
-        owner = next((parent[t] for t in ("name",) if isinstance(parent, dict) and t in parent), None)
+        owner = next((parent[t] for t in ("name",) if isinstance(parent, dict) and t in parent),
+                     None)
         if any(word in str(loc[-1]).lower() for word in _CREDENTIAL_WORDS):
             return loc, ("credentials are never read from the spec; set AWS_ACCESS_KEY_ID / "
                          "AWS_SECRET_ACCESS_KEY in the environment, or name a Kubernetes secret "
@@ -229,7 +232,8 @@ def _value_at(loc: Loc, data: Any) -> Any:
     return data
 
 
-def format_errors(err: ValidationError, data: Any, lines: dict[Loc, int], filename: str) -> list[str]:
+def format_errors(err: ValidationError, data: Any, lines: dict[Loc, int],
+                  filename: str) -> list[str]:
     """Format every validation error as `FILE:LINE: path: message`, in file order."""
     out: list[tuple[int, str]] = []
     for error in err.errors():

@@ -31,8 +31,9 @@ class MlpModel(_Model):
 
 
 class CnnCifarModel(_Model):
-    """The thesis's CIFAR-10 CNN (pFedMe's): two 5×5 convolutions with max-pooling, then
-    fully connected 400 → 120 → 84 → classes.
+    """The thesis's CIFAR-10 CNN (pFedMe's).
+
+    Two 5×5 convolutions with max-pooling, then fully connected 400 → 120 → 84 → classes.
     """
 
     architecture: Literal["cnn_cifar"]

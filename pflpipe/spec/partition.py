@@ -15,7 +15,9 @@ class Fractions(Section):
     and train the rest (at least one); each class is spread over the splits in proportion (±1).
     """
 
-    train: float = Field(0.6, gt=0, lt=1, description="Fraction of a client's samples for training.")
+    train: float = Field(
+        0.6, gt=0, lt=1, description="Fraction of a client's samples for training."
+    )
     val: float = Field(0.2, gt=0, lt=1, description="Fraction for validation (model selection).")
     test: float = Field(0.2, gt=0, lt=1, description="Fraction for testing (reported accuracy).")
 

@@ -1,5 +1,6 @@
-"""Render the spec reference (every section, key, type, default and description) as Markdown,
-from the pydantic models themselves, so the README cannot drift from the code.
+"""Render the spec reference (every section, key, type, default and description) as Markdown.
+
+It is rendered from the pydantic models themselves, so the README cannot drift from the code.
 """
 
 import types
@@ -63,7 +64,8 @@ def _variants(annotation: Any) -> list[type[BaseModel]]:
     if typing.get_origin(inner) is list:
         inner = _strip(typing.get_args(inner)[0])
     if typing.get_origin(inner) in (typing.Union, types.UnionType):
-        return [a for a in typing.get_args(inner) if isinstance(a, type) and issubclass(a, BaseModel)]
+        return [a for a in typing.get_args(inner)
+                if isinstance(a, type) and issubclass(a, BaseModel)]
     return []
 
 

@@ -1,5 +1,7 @@
-"""The remaining spec sections: experiment, federation, teachers, distillation, evaluation,
-tracking, storage, resources and engine.
+"""The remaining spec sections.
+
+Experiment, federation, teachers, distillation, evaluation, tracking, storage, resources and
+engine.
 """
 
 import re
@@ -26,7 +28,9 @@ class Experiment(Section):
     name: str = Field(description="Experiment name: lowercase letters, digits and '-'.")
     description: str = Field("", description="Free text shown in the report and MLflow.")
     seeds: list[int] = Field([0], min_length=1, description="Repeated runs, one per seed.")
-    output_dir: str | None = Field(None, description="Results directory; results/<name> if omitted.")
+    output_dir: str | None = Field(
+        None, description="Results directory; results/<name> if omitted."
+    )
 
     @field_validator("name")
     @classmethod
@@ -128,7 +132,9 @@ class Baselines(Section):
     """Which result-table models are the baselines of QoI = P − max(G, L)."""
 
     local: str = Field("local", description="Model name of the local-only baseline (L).")
-    global_: str = Field("fedavg", alias="global", description="Model name of the global model (G).")
+    global_: str = Field(
+        "fedavg", alias="global", description="Model name of the global model (G)."
+    )
 
     model_config = Section.model_config | {"populate_by_name": True}
 
@@ -158,13 +164,17 @@ class Tracking(Section):
         description="Tracking URI; $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the "
         "working directory.",
     )
-    experiment: str | None = Field(None, description="MLflow experiment; experiment.name if omitted.")
+    experiment: str | None = Field(
+        None, description="MLflow experiment; experiment.name if omitted."
+    )
     log_models: bool = Field(True, description="Log every client's personalized state_dict.")
 
 
 class _Storage(Section):
-    """Where checkpoints and artifacts are kept. Never holds credentials: they come from the
-    environment (or a Kubernetes secret on a cluster) only.
+    """Where checkpoints and artifacts are kept.
+
+    Never holds credentials: they come from the environment (or a Kubernetes secret on a cluster)
+    only.
     """
 
 
@@ -188,7 +198,9 @@ class S3Storage(_Storage):
         description="Kubernetes secret holding AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, mounted "
         "as environment variables on the cluster (never read by pflpipe itself).",
     )
-    max_attempts: int = Field(5, ge=1, le=20, description="Attempts per request on transient errors.")
+    max_attempts: int = Field(
+        5, ge=1, le=20, description="Attempts per request on transient errors."
+    )
 
     @field_validator("bucket")
     @classmethod
@@ -212,7 +224,9 @@ class Toleration(Section):
 
 def _quantity(value: str | None) -> str | None:
     if value is not None and not _QUANTITY.match(value):
-        raise ValueError(f"must be a Kubernetes quantity such as '500m', '2' or '4Gi' (got {value!r})")
+        raise ValueError(
+            f"must be a Kubernetes quantity such as '500m', '2' or '4Gi' (got {value!r})"
+        )
     return value
 
 
