@@ -1,5 +1,7 @@
-"""What the training stages share: loading a partition onto the engine, the model, the checkpoint
-store of a stage, and writing a results directory (docs/contracts.md).
+"""What the training stages share.
+
+Loading a partition onto the engine, the model, the checkpoint store of a stage, and writing a
+results directory (docs/contracts.md).
 """
 
 import csv
@@ -135,6 +137,7 @@ def client_models(params: Group) -> dict[str, dict]:
 
 
 def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
+    """Write `rows` as a CSV with the columns `fields` (other keys of a row are ignored)."""
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -170,8 +173,10 @@ def mean_by_round(rows: list[dict], split: str, key: str, data: FederatedData) -
 def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],
                 history: list[dict], extra: Callable[[int], dict] | None = None,
                 models: dict[str, dict] | None = None) -> None:
-    """One MLflow child run per client: per-round history (step = round), final scores and,
-    when given, the client's personalized state_dict (`models["client_0000"]`).
+    """One MLflow child run per client.
+
+    Each run holds the per-round history (step = round), final scores and, when given, the
+    client's personalized state_dict (`models["client_0000"]`).
     """
     for client in sorted({row["client"] for row in results}):
         tags = {"client_id": str(client), "algorithm": model, "stage": stage}

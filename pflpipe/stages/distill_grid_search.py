@@ -1,5 +1,7 @@
-"""Stage `distill_grid_search`: PersFL stage 2 — every client × every (λ, T) student trained at
-once from the client's teacher; each client keeps the pair best on the selection split.
+"""Stage `distill_grid_search`: PersFL stage 2.
+
+Every client × every (λ, T) student is trained at once from the client's teacher; each client keeps
+the pair best on the selection split.
 """
 
 import json

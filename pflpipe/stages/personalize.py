@@ -1,5 +1,7 @@
-"""Stage `personalize`: one personalization algorithm of the spec, run on the engine from the
-warm start's checkpoint (its final model, any round's, or the seeded initial model).
+"""Stage `personalize`: one personalization algorithm of the spec, run on the engine.
+
+It starts from the warm start's checkpoint (its final model, any round's, or the seeded initial
+model).
 """
 
 import hashlib
@@ -103,5 +105,6 @@ def _digest(params) -> str:
 
 
 def _mean(results: list[dict], selection: str) -> float:
-    values = [r["accuracy"] for r in results if r["selection"] == selection and r["split"] == "test"]
+    values = [r["accuracy"] for r in results
+              if r["selection"] == selection and r["split"] == "test"]
     return sum(values) / len(values)

@@ -1,5 +1,7 @@
-"""A client that joins after training (thesis §7.1): it picks its teacher among the stored
-per-round global models with its own validation data only, then runs the λ/T grid.
+"""A client that joins after training (thesis §7.1).
+
+It picks its teacher among the stored per-round global models with its own validation data only,
+then runs the λ/T grid.
 """
 
 import json
@@ -55,7 +57,8 @@ def run(spec, client_file: Path, partition_dir: Path, checkpoints_dir: Path, out
                                 spec.teachers.criterion)[0]) + 1
     dist = spec.distillation
     config = GridConfig(lambdas=tuple(dist.lambdas), temperatures=tuple(dist.temperatures),
-                        epochs=dist.epochs, batch_size=dist.batch_size or spec.federation.batch_size,
+                        epochs=dist.epochs,
+                        batch_size=dist.batch_size or spec.federation.batch_size,
                         lr=dist.lr or spec.federation.lr, objective=dist.objective,
                         selection_split=dist.selection_split, optimizer=common.optimizer(spec),
                         seed=seed)

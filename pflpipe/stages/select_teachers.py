@@ -1,5 +1,7 @@
-"""Stage `select_teachers`: each client's optimal teacher round from the warm start's per-round ×
-per-client validation scores (thesis eq. 4.1), or the last round (the Table 6.4 ablation).
+"""Stage `select_teachers`: each client's optimal teacher round.
+
+It is chosen from the warm start's per-round × per-client validation scores (thesis eq. 4.1), or
+is the last round (the Table 6.4 ablation).
 """
 
 import json

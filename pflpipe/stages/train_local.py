@@ -1,5 +1,7 @@
-"""Stage `train_local`: the local-only baseline — every client trains alone from the seeded
-initial model; its model is the epoch best on its validation split.
+"""Stage `train_local`: the local-only baseline.
+
+Every client trains alone from the seeded initial model; its model is the epoch best on its
+validation split.
 """
 
 from pathlib import Path

@@ -1,6 +1,8 @@
-"""Stage `warm_start_fedavg`: FedAvg from the seeded initial model, keeping every round's global
-model and every round's per-client validation and test scores (the input of teacher selection).
-Checkpoints go to the spec's storage as they are made, so a killed run resumes.
+"""Stage `warm_start_fedavg`: FedAvg from the seeded initial model.
+
+It keeps every round's global model and every round's per-client validation and test scores (the
+input of teacher selection). Checkpoints go to the spec's storage as they are made, so a killed run
+resumes.
 """
 
 import logging
@@ -112,8 +114,10 @@ def _write_checkpoints(store, out_dir: Path, result, data) -> None:
 
 
 def _global_results(rows: list[dict], last: int, seed: int, data) -> tuple[list[dict], int]:
-    """The global model is one model: its best-val round is the round with the best
-    sample-weighted mean validation accuracy (ties: lower mean loss, then the earlier round).
+    """The global model's results; it is one model, so it has one best-val round.
+
+    Its best-val round is the round with the best sample-weighted mean validation accuracy (ties:
+    lower mean loss, then the earlier round).
     """
     accuracy = common.mean_by_round(rows, "val", "accuracy", data)
     loss = common.mean_by_round(rows, "val", "loss", data)
@@ -133,5 +137,6 @@ def _global_results(rows: list[dict], last: int, seed: int, data) -> tuple[list[
 
 
 def _mean(results: list[dict], selection: str) -> float:
-    values = [r["accuracy"] for r in results if r["selection"] == selection and r["split"] == "test"]
+    values = [r["accuracy"] for r in results
+              if r["selection"] == selection and r["split"] == "test"]
     return sum(values) / len(values)

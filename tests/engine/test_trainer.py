@@ -14,7 +14,10 @@ def _objective(state, batch, shared, hp, ctx):
     return ctx.task_loss(state["model"], batch)
 
 
-def _job(ds3, optimizer=OptimizerConfig(), steps=None, lr=None):
+SGD = OptimizerConfig()
+
+
+def _job(ds3, optimizer=SGD, steps=None, lr=None):
     _, s = ds3
     n = s.data.n_clients
     counts = s.data.train.counts

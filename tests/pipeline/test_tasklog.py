@@ -13,7 +13,8 @@ def started(name: str) -> str:
 
 def finished(name: str, ok: bool = True) -> str:
     level, status = ("INFO", f"{GREEN}SUCCESS") if ok else ("ERROR", f"{RED}FAILURE")
-    return f"21:00:01.000 - {level} - Task {CYAN}'{name}'{RESET} finished with status {status}{RESET}\n"
+    return (f"21:00:01.000 - {level} - Task {CYAN}'{name}'{RESET} finished with status "
+            f"{status}{RESET}\n")
 
 
 def task_output(*lines: str) -> str:
