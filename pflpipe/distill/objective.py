@@ -23,6 +23,7 @@ def distillation_loss(student: Tensor, teacher: Tensor, labels: Tensor, mask: Te
                       lam: Tensor, temperature: Tensor, objective: str = "kl") -> Tensor:
     """(1 − λ)·CE(y, A(x)) + λ·T²·soft(O(x), A(x); T), averaged over the real samples.
 
+    >>> import torch
     >>> s = torch.tensor([[2.0, 0.0]]); t = torch.tensor([[0.0, 0.0]]); y = torch.tensor([0])
     >>> round(float(distillation_loss(s, t, y, torch.ones(1), torch.tensor(0.0),
     ...                               torch.tensor(1.0))), 4)          # CE = log(1 + e^-2)

@@ -1,5 +1,7 @@
-"""The round loop, written once: sample clients, receive, train the algorithm's phases, aggregate,
-evaluate every client's personalized model, checkpoint. Every algorithm runs through it.
+"""The round loop, written once; every algorithm runs through it.
+
+Each round: sample clients, receive, train the algorithm's phases, aggregate, evaluate every
+client's personalized model, checkpoint.
 
 Checkpoints make a run resumable: after round r the store holds ``round_r.pt`` (the global
 state_dict), ``state_r.pt`` (everything else the next rounds depend on) and, written last,
@@ -151,8 +153,9 @@ class Federation:
         result = self.trainer.train(job)
         self._check_finite(result, clients, round_idx, phase, lr)
         if phase_idx == 0 and round_idx > 0:
+            losses = zip(clients.tolist(), result.loss.tolist(), strict=True)
             snap["rows"] += [{"round": round_idx, "client": c, "split": "train", "loss": loss}
-                             for c, loss in zip(clients.tolist(), result.loss.tolist(), strict=True)]
+                             for c, loss in losses]
         return result.state
 
     def _check_finite(self, result, clients: Tensor, round_idx: int, phase: Phase, lr: float):
@@ -189,7 +192,8 @@ class Federation:
             scores[f"{split}_loss"], scores[f"{split}_accuracy"] = loss, acc
             snap["rows"] += [{"round": round_idx, "client": c, "split": split, "loss": lo,
                               "accuracy": ac}
-                             for c, (lo, ac) in enumerate(zip(loss.tolist(), acc.tolist(), strict=True))]
+                             for c, (lo, ac) in enumerate(zip(loss.tolist(), acc.tolist(),
+                                                              strict=True))]
         scores["round"] = torch.full_like(scores["val_loss"], round_idx)
         snap["last"] = scores
         self._track_best(snap, scores, params)

@@ -1,6 +1,8 @@
-"""Optimizers over stacked parameters: one update steps every active member, each with its own
-learning rate. They reproduce torch.optim.SGD (momentum, weight decay) and torch.optim.Adam step
-for step; the sequential reference uses torch.optim itself, and the tests compare the two.
+"""Optimizers over stacked parameters: one update steps every active member.
+
+Each member has its own learning rate. They reproduce torch.optim.SGD (momentum, weight decay)
+and torch.optim.Adam step for step; the sequential reference uses torch.optim itself, and the
+tests compare the two.
 """
 
 import math

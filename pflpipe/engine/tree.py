@@ -27,8 +27,12 @@ def broadcast(group: Mapping[str, Tensor], members: int) -> Group:
 
 
 def select(tree: Tree, index: Tensor) -> Tree:
-    """The members `index` (a LongTensor) of a stacked tree, copied."""
-    return tree_map(lambda value: value.index_select(0, index), tree)
+    """The members `index` (a LongTensor) of a stacked tree, copied.
+
+    Advanced indexing, not `index_select`: on CPU, torch 2.15's index_select along dim 0 takes
+    ~50x longer for a sorted index (84 ms vs 1.8 ms for [100, 100, 784]).
+    """
+    return tree_map(lambda value: value[index], tree)
 
 
 def assign(target: Tree, index: Tensor, source: Tree) -> None:

@@ -1,0 +1,19 @@
+"""Every docstring example in the modules no other runner covers holds.
+
+The data, metrics and task log modules have runners of their own.
+"""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.storage.s3",
+           "pflpipe.tracking.runs", "pflpipe.tracking.scrub"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples_hold(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+
+    assert result.attempted > 0 and result.failed == 0
