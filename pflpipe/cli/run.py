@@ -43,6 +43,8 @@ def run(args) -> int:
     results_dir = Path(spec.experiment.results_dir)
     # kfp.local swaps sys.stdout during the run; the console keeps the real one.
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
+
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
     parent = open_parent_run(spec, spec_yaml=args.spec.read_text(encoding="utf-8"))
     _header(console, spec, parent)
