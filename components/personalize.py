@@ -22,5 +22,5 @@ def personalize(spec_json: str, seed: int, label: str, tracking_uri: str, experi
     with child_run(spec.tracking, tracking_uri, experiment, parent_run_id,
                    f"personalize/{label}", tags) as tracker:
         result = stage.run(spec, seed, label, Path(partition.path), Path(checkpoints.path),
-                           Path(results.path), tracker=tracker)
+                           Path(results.path), tracker=tracker, progress=True)
     Path(summary.path).write_text(result.to_markdown())

@@ -29,5 +29,5 @@ def train_local(spec_json: str, seed: int, tracking_uri: str, experiment: str,
     with child_run(spec.tracking, tracking_uri, experiment, parent_run_id, "train_local",
                    {"seed": str(seed), "partition_hash": partition_hash}) as tracker:
         result = stage.run(spec, seed, Path(partition.path), Path(results.path),
-                           tracker=tracker)
+                           tracker=tracker, progress=True)
     Path(summary.path).write_text(result.to_markdown())

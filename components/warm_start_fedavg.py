@@ -23,5 +23,5 @@ def warm_start_fedavg(spec_json: str, seed: int, partition: Input[Dataset],
 
     spec = Spec.model_validate_json(spec_json)
     result = stage.run(spec, seed, Path(partition.path), Path(checkpoints.path),
-                       Path(results.path))
+                       Path(results.path), progress=True)
     Path(summary.path).write_text(result.to_markdown())

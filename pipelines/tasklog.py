@@ -21,6 +21,8 @@ FINISHED = re.compile(r" - (?:INFO|ERROR) - Task '([\w-]+)' finished with status
 CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit")
 SEED = re.compile(r'^\s*"seed": (\d+),?$')
 LABEL = re.compile(r'^\s*"label": "([^"]+)",?$')
+#: `pflpipe.stages.common.PROGRESS`, printed by a training stage after each round.
+PROGRESS = re.compile(r"^pflpipe progress: round (\d+)/(\d+)")
 TRACEBACK = "Traceback (most recent call last):"
 #: Lines of a subprocess are indented by kfp.local (logging_utils.indented_print).
 INDENT = "    "
@@ -38,6 +40,7 @@ class TaskLog:
     seed: int | None = None
     label: str | None = None
     path: Path | None = None         # the task's log file, once written
+    progress: tuple[int, int] | None = None  # (round, rounds) of the latest progress line
 
     @property
     def title(self) -> str:
@@ -78,8 +81,8 @@ class TaskLogRouter(io.TextIOBase):
 
     Args:
         log_dir: where ``pipeline.log`` (everything) and one ``<task>.log`` per task go.
-        on_event: called with ("started" | "finished" | "cached", TaskLog) from the runner's
-            threads.
+        on_event: called with ("started" | "progress" | "finished" | "cached", TaskLog) from
+            the runner's threads.
 
     """
 
@@ -145,6 +148,9 @@ class TaskLogRouter(io.TextIOBase):
             task.seed = int(match.group(1))
         if task.label is None and (match := LABEL.match(line)):
             task.label = match.group(1)
+        if match := PROGRESS.match(line):
+            task.progress = (int(match.group(1)), int(match.group(2)))
+            self._on_event("progress", task)
 
     def _finish(self, task: TaskLog, status: str) -> None:
         task.status, task.finished = status, time.monotonic()

@@ -73,7 +73,10 @@ def with_results_dir(spec, results: Path | None):
 
 
 class Progress:
-    """Prints a line per finished stage; shows the running ones on a terminal."""
+    """Prints a line per finished stage; shows the running ones, with their round, on a terminal.
+
+    The status line is rich's, drawn only on a terminal: quiet in tests, logs and CI.
+    """
 
     SYMBOL = {"SUCCESS": "[green]✓[/]", "FAILURE": "[red]✗[/]", "CACHED": "[cyan]↺[/]"}
 
@@ -95,15 +98,22 @@ class Progress:
         from rich.markup import escape
 
         with self._lock:
-            if kind == "started":
+            if kind in ("started", "progress"):
                 self.running[id(task)] = task
             else:
                 self.running.pop(id(task), None)
                 when = "cached" if kind == "cached" else f"{task.seconds:5.1f} s"
                 self.console.print(f"  {self.SYMBOL.get(task.status, '?')} "
                                    f"{escape(task.title):<40} {when:>8}")
-            names = ", ".join(escape(t.title) for t in self.running.values())
+            names = ", ".join(escape(_running(t)) for t in self.running.values())
             self._status.update(f"running {names}" if names else "between stages")
+
+
+def _running(task) -> str:
+    """A running task for the status line: its title and, once known, its round."""
+    if task.progress is None:
+        return task.title
+    return f"{task.title} (round {task.progress[0]}/{task.progress[1]})"
 
 
 def _header(console, spec, parent) -> None:

@@ -77,6 +77,21 @@ def optimizer(spec) -> OptimizerConfig:
     return OptimizerConfig.from_spec(spec.federation)
 
 
+#: The line a stage prints after each round; `pflpipe run` shows the latest one of each task.
+PROGRESS = "pflpipe progress: round {round}/{rounds}"
+
+
+def round_progress(rounds: int) -> Callable[[int, list[dict]], None]:
+    """Return an `on_round` callback printing `PROGRESS` (mean validation accuracy too)."""
+    def on_round(round_idx: int, rows: list[dict]) -> None:
+        accuracy = [r["accuracy"] for r in rows if r["split"] == "val"
+                    and r.get("accuracy") not in (None, "")]
+        mean = f", mean val accuracy {sum(accuracy) / len(accuracy):.4f}" if accuracy else ""
+        print(PROGRESS.format(round=round_idx, rounds=rounds) + mean, flush=True)
+
+    return on_round
+
+
 def checkpoint_store(spec, stage: str, key: dict) -> tuple[Store, str]:
     """The stable store a stage checkpoints into (so a rerun resumes), and its key.
 

@@ -39,9 +39,12 @@ class PersonalizeResult:
 
 
 def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path | None,
-        results_dir: Path, *, tracker: Tracker = NULL_TRACKER, stage: str = STAGE
-        ) -> PersonalizeResult:
-    """Run the personalization entry called `label`; write its results directory."""
+        results_dir: Path, *, tracker: Tracker = NULL_TRACKER, stage: str = STAGE,
+        progress: bool = False) -> PersonalizeResult:
+    """Run the personalization entry called `label`; write its results directory.
+
+    With `progress`, a line per round goes to stdout (`common.PROGRESS`, for `pflpipe run`).
+    """
     entry = spec.algorithm(label) if label != "local" else spec.local_params
     s = common.setup(spec, seed, partition_dir)
     init = _starting_point(entry, s, checkpoints_dir)
@@ -60,7 +63,8 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     store, key = common.checkpoint_store(spec, stage, {
         "seed": seed, "partition": s.partition_hash, "entry": entry.model_dump(mode="json"),
         "plan": repr(plan), "init": _digest(init), **common.engine_key(spec)})
-    result = Federation(algorithm, s.ctx, s.data, s.trainer, plan, store, key).run(init)
+    result = Federation(algorithm, s.ctx, s.data, s.trainer, plan, store, key,
+                        common.round_progress(plan.rounds) if progress else None).run(init)
     model = entry.display_name
     results = common.federation_rows(result, model, seed, s.data)
     history = common.history_rows(result.rows, model, seed)

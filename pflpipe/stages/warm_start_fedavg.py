@@ -42,8 +42,12 @@ class WarmStartResult:
 
 def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir: Path, *,
         tracker: Tracker = NULL_TRACKER,
-        on_round: Callable[[int, list[dict]], None] | None = None) -> WarmStartResult:
-    """Run (or resume) FedAvg; write the checkpoint and results directories."""
+        on_round: Callable[[int, list[dict]], None] | None = None,
+        progress: bool = False) -> WarmStartResult:
+    """Run (or resume) FedAvg; write the checkpoint and results directories.
+
+    With `progress` (and no `on_round`), a line per round goes to stdout (`common.PROGRESS`).
+    """
     s = common.setup(spec, seed, partition_dir)
     fed = spec.federation
     plan = Plan(rounds=fed.rounds, local_epochs=fed.local_epochs, batch_size=fed.batch_size,
@@ -55,6 +59,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
         "seed": seed, "partition": s.partition_hash, "federation": fed.model_dump(mode="json"),
         **common.engine_key(spec)})
     algorithm = FedAvg(None, head=s.head, lr=fed.lr, local_epochs=fed.local_epochs)
+    if progress and on_round is None:
+        on_round = common.round_progress(fed.rounds)
     result = Federation(algorithm, s.ctx, s.data, s.trainer, plan, store, key, on_round).run(s.init)
     _write_checkpoints(store, Path(checkpoints_dir), result, s.data)
     results, best_round = _global_results(result.rows, result.rounds_completed, seed, s.data)

@@ -54,6 +54,25 @@ def test_router_sorts_lines_by_task_and_reads_seed_and_label(tmp_path):
     assert "Executing task" in (tmp_path / "pipeline.log").read_text()
 
 
+def test_router_reports_each_round_a_stage_prints(tmp_path, capsys):
+    """The line a training stage prints per round becomes a "progress" event with its round."""
+    from pflpipe.pipelines.tasklog import PROGRESS as PARSED
+    from pflpipe.stages.common import round_progress
+
+    round_progress(30)(12, [{"split": "val", "accuracy": 0.5}, {"split": "val", "accuracy": 1.0},
+                            {"split": "test", "accuracy": 0.0}])
+    printed = capsys.readouterr().out.strip()
+    assert printed == "pflpipe progress: round 12/30, mean val accuracy 0.7500"
+    assert PARSED.match(printed)
+    events = []
+    router = TaskLogRouter(tmp_path, lambda kind, task: events.append((kind, task.progress)))
+
+    router.write(started("warm-start-fedavg") + task_output(*EXECUTOR_INPUT, printed))
+    router.write(finished("warm-start-fedavg"))
+
+    assert events == [("started", None), ("progress", (12, 30)), ("finished", (12, 30))]
+
+
 def test_router_keeps_concurrent_tasks_apart(tmp_path):
     router = TaskLogRouter(tmp_path, lambda kind, task: None)
     barrier = threading.Barrier(2)
