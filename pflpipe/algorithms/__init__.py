@@ -1,18 +1,27 @@
 """Personalization algorithms.
 
-Each file states only how its algorithm differs from FedAvg (`pflpipe.algorithms.base`); importing
-this package registers them all.
+Each module states only how its algorithm differs from FedAvg (`pflpipe.algorithms.base`) and
+registers it under its params model's name; importing this package imports (and so registers)
+every module in it.
 """
 
-from pflpipe.algorithms import apfl, ditto, fedavg_ft, fedper, local, per_fedavg, pfedme  # noqa: F401
-from pflpipe.algorithms.base import REGISTRY, Algorithm, Phase, register
+import importlib
+import pkgutil
+
+from pflpipe.algorithms.base import REGISTRY, Algorithm, Phase, Round, register
 from pflpipe.algorithms.fedavg import FedAvg
 
-__all__ = ["REGISTRY", "Algorithm", "FedAvg", "Phase", "build", "register"]
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["REGISTRY", "Algorithm", "FedAvg", "Phase", "Round", "build", "register"]
 
 
 def build(entry, *, head: frozenset[str], federation) -> Algorithm:
     """The algorithm a personalization entry of the spec names, with its resolved lr/epochs."""
-    cls = REGISTRY[entry.name]
-    local_epochs = getattr(entry, "local_epochs", None) or federation.local_epochs
-    return cls(entry, head=head, lr=entry.lr or federation.lr, local_epochs=local_epochs)
+    if entry.name not in REGISTRY:
+        raise KeyError(f"no algorithm is registered under {entry.name!r} (registered: "
+                       f"{sorted(REGISTRY)}); its module in pflpipe/algorithms/ must decorate "
+                       "its class with @register")
+    return REGISTRY[entry.name](entry, head=head, lr=entry.lr or federation.lr,
+                                local_epochs=entry.rounds_of(federation).local_epochs)

@@ -9,7 +9,7 @@ inside the mixture), and — when adaptive — α a projected gradient step
 import torch
 
 from pflpipe.algorithms.base import Algorithm, Phase, register
-from pflpipe.spec.algorithms import ApflParams
+from pflpipe.spec.algorithms.apfl import ApflParams
 
 
 def _detached(params):

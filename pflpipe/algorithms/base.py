@@ -1,36 +1,55 @@
 """The algorithm extension point.
 
 An algorithm says only how it differs from FedAvg; the engine (`pflpipe.engine.federation`) owns
-every loop.
-
-A client's state is a tree of named groups (see `pflpipe.engine.tree`): ``"model"`` is the
+every loop. A client's state is a tree of named groups (`pflpipe.engine.tree`): ``"model"`` is the
 network it trains and (partly) sends; algorithms add groups such as Ditto's ``"personal"``. The
-hooks, each with its FedAvg default:
+server holds the global model and, when an algorithm needs it, a server state (a tree too).
 
-=================  ===========================================================  ===================
-hook               defines                                                      FedAvg default
-=================  ===========================================================  ===================
-``phases``         local training: which groups, which objective, how long      train ``model``
-``local_objective``the loss one client minimises (one member, pure)              task loss
-``is_payload``     which ``model`` keys are sent and aggregated                  every key
-``aggregate``      how the server combines payloads                              mean weighted n_k/n
-``kept``           groups that survive rounds per client, never aggregated       none
-``personalized``   which of a client's models is scored as "personalized"       the global model
-=================  ===========================================================  ===================
+Server-side hooks see one round at once (a `Round`, client axis first, outside vmap):
 
-Hooks that see one client's tensors (``receive``, objectives, ``predict``) are pure tensor
-functions: the engine vmaps them over clients. They write nothing to ``self``, call no
-``.item()`` and branch on no tensor value.
+==================  ===========================================================  ==================
+hook                defines                                                      FedAvg default
+==================  ===========================================================  ==================
+``modules``         extra networks (a router …); their parameters start in the   none
+                    server state under the module's name
+``init_server``     the server state before round 1                              empty
+``init_kept``       a client's kept groups before round 1                        none
+``dispatch``        what each client starts the round from, per client [C]       the global model
+``schedule``        each client's steps and learning rate of a phase [C]         epochs × batches
+``is_payload``      which ``model`` keys are sent and aggregated                 every key
+``aggregate``       how the server combines payloads                             mean weighted n_k/n
+``server_step``     new global values and server state from the round's client   `aggregate` of the
+                    states (any group) and sample counts                         payloads
+==================  ===========================================================  ==================
+
+Client-side hooks are written for one client; the engine vmaps them over clients:
+
+==================  ===========================================================  ==================
+``receive``         a client's state at the start of a round                     global payload +
+                                                                                 own keys + kept
+``phases``          local training: which groups, which objective, how long      train ``model``
+``local_objective`` the loss one client minimises on one mini-batch              task loss
+``finish``          the state a client keeps after local training                as trained
+``eval_phases``     training done before scoring (Per-FedAvg's adaptation)        none
+``personalized``    the parameters of the client's personalized network          ``predict_with``
+``scored``          the client's personalized model as a tree (stored, scored)   {"model": …}
+``predict``         outputs of that model on inputs (a mixture, an MC average)    forward pass
+==================  ===========================================================  ==================
+
+``kept`` (groups that survive rounds per client, never aggregated) and ``predict_with`` (the group
+scored by default) are class attributes. Client-side hooks are pure tensor functions: they write
+nothing to ``self``, call no ``.item()`` and branch on no tensor value. Randomness comes from the
+engine: ``ctx.normal(batch["key"], shape)`` in objectives and ``ctx.normal(key, shape)`` in
+`predict` draw noise from the member's seed and step, never from the global RNG.
 """
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Generic, TypeVar
 
-import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from pflpipe.engine.tree import Group, Tree, merge
+from pflpipe.engine.tree import Group, Tree, merge, weighted_mean
 from pflpipe.spec.algorithms import Params
 
 P = TypeVar("P", bound=Params)
@@ -58,11 +77,31 @@ class Phase:
     batches_per_step: int = 1             # mini-batches each step draws (Per-FedAvg: 2 or 3)
 
 
+@dataclass(frozen=True)
+class Round:
+    """What the server-side hooks see of one round; tensors have the client axis first."""
+
+    index: int            # round_idx (1 for the first round)
+    clients: Tensor       # [C] ids of the round's clients
+    counts: Tensor        # [C] their training samples
+    n_clients: int        # M: every client of the federation
+    global_params: Group  # the global model at the start of the round
+    server: Tree          # the server state at the start of the round
+    states: Tree          # [C] client states: before training (dispatch, schedule), after it
+                          # (server_step)
+
+    @property
+    def weights(self) -> Tensor:
+        """FedAvg's weights n_k / n over the round's clients [C]."""
+        counts = self.counts.to(next(iter(self.global_params.values())).dtype)
+        return counts / counts.sum()
+
+
 class Algorithm(Generic[P]):
     """FedAvg. Subclasses override only the hooks in which they differ."""
 
     kept: ClassVar[tuple[str, ...]] = ()   # groups carried over rounds per client
-    predict_with: ClassVar[str] = "model"  # group scored by the default `predict`
+    predict_with: ClassVar[str] = "model"  # group scored by the default `personalized`
 
     def __init__(self, params: P, *, head: frozenset[str], lr: float, local_epochs: int):
         self.params, self.head, self.lr, self.local_epochs = params, head, lr, local_epochs
@@ -72,7 +111,28 @@ class Algorithm(Generic[P]):
         """The params model this algorithm is configured by."""
         return cls.__orig_bases__[0].__args__[0]  # type: ignore[attr-defined]
 
-    # ---- server side ------------------------------------------------------------------------
+    # ---- server side (one round, every client at once) --------------------------------------
+    def modules(self, in_shape: tuple[int, ...], n_outputs: int) -> dict[str, nn.Module]:
+        """Extra networks, built by the engine under a seeded RNG; called by name via `ctx.call`."""
+        return {}
+
+    def init_server(self, global_params: Group, n_clients: int) -> Tree:
+        """The server state before round 1 (besides the `modules`' parameters)."""
+        return {}
+
+    def init_kept(self, global_params: Group) -> Tree:
+        """Initial kept groups of one client (unbatched)."""
+        return {}
+
+    def dispatch(self, round: Round) -> Group | None:
+        """Per-client starting values of the global model [C, ...]; None: all get the global."""
+        return None
+
+    def schedule(self, round: Round, phase: Phase, steps: Tensor, lr: Tensor
+                 ) -> tuple[Tensor, Tensor]:
+        """Each client's optimizer steps [C] and learning rate [C] of `phase` this round."""
+        return steps, lr
+
     def is_payload(self, key: str) -> bool:
         """Whether `model[key]` is sent to the server and aggregated."""
         return True
@@ -82,19 +142,22 @@ class Algorithm(Generic[P]):
 
         The weights sum to one (n_k / n over the round's clients).
         """
-        return {key: torch.tensordot(weights.to(value.dtype), value, dims=1)
-                for key, value in payloads.items()}
+        return weighted_mean(payloads, weights)
 
-    def init_kept(self, global_params: Group) -> Tree:
-        """Initial kept groups of one client (unbatched)."""
-        return {}
+    def server_step(self, round: Round) -> tuple[Group, Tree]:
+        """New global values (of the keys that change) and the new server state."""
+        payloads = {k: v for k, v in round.states["model"].items() if self.is_payload(k)}
+        if not payloads:
+            return {}, round.server
+        return self.aggregate(round.global_params, payloads, round.weights), round.server
 
     # ---- client side (one client; vmapped by the engine) -------------------------------------
-    def receive(self, global_params: Group, previous: Tree) -> Tree:
+    def receive(self, global_params: Group, previous: Tree, shared: Tree | None = None) -> Tree:
         """A client's state at the start of a round.
 
         It holds the global payload keys, its own values of the keys that are never sent, and its
-        kept groups.
+        kept groups. `global_params` is what `dispatch` sent this client; `shared` holds the
+        global model (``"global"``) and the server state (``"server"``).
         """
         own = {key: value for key, value in previous["model"].items() if not self.is_payload(key)}
         payload = {key: value for key, value in global_params.items() if self.is_payload(key)}
@@ -112,19 +175,35 @@ class Algorithm(Generic[P]):
         return ()
 
     def local_objective(self, state: Tree, batch, shared: Tree, hp, ctx) -> Tensor:
-        """Loss of one client on one mini-batch."""
+        """Loss of one client on one mini-batch (optionally with new values of some groups)."""
         return self.task_objective(state, batch, shared, hp, ctx)
 
     def task_objective(self, state: Tree, batch, shared: Tree, hp, ctx) -> Tensor:
         """The plain task loss of the client's `model` (fine-tuning, adaptation steps)."""
         return ctx.task_loss(state["model"], batch)
 
+    def finish(self, start: Tree, trained: Tree, shared: Tree) -> Tree:
+        """The state a client keeps (and uploads) after local training that began at `start`."""
+        return trained
+
     def personalized(self, state: Tree, shared: Tree) -> Group:
-        """Parameters of the client's personalized model — what it is scored with.
+        """Parameters of the client's personalized network.
 
         `state` is the client's state after its last local training; `shared["global"]` the global
         model.
         """
         if self.predict_with != "model":
             return state[self.predict_with]
-        return self.receive(shared["global"], state)["model"]
+        return self.receive(shared["global"], state, shared)["model"]
+
+    def scored(self, state: Tree, shared: Tree) -> Tree:
+        """The client's personalized model as a tree of groups.
+
+        It is what `predict` scores, what is kept at the client's best round and what is written
+        as the client's model artifact.
+        """
+        return {"model": self.personalized(state, shared)}
+
+    def predict(self, model: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
+        """Outputs of a `scored` model on inputs `x`; `key` seeds any noise (`ctx.normal`)."""
+        return ctx.forward(model["model"], x)

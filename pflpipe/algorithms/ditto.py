@@ -6,7 +6,7 @@ round. v is never sent; v is scored.
 
 from pflpipe.algorithms.base import Algorithm, Phase, register
 from pflpipe.engine.tree import sq_dist
-from pflpipe.spec.algorithms import DittoParams
+from pflpipe.spec.algorithms.ditto import DittoParams
 
 
 @register

@@ -6,7 +6,7 @@ and one "round" is one fine-tuning epoch.
 """
 
 from pflpipe.algorithms.base import Algorithm, register
-from pflpipe.spec.algorithms import FedAvgFtParams
+from pflpipe.spec.algorithms.fedavg_ft import FedAvgFtParams
 
 
 @register

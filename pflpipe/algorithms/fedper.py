@@ -5,7 +5,7 @@ A client scores with the global base plus its own head.
 """
 
 from pflpipe.algorithms.base import Algorithm, register
-from pflpipe.spec.algorithms import FedPerParams
+from pflpipe.spec.algorithms.fedper import FedPerParams
 
 
 @register

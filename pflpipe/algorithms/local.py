@@ -5,7 +5,7 @@ validation split (the best epoch).
 """
 
 from pflpipe.algorithms.base import Algorithm, register
-from pflpipe.spec.algorithms import LocalParams
+from pflpipe.spec.algorithms.local import LocalParams
 
 
 @register

@@ -13,7 +13,7 @@ import torch
 
 from pflpipe.algorithms.base import Algorithm, Phase, register
 from pflpipe.engine.trainer import sub_batch
-from pflpipe.spec.algorithms import PerFedAvgParams
+from pflpipe.spec.algorithms.per_fedavg import PerFedAvgParams
 
 
 def _detached(params):

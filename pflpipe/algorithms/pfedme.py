@@ -10,7 +10,7 @@ import torch
 
 from pflpipe.algorithms.base import Algorithm, register
 from pflpipe.engine.tree import sq_dist
-from pflpipe.spec.algorithms import PFedMeParams
+from pflpipe.spec.algorithms.pfedme import PFedMeParams
 
 
 @register
@@ -19,7 +19,7 @@ class PFedMe(Algorithm[PFedMeParams]):
 
     predict_with = "personal"
 
-    def receive(self, global_params, previous):
+    def receive(self, global_params, previous, shared=None):
         """W and θ both start the round at the global model."""
         return {"model": dict(global_params), "personal": dict(global_params)}
 

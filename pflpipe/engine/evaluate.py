@@ -10,26 +10,32 @@ from torch.nn import functional as F
 from pflpipe.engine.data import SplitData
 from pflpipe.engine.tree import Tree, tree_map
 
-Predict = Callable[..., Tensor]  # predict(state, shared, x, ctx) -> outputs, for ONE member
+#: predict(state, shared, x, ctx) -> outputs of ONE member; with `keys`, predict(…, ctx, key).
+Predict = Callable[..., Tensor]
 
 
 @torch.no_grad()
 def evaluate(ctx, predict: Predict, state: Tree, shared: Tree, split: SplitData, clients: Tensor,
-             chunk: int = 512) -> tuple[Tensor, Tensor]:
+             chunk: int = 512, keys: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Mean loss [M] and accuracy [M] of every member on its client's samples of `split`.
 
     Members are sorted by sample count so that, for each chunk of sample positions, the members
     that still have samples form a prefix; work is proportional to the real number of samples.
-    Accuracy is NaN for a regression task; both are NaN for a client with no samples.
+    Accuracy is NaN for a regression task; both are NaN for a client with no samples. `keys` [M]
+    (int64) are the members' noise keys, passed on to `predict` when given.
     """
     device = split.x.device
     counts = split.counts[clients.to(split.offsets.device)].to(device)
     order = torch.argsort(counts.cpu(), descending=True, stable=True).to(device)
     sorted_counts, starts = counts[order], split.offsets[clients.to(device)][order]
     state = tree_map(lambda t: t[order], state)
+    if keys is None:
+        member, keys = (lambda st, x, key: predict(st, shared, x, ctx)), torch.zeros_like(order)
+    else:
+        member, keys = (lambda st, x, key: predict(st, shared, x, ctx, key)), keys.to(device)[order]
     loss_sum = torch.zeros(len(order), device=device)
     correct = torch.zeros(len(order), device=device)
-    batched = vmap(lambda st, x: predict(st, shared, x, ctx), in_dims=(0, 0))
+    batched = vmap(member, in_dims=(0, 0, 0))
     largest = int(sorted_counts.max()) if len(order) else 0
     chunk = max(1, min(chunk, largest))  # small clients: no padding up to `chunk` positions
     for start in range(0, largest, chunk):
@@ -37,7 +43,7 @@ def evaluate(ctx, predict: Predict, state: Tree, shared: Tree, split: SplitData,
         local = torch.arange(start, start + chunk, device=device).expand(k, chunk)
         valid = local < sorted_counts[:k, None]
         rows = starts[:k, None] + torch.minimum(local, sorted_counts[:k, None] - 1)
-        outputs = batched(tree_map(lambda t, k=k: t[:k], state), split.x[rows])
+        outputs = batched(tree_map(lambda t, k=k: t[:k], state), split.x[rows], keys[:k])
         targets = split.y[rows]
         if ctx.task == "regression":
             per_sample = (outputs.squeeze(-1) - targets) ** 2

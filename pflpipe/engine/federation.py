@@ -1,7 +1,8 @@
 """The round loop, written once; every algorithm runs through it.
 
-Each round: sample clients, receive, train the algorithm's phases, aggregate, evaluate every
-client's personalized model, checkpoint.
+Each round: sample clients, dispatch and receive, train the algorithm's phases (each client on its
+own schedule), finish, the server step (aggregate, server state), evaluate every client's
+personalized model, checkpoint.
 
 Checkpoints make a run resumable: after round r the store holds ``round_r.pt`` (the global
 state_dict), ``state_r.pt`` (everything else the next rounds depend on) and, written last,
@@ -10,6 +11,7 @@ finished round and ends with exactly the result of an uninterrupted run: every r
 derived from (seed, round, client, phase), never from a running generator.
 """
 
+import dataclasses
 import io
 import json
 import logging
@@ -21,9 +23,10 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
-from pflpipe.algorithms.base import Algorithm, Phase
+from pflpipe.algorithms.base import Algorithm, Phase, Round
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
 from pflpipe.engine.evaluate import evaluate
+from pflpipe.engine.noise import step_keys
 from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.trainer import Context, Job
 from pflpipe.engine.tree import Group, Tree, assign, broadcast, merge, select, tree_map, where
@@ -32,6 +35,8 @@ from pflpipe.storage.base import Store
 
 log = logging.getLogger(__name__)
 METRICS = ("round", "val_loss", "val_accuracy", "test_loss", "test_accuracy")
+#: Salts of the random streams that are not a training phase's.
+_MODULES_SALT, _EVAL_SALT, _EVAL_PHASES = 1_000_001, 1_000_002, 100
 
 
 @dataclass(frozen=True)
@@ -57,12 +62,18 @@ class FederationResult:
 
     global_params: Group
     state: Tree                   # every client's state after its last local training [C]
-    best_params: Group            # each client's personalized params at its best-val round [C]
+    best_model: Tree              # each client's `scored` model at its best-val round [C]
     best: dict[str, Tensor]       # METRICS at each client's best-val round [C]
     last: dict[str, Tensor]       # METRICS at the last evaluated round [C]
     rows: list[dict]              # round × client × split: loss, accuracy (and train loss)
     rounds_completed: int
     stopped_early: bool
+    server: Tree = field(default_factory=dict)   # the server state after the last round
+
+    @property
+    def best_params(self) -> Group:
+        """The personalized network's parameters at each client's best-val round [C]."""
+        return self.best_model.get("model", {})
 
 
 class Federation:
@@ -71,10 +82,13 @@ class Federation:
     def __init__(self, algorithm: Algorithm, ctx: Context, data: FederatedData, trainer,
                  plan: Plan, store: Store | None = None, fingerprint: str = "",
                  on_round: Callable[[int, list[dict]], None] | None = None):
-        self.algorithm, self.ctx, self.data, self.trainer = algorithm, ctx, data, trainer
+        self.algorithm, self.data, self.trainer = algorithm, data, trainer
         self.plan, self.store, self.fingerprint, self.on_round = plan, store, fingerprint, on_round
         self.n_clients = data.n_clients
         self.all_clients = torch.arange(self.n_clients, device=data.train.x.device)
+        self.ctx = self._with_modules(ctx)
+        if self.ctx is not ctx:
+            trainer.ctx = self.ctx
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self, init_global: Group) -> FederationResult:
@@ -92,17 +106,34 @@ class Federation:
             self._save(snap, round_idx)
             if self.on_round:
                 self.on_round(round_idx, [r for r in snap["rows"] if r["round"] == round_idx])
-        return FederationResult(snap["global"], snap["state"], snap["best_params"], snap["best"],
-                                snap["last"], snap["rows"], snap["round"], snap["stopped"])
+        return FederationResult(snap["global"], snap["state"], snap["best_model"], snap["best"],
+                                snap["last"], snap["rows"], snap["round"], snap["stopped"],
+                                snap["server"])
+
+    def _with_modules(self, ctx: Context) -> Context:
+        """The context with the algorithm's extra networks, built under a seeded RNG."""
+        x = self.data.train.x
+        with torch.no_grad():
+            n_outputs = ctx.model(x[:1]).shape[-1]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(member_seed(self.plan.seed, self.plan.stream, _MODULES_SALT))
+            modules = self.algorithm.modules(tuple(x.shape[1:]), n_outputs)
+        if not modules:
+            return ctx
+        return dataclasses.replace(ctx, modules={n: m.to(x.device) for n, m in modules.items()})
 
     def _start(self, init_global: Group) -> dict:
         algo, n = self.algorithm, self.n_clients
+        server = {name: {k: v.detach().clone() for k, v in module.state_dict().items()}
+                  for name, module in self.ctx.modules.items()}
+        server.update(algo.init_server(init_global, n))
         kept = {g: broadcast(t, n) for g, t in algo.init_kept(init_global).items()}
         initial = {"model": broadcast(init_global, n), **kept}
-        state = vmap(algo.receive, in_dims=(None, 0))(init_global, initial)
+        shared = {"global": init_global, "server": server}
+        state = vmap(algo.receive, in_dims=(None, 0, None))(init_global, initial, shared)
         state = tree_map(torch.Tensor.contiguous, state)
-        snap = {"round": 0, "global": dict(init_global), "state": state, "rows": [],
-                "stopped": False, "early": {"best": float("inf"), "bad": 0}}
+        snap = {"round": 0, "global": dict(init_global), "server": server, "state": state,
+                "rows": [], "stopped": False, "early": {"best": float("inf"), "bad": 0}}
         self._evaluate(snap, 0)
         self._save(snap, 0)
         return snap
@@ -110,16 +141,24 @@ class Federation:
     def _round(self, snap: dict, round_idx: int) -> None:
         algo, global_params = self.algorithm, snap["global"]
         clients = self._sample(round_idx)
-        state = vmap(algo.receive, in_dims=(None, 0))(global_params, select(snap["state"], clients))
+        info = self._info(snap, round_idx, clients, select(snap["state"], clients))
+        shared = {"global": global_params, "server": snap["server"]}
+        sent = algo.dispatch(info)
+        state = vmap(algo.receive, in_dims=(None if sent is None else 0, 0, None))(
+            global_params if sent is None else sent, info.states, shared)
+        start = state
         for phase_idx, phase in enumerate(algo.phases()):
-            state = self._train(state, clients, phase, round_idx, phase_idx, global_params, snap)
-        payload = {k: v for k, v in state["model"].items() if algo.is_payload(k)}
-        if payload:
-            counts = self.data.train.counts[clients.to(self.data.train.offsets.device)].float()
-            weights = (counts / counts.sum()).to(clients.device)
-            snap["global"] = merge(global_params, algo.aggregate(global_params, payload, weights))
+            state = self._train(state, info, phase, phase_idx, shared, snap)
+        state = vmap(algo.finish, in_dims=(0, 0, None))(start, state, shared)
+        new_global, snap["server"] = algo.server_step(dataclasses.replace(info, states=state))
+        snap["global"] = merge(global_params, new_global)
         assign(snap["state"], clients, state)
         snap["round"] = round_idx
+
+    def _info(self, snap: dict, round_idx: int, clients: Tensor, states: Tree) -> Round:
+        counts = self.data.train.counts[clients.to(self.data.train.offsets.device)]
+        return Round(round_idx, clients, counts.to(clients.device), self.n_clients,
+                     snap["global"], snap["server"], states)
 
     def _sample(self, round_idx: int) -> Tensor:
         fraction = self.plan.client_fraction
@@ -130,26 +169,27 @@ class Federation:
         chosen = np.sort(rng.choice(self.n_clients, size=count, replace=False))
         return torch.as_tensor(chosen, device=self.all_clients.device)
 
-    def _train(self, state: Tree, clients: Tensor, phase: Phase, round_idx: int, phase_idx: int,
-               global_params: Group, snap: dict) -> Tree:
-        plan, data = self.plan, self.data.train
-        counts = data.counts[clients.to(data.offsets.device)].cpu()
+    def _train(self, state: Tree, info: Round, phase: Phase, phase_idx: int, shared: Tree,
+               snap: dict) -> Tree:
+        plan, data, clients, round_idx = self.plan, self.data.train, info.clients, info.index
+        counts = info.counts.cpu()
         if phase.steps is not None:
             steps = torch.full((len(clients),), phase.steps, dtype=torch.long)
         else:
             steps = steps_for_epochs(counts, plan.batch_size, phase.epochs or plan.local_epochs,
                                      phase.batches_per_step)
-        lr = phase.lr or plan.lr
+        lr = torch.full((len(clients),), phase.lr or plan.lr, device=clients.device)
+        steps, lr = self.algorithm.schedule(dataclasses.replace(info, states=state), phase,
+                                            steps, lr)
         job = Job(
             state=state, train=phase.train, objective=getattr(self.algorithm, phase.objective),
-            data=data, clients=clients, steps=steps,
-            lr={g: torch.full((len(clients),), phase.group_lr.get(g, lr), device=clients.device)
+            data=data, clients=clients, steps=steps.cpu().long(),
+            lr={g: torch.full_like(lr, phase.group_lr[g]) if g in phase.group_lr else lr
                 for g in phase.train},
             batch_size=plan.batch_size,
             seeds=[member_seed(plan.seed, plan.stream, round_idx, c, phase_idx)
                    for c in clients.tolist()],
-            shared={"global": global_params}, batches_per_step=phase.batches_per_step,
-            optimizer=plan.optimizer)
+            shared=shared, batches_per_step=phase.batches_per_step, optimizer=plan.optimizer)
         result = self.trainer.train(job)
         self._check_finite(result, clients, round_idx, phase, lr)
         if phase_idx == 0 and round_idx > 0:
@@ -158,12 +198,12 @@ class Federation:
                              for c, loss in losses]
         return result.state
 
-    def _check_finite(self, result, clients: Tensor, round_idx: int, phase: Phase, lr: float):
+    def _check_finite(self, result, clients: Tensor, round_idx: int, phase: Phase, lrs: Tensor):
         bad = (result.bad_step >= 0).nonzero().flatten().tolist()
         if not bad:
             return
         member = bad[0]
-        client, step = int(clients[member]), int(result.bad_step[member])
+        client, step, lr = int(clients[member]), int(result.bad_step[member]), float(lrs[member])
         done = "round 0" if round_idx == 1 else f"rounds 0–{round_idx - 1}"
         kept = (f"checkpoints of {done} are intact in {self.store.uri}"
                 if self.store is not None and round_idx > 0 else "nothing was checkpointed yet")
@@ -176,19 +216,21 @@ class Federation:
 
     # ---- evaluation ------------------------------------------------------------------------
     def _evaluate(self, snap: dict, round_idx: int) -> None:
-        algo, global_params = self.algorithm, snap["global"]
-        state = snap["state"]
+        algo, state = self.algorithm, snap["state"]
+        shared = {"global": snap["global"], "server": snap["server"]}
         if algo.eval_phases():
-            state = vmap(algo.receive, in_dims=(None, 0))(global_params, state)
+            state = vmap(algo.receive, in_dims=(None, 0, None))(snap["global"], state, shared)
+            info = self._info(snap, round_idx, self.all_clients, state)
             for phase_idx, phase in enumerate(algo.eval_phases()):
-                state = self._train(state, self.all_clients, phase, round_idx, 100 + phase_idx,
-                                    global_params, {"rows": []})
-        shared = {"global": global_params}
-        params = vmap(algo.personalized, in_dims=(0, None))(state, shared)
+                state = self._train(state, info, phase, _EVAL_PHASES + phase_idx, shared,
+                                    {"rows": []})
+        models = vmap(algo.scored, in_dims=(0, None))(state, shared)
+        keys = step_keys([member_seed(self.plan.seed, self.plan.stream, round_idx, _EVAL_SALT)],
+                         self.n_clients)[0]
         scores = {}
         for split in ("val", "test"):
-            loss, acc = evaluate(self.ctx, _forward, {"model": params}, {},
-                                 self.data.split(split), self.all_clients)
+            loss, acc = evaluate(self.ctx, _predict(algo), models, {}, self.data.split(split),
+                                 self.all_clients, keys=keys)
             scores[f"{split}_loss"], scores[f"{split}_accuracy"] = loss, acc
             snap["rows"] += [{"round": round_idx, "client": c, "split": split, "loss": lo,
                               "accuracy": ac}
@@ -196,21 +238,19 @@ class Federation:
                                                               strict=True))]
         scores["round"] = torch.full_like(scores["val_loss"], round_idx)
         snap["last"] = scores
-        self._track_best(snap, scores, params)
+        self._track_best(snap, scores, models)
         self._early_stop(snap, scores)
 
-    def _track_best(self, snap: dict, scores: dict, params: Group) -> None:
+    def _track_best(self, snap: dict, scores: dict, models: Tree) -> None:
         if "best" not in snap:
-            snap["best"], snap["best_params"] = dict(scores), tree_map(
-                torch.Tensor.clone, {"model": params})["model"]
+            snap["best"], snap["best_model"] = dict(scores), tree_map(torch.Tensor.clone, models)
             return
         best = snap["best"]
         acc, best_acc = scores["val_accuracy"], best["val_accuracy"]
         tie = (acc == best_acc) | (acc.isnan() & best_acc.isnan())
         improved = (acc > best_acc) | (tie & (scores["val_loss"] < best["val_loss"]))
         snap["best"] = {k: torch.where(improved, scores[k], best[k]) for k in METRICS}
-        snap["best_params"] = where(improved, {"model": params},
-                                    {"model": snap["best_params"]})["model"]
+        snap["best_model"] = where(improved, models, snap["best_model"])
 
     def _early_stop(self, snap: dict, scores: dict) -> None:
         if self.plan.early_stop is None or snap["round"] == 0:
@@ -260,8 +300,12 @@ class Federation:
         return snap
 
 
-def _forward(state: Tree, shared: Tree, x: Tensor, ctx) -> Tensor:
-    return ctx.forward(state["model"], x)
+def _predict(algorithm: Algorithm):
+    """Adapt `algorithm.predict` to `evaluate`'s per-member signature."""
+    def predict(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
+        return algorithm.predict(model, x, ctx, key)
+
+    return predict
 
 
 def _dump(obj) -> bytes:

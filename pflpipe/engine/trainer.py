@@ -23,6 +23,7 @@ from torch.func import functional_call, vmap
 from torch.nn import functional as F
 
 from pflpipe.engine.data import SplitData, schedule
+from pflpipe.engine.noise import normal, step_keys
 from pflpipe.engine.optim import OptimizerConfig, StackedOptimizer
 from pflpipe.engine.tree import Tree, member, select, tree_map
 
@@ -34,14 +35,23 @@ Objective = Callable[..., "Tensor | tuple[Tensor, Tree]"]
 
 @dataclass
 class Context:
-    """What every objective may call: the model's forward pass and the task loss."""
+    """What every objective may call: the forward passes, the task loss and engine noise."""
 
     model: nn.Module
     task: str = "classification"
+    modules: dict[str, nn.Module] = field(default_factory=dict)  # an algorithm's extra networks
 
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
         """Model output for inputs `x` with parameters `params`."""
         return functional_call(self.model, params, (x,))
+
+    def call(self, name: str, params: dict[str, Tensor], *args: Tensor) -> Tensor:
+        """Output of the extra network `name` (an algorithm's `modules`) with `params`."""
+        return functional_call(self.modules[name], params, args)
+
+    def normal(self, key: Tensor, shape: tuple[int, ...], salt: int = 0) -> Tensor:
+        """Standard normal noise from a member's `key` (``batch["key"]`` in objectives)."""
+        return normal(key, tuple(shape), salt)
 
     def loss(self, output: Tensor, batch: Batch) -> Tensor:
         """Mean task loss over the batch's real (unmasked) samples."""
@@ -59,7 +69,7 @@ class Context:
 
 def sub_batch(batch: Batch, index: int) -> Batch:
     """The `index`-th mini-batch of a step that draws several (Per-FedAvg draws 2 or 3)."""
-    return {key: value[index] for key, value in batch.items()}
+    return {name: value if name == "key" else value[index] for name, value in batch.items()}
 
 
 @dataclass
@@ -74,7 +84,7 @@ class Job:
     steps: Tensor                     # [M] int64: optimizer steps of member m
     lr: dict[str, Tensor]             # group -> [M] learning rates
     batch_size: int
-    seeds: list[int]                  # [M] seeds of the members' mini-batch order
+    seeds: list[int]                  # [M] seeds of the members' mini-batch order and noise
     shared: Tree = field(default_factory=dict)   # the same for every member (e.g. global model)
     hp: dict[str, Tensor] = field(default_factory=dict)   # per-member scalars [M] (λ, T, …)
     batches_per_step: int = 1
@@ -126,6 +136,7 @@ class BatchedTrainer:
         clients = job.clients.to(device)[order.to(device)]
         hp = {name: value[order.to(value.device)] for name, value in job.hp.items()}
         index = _index_table(job, order, max_steps).to(device)
+        noise_keys = step_keys([job.seeds[m] for m in order.tolist()], max_steps).to(device)
         keys = [(g, k) for g in job.train for k in state[g]]
         params = [state[g][k] for g, k in keys]
         lrs = [job.lr[g].to(device)[order.to(device)] for g, _ in keys]
@@ -136,7 +147,7 @@ class BatchedTrainer:
         # at step s the members with more than s steps are active: a prefix of the sorted order
         active = (sorted_steps.unsqueeze(0) > torch.arange(max_steps).unsqueeze(1)).sum(1).tolist()
         for step, k in enumerate(active):
-            batch = self.gather(job, index[:k, step], clients[:k])
+            batch = {**self.gather(job, index[:k, step], clients[:k]), "key": noise_keys[:k, step]}
             view = {g: {key: t[:k].detach().requires_grad_(g in job.train)
                         for key, t in group.items()} for g, group in state.items()}
             losses, updates = step_fn(view, batch, job.shared, {n: v[:k] for n, v in hp.items()})
@@ -232,9 +243,11 @@ class SequentialTrainer:
         steps = int(job.steps[m])
         order = schedule(len(y), steps, job.batch_size, job.seeds[m], job.batches_per_step)
         hp = {name: value[m] for name, value in job.hp.items()}
+        noise_keys = step_keys([job.seeds[m]], steps)[0].to(x.device)
         total, bad_step = 0.0, -1
         for step in range(steps):
-            batch = _plain_batch(order[step], x, y, extra, job.batches_per_step)
+            batch = {**_plain_batch(order[step], x, y, extra, job.batches_per_step),
+                     "key": noise_keys[step]}
             optimizer.zero_grad()
             loss, updates = _as_pair(job.objective(state, batch, job.shared, hp, self.ctx))
             loss.backward()

@@ -57,6 +57,12 @@ def sq_dist(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
     return sum(((a[key] - b[key]) ** 2).sum() for key in a if key in b)
 
 
+def weighted_mean(group: Mapping[str, Tensor], weights: Tensor) -> Group:
+    """Σ_c weights[c] · group[key][c] for every key of a stacked group [C, ...]."""
+    return {key: torch.tensordot(weights.to(value.dtype), value, dims=1)
+            for key, value in group.items()}
+
+
 def merge(*groups: Mapping[str, Tensor]) -> Group:
     """Union of groups; later ones win on shared keys."""
     out: Group = {}

@@ -66,10 +66,15 @@ class Spec(Section):
 
     # ---- conveniences read by every stage -------------------------------------------------
     def algorithm(self, label: str):
-        """Return the personalization entry whose display name is `label`."""
+        """Return the personalization entry whose display name is `label`.
+
+        The local baseline's label gives its settings even when the spec does not list it.
+        """
         for entry in self.personalization:
             if entry.display_name == label:
                 return entry
+        if label == self.local_params.display_name:
+            return self.local_params
         names = [entry.display_name for entry in self.personalization]
         raise KeyError(f"no personalization entry named {label!r} (have {names})")
 

@@ -19,7 +19,7 @@ from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import FederationResult
 from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.trainer import Context, make_trainer
-from pflpipe.engine.tree import Group
+from pflpipe.engine.tree import Group, Tree
 from pflpipe.errors import DataError
 from pflpipe.models import build_model, head_keys
 from pflpipe.storage import Store, open_store
@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 RESULT_FIELDS = ("seed", "client", "model", "split", "selection", "round", "accuracy", "loss",
                  "n_samples")
 HISTORY_FIELDS = ("seed", "client", "model", "round", "split", "loss", "accuracy")
+#: Version of what the engine checkpoints; a new one never resumes from an older one's files.
+CHECKPOINT_FORMAT = 2
 
 
 @dataclass
@@ -98,6 +100,7 @@ def checkpoint_store(spec, stage: str, key: dict) -> tuple[Store, str]:
     The key hashes everything the stage's result depends on: the same inputs find the same
     checkpoints, other inputs get a fresh directory.
     """
+    key = {**key, "checkpoint_format": CHECKPOINT_FORMAT}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     root = open_store(spec.storage, default_root=spec.experiment.results_dir)
     return root.child(f"checkpoints/{stage}/{digest}"), digest
@@ -145,10 +148,18 @@ def write_results(out_dir: Path, results: list[dict], history: list[dict],
     (out_dir / "summary.md").write_text(summary)
 
 
-def client_models(params: Group) -> dict[str, dict]:
-    """One state_dict per client from stacked parameters [C, ...]."""
-    n_clients = len(next(iter(params.values())))
-    return {f"client_{c:04d}": {k: v[c] for k, v in params.items()} for c in range(n_clients)}
+def client_models(model: Tree | Group) -> dict[str, dict]:
+    """One state_dict per client from a stacked model [C, ...] (docs/contracts.md).
+
+    A tree's ``model`` group keeps its keys (the file loads into the network); any other group's
+    keys are prefixed ``<group>/``.
+    """
+    if all(isinstance(value, torch.Tensor) for value in model.values()):
+        model = {"model": model}
+    flat = {(key if group == "model" else f"{group}/{key}"): value
+            for group, tensors in model.items() for key, value in tensors.items()}
+    n_clients = len(next(iter(flat.values())))
+    return {f"client_{c:04d}": {k: v[c] for k, v in flat.items()} for c in range(n_clients)}
 
 
 def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:

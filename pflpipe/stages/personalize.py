@@ -7,6 +7,7 @@ model).
 import hashlib
 import json
 import logging
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +19,6 @@ from pflpipe.tracking import NULL_TRACKER, Tracker
 
 log = logging.getLogger(__name__)
 STAGE = "personalize"
-#: Algorithms that send nothing: one "round" is one epoch of training alone.
-ALONE = ("local", "fedavg_ft")
 
 
 @dataclass(frozen=True)
@@ -45,21 +44,17 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
 
     With `progress`, a line per round goes to stdout (`common.PROGRESS`, for `pflpipe run`).
     """
-    entry = spec.algorithm(label) if label != "local" else spec.local_params
+    entry = spec.algorithm(label)
     s = common.setup(spec, seed, partition_dir)
     init = _starting_point(entry, s, checkpoints_dir)
     fed = spec.federation
-    alone = entry.name in ALONE
     algorithm = build(entry, head=s.head, federation=fed)
+    rounds = entry.rounds_of(fed)
     plan = Plan(
-        rounds=entry.epochs if alone else (entry.rounds or fed.rounds),
-        local_epochs=1 if alone else algorithm.local_epochs,
+        rounds=rounds.rounds, local_epochs=rounds.local_epochs,
         batch_size=entry.batch_size or fed.batch_size, lr=algorithm.lr, seed=seed,
-        optimizer=common.optimizer(spec),
-        client_fraction=1.0 if alone else fed.client_fraction,
-        eval_every=getattr(entry, "eval_every", 1),
-        stream=1 + [e.display_name for e in spec.personalization].index(label)
-        if label in [e.display_name for e in spec.personalization] else 1)
+        optimizer=common.optimizer(spec), client_fraction=rounds.client_fraction,
+        eval_every=entry.eval_every, stream=stream_of(label))
     store, key = common.checkpoint_store(spec, stage, {
         "seed": seed, "partition": s.partition_hash, "entry": entry.model_dump(mode="json"),
         "plan": repr(plan), "init": _digest(init), **common.engine_key(spec)})
@@ -70,7 +65,7 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     history = common.history_rows(result.rows, model, seed)
     summary = PersonalizeResult(model, result.rounds_completed, _mean(results, "best_val"),
                                 _mean(results, "last_round"))
-    models = common.client_models(result.best_params)
+    models = common.client_models(result.best_model)
     common.write_results(Path(results_dir), results, history, models, summary.to_markdown())
     tracker.log_params({"algorithm": entry.name, "seed": seed, "rounds": plan.rounds,
                         **{k: v for k, v in entry.model_dump(mode="json").items()
@@ -82,8 +77,13 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     return summary
 
 
+def stream_of(label: str) -> int:
+    """The random stream of an entry: from its label, not its position in the spec's list."""
+    return 1 + zlib.crc32(label.encode())
+
+
 def _starting_point(entry, s, checkpoints_dir: Path | None):
-    warm = "none" if entry.name == "local" else getattr(entry, "warm_start", "final")
+    warm = entry.warm_start
     if warm == "none":
         return s.init
     if checkpoints_dir is None:

@@ -13,5 +13,5 @@ from pflpipe.tracking import NULL_TRACKER, Tracker
 def run(spec, seed: int, partition_dir: Path, results_dir: Path, *,
         tracker: Tracker = NULL_TRACKER, progress: bool = False) -> personalize.PersonalizeResult:
     """Train the local baseline; write its results directory (model name `local`)."""
-    return personalize.run(spec, seed, "local", partition_dir, None, results_dir,
-                           tracker=tracker, stage="train_local", progress=progress)
+    return personalize.run(spec, seed, spec.local_params.display_name, partition_dir, None,
+                           results_dir, tracker=tracker, stage="train_local", progress=progress)

@@ -1,0 +1,91 @@
+"""What every algorithm entry of the spec shares.
+
+An algorithm's own parameters live in ``pflpipe/spec/algorithms/<name>.py``, one params model per
+algorithm and the only home of its defaults. They live apart from the algorithm's code
+(``pflpipe/algorithms/<name>.py``) so that validating a spec never imports torch.
+"""
+
+import re
+from typing import ClassVar, Literal, NamedTuple
+
+from pydantic import Field, field_validator
+
+from pflpipe.spec.base import Section
+
+
+class Rounds(NamedTuple):
+    """How an entry's training is counted."""
+
+    rounds: int
+    local_epochs: int
+    client_fraction: float
+
+
+class Params(Section):
+    """Fields every algorithm entry accepts."""
+
+    #: The pipeline stage that runs entries of this algorithm.
+    stage: ClassVar[str] = "personalize"
+
+    label: str | None = Field(
+        None,
+        description="Name of this entry in results and MLflow; the algorithm name when omitted. "
+        "Lets one spec compare the same algorithm with different parameters.",
+    )
+    lr: float | None = Field(None, gt=0, description="Learning rate; federation.lr when omitted.")
+    batch_size: int | None = Field(
+        None, ge=1, description="Mini-batch size; federation.batch_size when omitted."
+    )
+
+    @field_validator("label")
+    @classmethod
+    def _slug(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", value):
+            raise ValueError(f"must be lowercase letters, digits, '-' or '_' (got {value!r})")
+        return value
+
+    @property
+    def display_name(self) -> str:
+        """The name this entry carries in result tables."""
+        return self.label or self.name  # type: ignore[attr-defined]
+
+
+class FederatedParams(Params):
+    """Fields of algorithms that run federated rounds."""
+
+    rounds: int | None = Field(None, ge=1, description="Rounds; federation.rounds when omitted.")
+    local_epochs: int | None = Field(
+        None, ge=1, description="Local epochs per round; federation.local_epochs when omitted."
+    )
+    warm_start: Literal["final", "none"] | int = Field(
+        "final",
+        description="Starting point: the FedAvg warm start's final global model, 'none' (the "
+        "seeded initial model) or a round index of the warm start's checkpoints.",
+    )
+    eval_every: int = Field(1, ge=1, description="Evaluate the personalized models every n rounds.")
+
+    @field_validator("warm_start")
+    @classmethod
+    def _round(cls, value):
+        if isinstance(value, int) and value < 0:
+            raise ValueError(f"a round index must be 0 or more (got {value})")
+        return value
+
+    def rounds_of(self, federation) -> Rounds:
+        """Rounds, local epochs and client fraction: the entry's own, else the federation's."""
+        return Rounds(self.rounds or federation.rounds,
+                      self.local_epochs or federation.local_epochs, federation.client_fraction)
+
+
+class StandaloneParams(Params):
+    """Fields of algorithms whose clients train alone: one "round" is one epoch of every client."""
+
+    #: Starting point: the warm start's final global model, or 'none' (the seeded initial model).
+    warm_start: ClassVar[str] = "final"
+    eval_every: ClassVar[int] = 1
+
+    epochs: int
+
+    def rounds_of(self, federation) -> Rounds:
+        """`epochs` rounds of one epoch each, every client every round."""
+        return Rounds(self.epochs, 1, 1.0)
