@@ -34,6 +34,7 @@ Client-side hooks are written for one client; the engine vmaps them over clients
 ``personalized``    the parameters of the client's personalized network          ``predict_with``
 ``scored``          the client's personalized model as a tree (stored, scored)   {"model": …}
 ``predict``         outputs of that model on inputs (a mixture, an MC average)    forward pass
+``global_model``    the network scored as the global model on every client (GA)   the global model
 ==================  ===========================================================  ==================
 
 ``kept`` (groups that survive rounds per client, never aggregated) and ``predict_with`` (the group
@@ -203,6 +204,10 @@ class Algorithm(Generic[P]):
         as the client's model artifact.
         """
         return {"model": self.personalized(state, shared)}
+
+    def global_model(self, shared: Tree) -> Group:
+        """Parameters of the network scored as the global model on every client (its GA)."""
+        return shared["global"]
 
     def predict(self, model: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
         """Outputs of a `scored` model on inputs `x`; `key` seeds any noise (`ctx.normal`)."""

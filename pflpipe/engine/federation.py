@@ -35,6 +35,9 @@ from pflpipe.storage.base import Store
 
 log = logging.getLogger(__name__)
 METRICS = ("round", "val_loss", "val_accuracy", "test_loss", "test_accuracy")
+#: The same scores of the algorithm's global model on every client (generalized accuracy).
+GLOBAL_METRICS = ("global_val_loss", "global_val_accuracy", "global_test_loss",
+                  "global_test_accuracy")
 #: Salts of the random streams that are not a training phase's.
 _MODULES_SALT, _EVAL_SALT, _EVAL_PHASES = 1_000_001, 1_000_002, 100
 
@@ -53,6 +56,7 @@ class Plan:
     eval_every: int = 1
     early_stop: tuple[int, float] | None = None   # (patience, min_delta) on mean val loss
     keep_every_round: bool = False                # keep round_r.pt of every round (warm start)
+    score_global: bool = True                     # score the global model too (GLOBAL_METRICS)
     stream: int = 0                               # separates the random streams of stages
 
 
@@ -63,8 +67,8 @@ class FederationResult:
     global_params: Group
     state: Tree                   # every client's state after its last local training [C]
     best_model: Tree              # each client's `scored` model at its best-val round [C]
-    best: dict[str, Tensor]       # METRICS at each client's best-val round [C]
-    last: dict[str, Tensor]       # METRICS at the last evaluated round [C]
+    best: dict[str, Tensor]       # METRICS (+ GLOBAL_METRICS) at each client's best-val round [C]
+    last: dict[str, Tensor]       # METRICS (+ GLOBAL_METRICS) at the last evaluated round [C]
     rows: list[dict]              # round × client × split: loss, accuracy (and train loss)
     rounds_completed: int
     stopped_early: bool
@@ -225,17 +229,22 @@ class Federation:
                 state = self._train(state, info, phase, _EVAL_PHASES + phase_idx, shared,
                                     {"rows": []})
         models = vmap(algo.scored, in_dims=(0, None))(state, shared)
+        views = {"": (models, {}, _predict(algo))}
+        if self.plan.score_global:
+            views["global_"] = ({}, {"model": algo.global_model(shared)}, _forward_shared)
         keys = step_keys([member_seed(self.plan.seed, self.plan.stream, round_idx, _EVAL_SALT)],
                          self.n_clients)[0]
         scores = {}
         for split in ("val", "test"):
-            loss, acc = evaluate(self.ctx, _predict(algo), models, {}, self.data.split(split),
-                                 self.all_clients, keys=keys)
-            scores[f"{split}_loss"], scores[f"{split}_accuracy"] = loss, acc
-            snap["rows"] += [{"round": round_idx, "client": c, "split": split, "loss": lo,
-                              "accuracy": ac}
-                             for c, (lo, ac) in enumerate(zip(loss.tolist(), acc.tolist(),
-                                                              strict=True))]
+            for prefix, (member_models, common_model, predict) in views.items():
+                loss, acc = evaluate(self.ctx, predict, member_models, common_model,
+                                     self.data.split(split), self.all_clients, keys=keys)
+                scores[f"{prefix}{split}_loss"], scores[f"{prefix}{split}_accuracy"] = loss, acc
+            columns = {f"{p}{m}": scores[f"{p}{split}_{m}"].tolist() for p in views
+                       for m in ("loss", "accuracy")}
+            snap["rows"] += [{"round": round_idx, "client": c, "split": split,
+                              **{name: values[c] for name, values in columns.items()}}
+                             for c in range(self.n_clients)]
         scores["round"] = torch.full_like(scores["val_loss"], round_idx)
         snap["last"] = scores
         self._track_best(snap, scores, models)
@@ -249,7 +258,7 @@ class Federation:
         acc, best_acc = scores["val_accuracy"], best["val_accuracy"]
         tie = (acc == best_acc) | (acc.isnan() & best_acc.isnan())
         improved = (acc > best_acc) | (tie & (scores["val_loss"] < best["val_loss"]))
-        snap["best"] = {k: torch.where(improved, scores[k], best[k]) for k in METRICS}
+        snap["best"] = {k: torch.where(improved, scores[k], best[k]) for k in scores}
         snap["best_model"] = where(improved, models, snap["best_model"])
 
     def _early_stop(self, snap: dict, scores: dict) -> None:
@@ -301,11 +310,16 @@ class Federation:
 
 
 def _predict(algorithm: Algorithm):
-    """Adapt `algorithm.predict` to `evaluate`'s per-member signature."""
+    """Adapt `algorithm.predict` to `evaluate`'s signature: each member its own model."""
     def predict(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
         return algorithm.predict(model, x, ctx, key)
 
     return predict
+
+
+def _forward_shared(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
+    """`evaluate`'s predict for one network shared by every member."""
+    return ctx.forward(shared["model"], x)
 
 
 def _dump(obj) -> bytes:

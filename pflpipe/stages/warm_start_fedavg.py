@@ -54,7 +54,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
                 lr=fed.lr, seed=seed, optimizer=common.optimizer(spec),
                 client_fraction=fed.client_fraction,
                 early_stop=(fed.early_stop.patience, fed.early_stop.min_delta)
-                if fed.early_stop else None, keep_every_round=True, stream=0)
+                if fed.early_stop else None, keep_every_round=True, stream=0,
+                score_global=False)  # FedAvg's personalized model is its global model
     store, key = common.checkpoint_store(spec, "warm_start_fedavg", {
         "seed": seed, "partition": s.partition_hash, "federation": fed.model_dump(mode="json"),
         **common.engine_key(spec)})

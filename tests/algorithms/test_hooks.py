@@ -135,9 +135,11 @@ class Mixture(Algorithm):
         return 0.5 * (ctx.forward(model["model"], x) + ctx.forward(model["personal"], x))
 
 
-def test_predict_hook_is_what_the_engine_scores(line_ctx, clients, federate):
+def test_predict_hook_is_what_the_engine_scores_and_the_global_model_is_scored_too(
+        line_ctx, clients, federate):
     # Prepare: one client (1, 1), w = 0 and v = 2; one round at lr 0.1 trains w to 0.2.
-    # Scored output (0.2 + 2) / 2 = 1.1 → squared error 0.01 (w alone would give 0.64).
+    # Scored output (0.2 + 2) / 2 = 1.1 → squared error 0.01; the global model (w = 0.2 after
+    # aggregating the one client) alone: (0.2 − 1)² = 0.64.
     data = clients([(1, 1)])
 
     # Execute
@@ -145,6 +147,10 @@ def test_predict_hook_is_what_the_engine_scores(line_ctx, clients, federate):
 
     # Assert
     assert result.last["test_loss"].tolist() == pytest.approx([0.01])
+    assert result.last["global_test_loss"].tolist() == pytest.approx([0.64])
+    last_row = [r for r in result.rows if r["round"] == 1 and r["split"] == "test"][0]
+    assert last_row["loss"] == pytest.approx(0.01)
+    assert last_row["global_loss"] == pytest.approx(0.64)
     assert set(result.best_model) == {"model", "personal"}
     models = client_models(result.best_model)
     assert set(models["client_0000"]) == {"w", "personal/w"}
