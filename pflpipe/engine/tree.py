@@ -36,11 +36,19 @@ def select(tree: Tree, index: Tensor) -> Tree:
 
 
 def assign(target: Tree, index: Tensor, source: Tree) -> None:
-    """Write `source`'s members into rows `index` of `target` (in place), group by group."""
+    """Write `source`'s members into rows `index` of `target` (in place), group by group.
+
+    A group `target` lacks (one an algorithm's `finish` adds) is created, zero for the members
+    not in `index`.
+    """
+    members = len(next(iter(target["model"].values())))
     with torch.no_grad():
         for group, tensors in source.items():
+            into = target.setdefault(group, {})
             for key, value in tensors.items():
-                target[group][key].index_copy_(0, index, value.to(target[group][key].dtype))
+                if key not in into:
+                    into[key] = value.new_zeros((members, *value.shape[1:]))
+                into[key].index_copy_(0, index, value.to(into[key].dtype))
 
 
 def where(mask: Tensor, new: Tree, old: Tree) -> Tree:

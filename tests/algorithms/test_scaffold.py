@@ -1,0 +1,84 @@
+"""SCAFFOLD: the corrected local gradient, option II control update, the server's control step."""
+
+import pytest
+import torch
+
+from pflpipe.algorithms.base import Round
+from pflpipe.algorithms.scaffold import Scaffold
+from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
+from pflpipe.spec.algorithms.scaffold import ScaffoldParams
+
+
+def _scaffold(lr=0.1, **params):
+    return Scaffold(ScaffoldParams(name="scaffold", **params), head=frozenset(), lr=lr,
+                    local_epochs=1)
+
+
+def test_scaffold_control_update_is_option_two():
+    # Prepare: x = 1, y = 0.4 after K = 3 steps of η = 0.1; c_i = 0.5, c = 0.2.
+    # c_i⁺ = 0.5 − 0.2 + (1 − 0.4) / (3·0.1) = 0.3 + 2 = 2.3; Δc_i = 1.8; K back to 0.
+    algorithm = _scaffold()
+    start = {"model": {"w": torch.tensor([1.0])}, "control": {"w": torch.tensor([0.5])},
+             "steps": {"count": torch.tensor(0.0)}}
+    trained = {"model": {"w": torch.tensor([0.4])}, "control": {"w": torch.tensor([0.5])},
+               "steps": {"count": torch.tensor(3.0)}}
+
+    # Execute
+    out = algorithm.finish(start, trained, {"server": {"control": {"w": torch.tensor([0.2])}}})
+
+    # Assert
+    assert torch.allclose(out["control"]["w"], torch.tensor([2.3]))
+    assert torch.allclose(out["control_delta"]["w"], torch.tensor([1.8]))
+    assert out["steps"]["count"] == 0
+    assert torch.equal(out["model"]["w"], torch.tensor([0.4]))
+
+
+def test_scaffold_server_steps_the_model_and_the_control_over_the_sampled_share():
+    # Prepare: clients 0 and 2 of N = 4 (n = 1, 3) upload y = 2, 4 and Δc = 1, 3; x = 1, c = 0.5,
+    # η_g = 0.5. Weighted mean of y: 0.25·2 + 0.75·4 = 3.5 → x = 1 + 0.5·(3.5 − 1) = 2.25.
+    # c = 0.5 + (2/4)·mean(1, 3) = 1.5.
+    algorithm = _scaffold(server_lr=0.5)
+    round_ = Round(index=1, clients=torch.tensor([0, 2]), counts=torch.tensor([1, 3]),
+                   n_clients=4, global_params={"w": torch.tensor([1.0])},
+                   server={"control": {"w": torch.tensor([0.5])}},
+                   states={"model": {"w": torch.tensor([[2.0], [4.0]])},
+                           "control_delta": {"w": torch.tensor([[1.0], [3.0]])}})
+
+    # Execute
+    new_global, server = algorithm.server_step(round_)
+
+    # Assert
+    assert torch.allclose(new_global["w"], torch.tensor([2.25]))
+    assert torch.allclose(server["control"]["w"], torch.tensor([1.5]))
+
+
+@pytest.mark.parametrize("trainer", [BatchedTrainer, SequentialTrainer])
+def test_scaffold_second_round_follows_the_corrected_gradient(line_ctx, clients, federate,
+                                                              trainer):
+    # Prepare: clients (1, 1) and (1, −1), w = 0, η = 0.1, two local steps a round.
+    # Round 1 (c = c_i = 0, plain SGD): y_0 = 0.2, then 0.2 − 0.1·2(0.2 − 1) = 0.36; y_1 = −0.36.
+    #   c_0 = (0 − 0.36)/(2·0.1) = −1.8, c_1 = 1.8; x = 0; c = 0 + mean(−1.8, 1.8) = 0.
+    # Round 2, client 0, gradient 2(y − 1) − c_0 + c = 2(y − 1) + 1.8:
+    #   y = 0 − 0.1·(−0.2) = 0.02, then 0.02 − 0.1·(2(0.02 − 1) + 1.8) = 0.036 (FedAvg: 0.36);
+    #   c_0 = −1.8 − 0 + (0 − 0.036)/0.2 = −1.98.
+    data = clients([(1, 1)], [(1, -1)])
+
+    # Execute
+    result = federate(_scaffold(), line_ctx, data, {"w": [0.0]}, trainer=trainer, rounds=2,
+                      local_epochs=2)
+
+    # Assert
+    assert torch.allclose(result.state["model"]["w"].flatten(), torch.tensor([0.036, -0.036]))
+    assert torch.allclose(result.state["control"]["w"].flatten(), torch.tensor([-1.98, 1.98]))
+    assert torch.allclose(result.global_params["w"], torch.tensor([0.0]), atol=1e-7)
+    assert torch.allclose(result.server["control"]["w"], torch.tensor([0.0]), atol=1e-6)
+
+
+def test_scaffold_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, on_both_trainers,
+                                                                 differences):
+    _, s, _ = digits_ds3
+    algorithm = Scaffold(ScaffoldParams(name="scaffold"), head=s.head, lr=0.05, local_epochs=1)
+
+    batched, sequential = on_both_trainers(algorithm)
+
+    assert differences(batched, sequential) == {}
