@@ -46,16 +46,21 @@ def _start(spec, out):
                             env={**os.environ, "CI": "true"})
 
 
-def test_warm_start_killed_mid_run_resumes_to_the_uninterrupted_result(tmp_path):
-    # Prepare: a run killed with SIGKILL while training round 4
-    killed_spec = _spec(tmp_path, "killed")
-    child = _start(killed_spec, tmp_path / "killed")
+def _kill_after_round(child, round_idx):
+    """SIGKILL the child once it reports `round_idx` done."""
     for line in child.stdout:
-        if line.strip() == "round 3":
+        if line.strip() == f"round {round_idx}":
             child.send_signal(signal.SIGKILL)
             break
     child.wait()
     assert child.returncode == -signal.SIGKILL
+
+
+def test_warm_start_killed_mid_run_resumes_to_the_uninterrupted_result(tmp_path):
+    # Prepare: a run killed with SIGKILL while training round 4
+    killed_spec = _spec(tmp_path, "killed")
+    child = _start(killed_spec, tmp_path / "killed")
+    _kill_after_round(child, 3)
 
     # Execute: the same spec again, and an uninterrupted run elsewhere
     resumed = _start(killed_spec, tmp_path / "killed")
@@ -152,12 +157,7 @@ def test_server_state_and_noise_resume_bit_exactly_after_sigkill(tmp_path):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     child = start(tmp_path / "killed")
-    for line in child.stdout:
-        if line.strip() == "round 3":
-            child.send_signal(signal.SIGKILL)
-            break
-    child.wait()
-    assert child.returncode == -signal.SIGKILL
+    _kill_after_round(child, 3)
 
     # Execute: the same run again (it resumes), and an uninterrupted run elsewhere
     resumed = start(tmp_path / "killed")
