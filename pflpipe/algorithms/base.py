@@ -94,7 +94,7 @@ class Round:
     @property
     def weights(self) -> Tensor:
         """FedAvg's weights n_k / n over the round's clients [C]."""
-        counts = self.counts.to(next(iter(self.global_params.values())).dtype)
+        counts = self.counts.float()
         return counts / counts.sum()
 
 

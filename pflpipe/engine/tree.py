@@ -66,9 +66,18 @@ def sq_dist(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
 
 
 def weighted_mean(group: Mapping[str, Tensor], weights: Tensor) -> Group:
-    """Σ_c weights[c] · group[key][c] for every key of a stacked group [C, ...]."""
-    return {key: torch.tensordot(weights.to(value.dtype), value, dims=1)
-            for key, value in group.items()}
+    """Σ_c weights[c] · group[key][c] for every key of a stacked group [C, ...].
+
+    Integer tensors (a BatchNorm's batch counter) are averaged in floating point and rounded.
+    """
+    out = {}
+    for key, value in group.items():
+        if value.is_floating_point():
+            out[key] = torch.tensordot(weights.to(value.dtype), value, dims=1)
+        else:
+            mean = torch.tensordot(weights.double(), value.double(), dims=1)
+            out[key] = mean.round().to(value.dtype)
+    return out
 
 
 def merge(*groups: Mapping[str, Tensor]) -> Group:

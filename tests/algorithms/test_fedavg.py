@@ -59,3 +59,17 @@ def test_fedavg_batched_equals_sequential_after_3_rounds_on_ds3(on_both_trainers
     batched, sequential = on_both_trainers(_fedavg(lr=0.05))
 
     assert differences(batched, sequential) == {}
+
+
+def test_fedavg_averages_integer_buffers_in_floating_point_and_rounds():
+    # Prepare: a BatchNorm-style batch counter, 3 and 6 on clients weighted 1/3, 2/3 → 5;
+    # cast to the integer dtype first, the weights would be 0 and the mean 0.
+    payloads = {"num_batches_tracked": torch.tensor([3, 6])}
+    weights = torch.tensor([1 / 3, 2 / 3])
+
+    # Execute
+    new = _fedavg().aggregate({}, payloads, weights)
+
+    # Assert
+    assert new["num_batches_tracked"].dtype == torch.int64
+    assert int(new["num_batches_tracked"]) == 5
