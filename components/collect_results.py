@@ -15,8 +15,8 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 
 @dsl.component(base_image=PFLPIPE_IMAGE, install_kfp_package=False)
 def collect_results(spec_json: str, seed: int, tracking_uri: str, experiment: str,
-                    parent_run_id: str, fedavg: Input[Model], local: Input[Model],
-                    results: Output[Model], metrics: Output[Metrics], summary: Output[Markdown],
+                    parent_run_id: str, fedavg: Input[Model], results: Output[Model],
+                    metrics: Output[Metrics], summary: Output[Markdown], local: Input[Model] = None,
                     persfl: Input[Model] = None, personalized: Input[list[Model]] = None):
     """Copy each results directory under `results/<model>/`; concatenate their tables."""
     from pathlib import Path
@@ -30,7 +30,7 @@ def collect_results(spec_json: str, seed: int, tracking_uri: str, experiment: st
     with child_run(spec.tracking, tracking_uri, experiment, parent_run_id, "warm_start_fedavg",
                    {"seed": str(seed), "algorithm": "fedavg"}) as tracker:
         warm_start_fedavg.track(spec, seed, Path(fedavg.path), tracker)
-    inputs = [fedavg, local, *([persfl] if persfl else []), *(personalized or [])]
+    inputs = [a for a in (fedavg, local, persfl, *(personalized or [])) if a is not None]
     result = stage.run(spec, seed, [Path(a.path) for a in inputs], Path(results.path))
     metrics.metadata.update(result.metrics())
     Path(summary.path).write_text(result.to_markdown())

@@ -9,7 +9,7 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 @dsl.component(base_image=PFLPIPE_IMAGE, install_kfp_package=False)
 def train_local(spec_json: str, seed: int, tracking_uri: str, experiment: str,
                 parent_run_id: str, partition: Input[Dataset], results: Output[Model],
-                summary: Output[Markdown]):
+                summary: Output[Markdown], resume: str = "all"):
     """Train the local baseline; write its results directory (model `local`).
 
     The cached partition_data task sees no run id, so this first tracked task of a seed tags
@@ -29,5 +29,5 @@ def train_local(spec_json: str, seed: int, tracking_uri: str, experiment: str,
     with child_run(spec.tracking, tracking_uri, experiment, parent_run_id, "train_local",
                    {"seed": str(seed), "partition_hash": partition_hash}) as tracker:
         result = stage.run(spec, seed, Path(partition.path), Path(results.path),
-                           tracker=tracker, progress=True)
+                           tracker=tracker, progress=True, resume=resume)
     Path(summary.path).write_text(result.to_markdown())

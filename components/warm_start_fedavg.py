@@ -14,8 +14,8 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 @dsl.component(base_image=PFLPIPE_IMAGE, install_kfp_package=False)
 def warm_start_fedavg(spec_json: str, seed: int, partition: Input[Dataset],
                       checkpoints: Output[Model], results: Output[Model],
-                      summary: Output[Markdown]):
-    """Run (or resume) FedAvg; write the checkpoint and results directories."""
+                      summary: Output[Markdown], resume: str = "all"):
+    """Run (or resume: all, unfinished, none) FedAvg; write the checkpoint and results dirs."""
     from pathlib import Path
 
     from pflpipe.spec import Spec
@@ -23,5 +23,5 @@ def warm_start_fedavg(spec_json: str, seed: int, partition: Input[Dataset],
 
     spec = Spec.model_validate_json(spec_json)
     result = stage.run(spec, seed, Path(partition.path), Path(checkpoints.path),
-                       Path(results.path), progress=True)
+                       Path(results.path), progress=True, resume=resume)
     Path(summary.path).write_text(result.to_markdown())

@@ -30,6 +30,7 @@ def scoped_spec_json(spec: Spec, stage: str) -> str:
     directory), so a different seed list or description does not invalidate the cache.
     """
     data = spec.model_dump(mode="json", by_alias=True)
+    data["engine"]["parallel_tasks"] = None  # how many tasks run at once decides no result
     kept = {name: data[name] for name in SECTIONS[stage]}
     kept["experiment"] = {"name": spec.experiment.name, "output_dir": spec.experiment.output_dir}
     return Spec.model_validate(kept).model_dump_json(by_alias=True)

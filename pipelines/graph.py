@@ -34,35 +34,61 @@ def personalize_labels(spec: Spec) -> list[str]:
     return [entry.display_name for entry in spec.personalization if entry.name in PERSONALIZE]
 
 
+def model_names(spec: Spec) -> list[str]:
+    """Every model the pipeline trains, once each, in the order of the results tables."""
+    names = ["fedavg", *([spec.local_params.display_name] if spec.runs_local else [])]
+    if spec.has_persfl:
+        names.append(spec.distillation.model_name)
+    return list(dict.fromkeys(names + personalize_labels(spec)))
+
+
+def parallelism(spec: Spec) -> tuple[int, int]:
+    """ParallelFor parallelism of the seeds loop and of the nested personalize loop (0: all).
+
+    With `engine.parallel_tasks` = P, at most P tasks run at once: the seeds loop runs
+    min(P, seeds) iterations at once and each of them P // that many personalize tasks.
+    """
+    limit = spec.engine.parallel_tasks
+    if not limit:
+        return 0, 0
+    seeds = min(limit, len(spec.experiment.seeds))
+    return seeds, max(1, limit // seeds)
+
+
 def build_pipeline(spec: Spec):
     """Return the KFP pipeline of `spec` (call it under kfp.local, or compile it).
 
     Its parameters are the tracking settings, so one compiled file serves any MLflow setup:
-    `tracking_uri`, `experiment` and `parent_run_id` (empty: the stages track nothing). Its
-    output is the report directory.
+    `tracking_uri`, `experiment` and `parent_run_id` (empty: the stages track nothing), and
+    `resume`: which checkpoints of an earlier run the training stages resume from (all,
+    unfinished or none; `pflpipe.stages.common.RESUME`). Its output is the report directory.
     """
     spec_json = spec.model_dump_json(by_alias=True)
     labels = personalize_labels(spec)
+    seeds_at_once, labels_at_once = parallelism(spec)
 
     @dsl.pipeline(name=spec.experiment.name,
                   description=spec.experiment.description or "pflpipe experiment")
     def pipeline(tracking_uri: str = spec.tracking.uri or "",
                  experiment: str = spec.tracking.experiment or spec.experiment.name,
-                 parent_run_id: str = "") -> Artifact:
+                 parent_run_id: str = "", resume: str = "all") -> Artifact:
         tracking = {"tracking_uri": tracking_uri, "experiment": experiment,
                     "parent_run_id": parent_run_id}
-        with dsl.ParallelFor(spec.experiment.seeds) as seed:
+        with dsl.ParallelFor(spec.experiment.seeds, parallelism=seeds_at_once) as seed:
             part = configure(partition_data(
-                spec_json=scoped_spec_json(spec, "partition_data"), seed=seed),
+                spec_json=scoped_spec_json(spec, "partition_data"), seed=seed, resume=resume),
                 spec, "partition_data")
             partition = part.outputs["partition"]
             warm = configure(warm_start_fedavg(
                 spec_json=scoped_spec_json(spec, "warm_start_fedavg"), seed=seed,
-                partition=partition), spec, "warm_start_fedavg")
+                resume=resume, partition=partition), spec, "warm_start_fedavg")
             checkpoints = warm.outputs["checkpoints"]
-            local = configure(train_local(spec_json=spec_json, seed=seed, partition=partition,
-                                          **tracking), spec, "train_local")
-            gathered = {"fedavg": warm.outputs["results"], "local": local.outputs["results"]}
+            gathered = {"fedavg": warm.outputs["results"]}
+            if spec.runs_local:
+                local = configure(train_local(spec_json=spec_json, seed=seed, resume=resume,
+                                              partition=partition, **tracking),
+                                  spec, "train_local")
+                gathered["local"] = local.outputs["results"]
             if spec.has_persfl:
                 teachers = configure(select_teachers(
                     spec_json=spec_json, seed=seed, checkpoints=checkpoints, **tracking),
@@ -73,10 +99,11 @@ def build_pipeline(spec: Spec):
                     **tracking), spec, "distill_grid_search")
                 gathered["persfl"] = distill.outputs["results"]
             if labels:
-                with dsl.ParallelFor(labels) as label:
+                with dsl.ParallelFor(labels, parallelism=labels_at_once) as label:
                     personal = configure(personalize(
-                        spec_json=spec_json, seed=seed, label=label, partition=partition,
-                        checkpoints=checkpoints, **tracking), spec, "personalize")
+                        spec_json=spec_json, seed=seed, label=label, resume=resume,
+                        partition=partition, checkpoints=checkpoints, **tracking),
+                        spec, "personalize")
                 gathered["personalized"] = dsl.Collected(personal.outputs["results"])
             collect = configure(collect_results(spec_json=spec_json, seed=seed, **gathered,
                                                 **tracking),

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pflpipe.stages import notice
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTED = re.compile(r" - INFO - Executing task '([\w-]+)'")
 FINISHED = re.compile(r" - (?:INFO|ERROR) - Task '([\w-]+)' finished with status (\w+)")
@@ -23,6 +25,8 @@ SEED = re.compile(r'^\s*"seed": (\d+),?$')
 LABEL = re.compile(r'^\s*"label": "([^"]+)",?$')
 #: `pflpipe.stages.common.PROGRESS`, printed by a training stage after each round.
 PROGRESS = re.compile(r"^pflpipe progress: round (\d+)/(\d+)")
+#: `pflpipe.stages.notice.NOTE`: what a stage did beyond running (threads, resume, reuse).
+NOTE = re.compile(f"^{re.escape(notice.NOTE)}(.+)$")
 TRACEBACK = "Traceback (most recent call last):"
 #: Lines of a subprocess are indented by kfp.local (logging_utils.indented_print).
 INDENT = "    "
@@ -41,12 +45,18 @@ class TaskLog:
     label: str | None = None
     path: Path | None = None         # the task's log file, once written
     progress: tuple[int, int] | None = None  # (round, rounds) of the latest progress line
+    notes: list[str] = field(default_factory=list)  # the stage's notes, in order
 
     @property
     def title(self) -> str:
         """E.g. ``personalize[fedper] · seed 0``."""
         name = f"{self.stage}[{self.label}]" if self.label else self.stage
         return name if self.seed is None else f"{name} · seed {self.seed}"
+
+    @property
+    def reused(self) -> bool:
+        """Whether the stage only reused earlier work (a partition, finished checkpoints)."""
+        return any(note.startswith("reused") for note in self.notes)
 
     @property
     def seconds(self) -> float:
@@ -151,6 +161,8 @@ class TaskLogRouter(io.TextIOBase):
         if match := PROGRESS.match(line):
             task.progress = (int(match.group(1)), int(match.group(2)))
             self._on_event("progress", task)
+        elif match := NOTE.match(line):
+            task.notes.append(match.group(1))
 
     def _finish(self, task: TaskLog, status: str) -> None:
         task.status, task.finished = status, time.monotonic()

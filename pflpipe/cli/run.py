@@ -24,8 +24,20 @@ def register(subparsers) -> None:
     parser.add_argument("--results", type=Path, metavar="DIR",
                         help="Results directory (default: experiment.output_dir, else "
                         "results/<experiment name>).")
-    parser.add_argument("--no-cache", action="store_true",
-                        help="Run every stage even when its outputs are cached.")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--no-cache", action="store_true",
+                       help="Recompute every stage that finished before: no cached outputs, no "
+                       "finished checkpoints. A stage an earlier run left unfinished resumes "
+                       "from its last round.")
+    again.add_argument("--fresh", action="store_true",
+                       help="Recompute everything from round 0: no cached outputs, every "
+                       "checkpoint of an earlier run discarded.")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="torch threads per stage (engine.threads; default: the cores "
+                        "divided by the tasks run at once).")
+    parser.add_argument("--parallel", type=int, metavar="N",
+                        help="Tasks (seeds, algorithms) run at once (engine.parallel_tasks; "
+                        "default 2, kfp.local's most per loop).")
     parser.set_defaults(handler=run)
 
 
@@ -39,7 +51,9 @@ def run(args) -> int:
     from pflpipe.spec import load_spec
     from pflpipe.tracking import open_parent_run
 
-    spec = with_results_dir(load_spec(args.spec), args.results)
+    spec = with_run_control(with_results_dir(load_spec(args.spec), args.results),
+                            threads=args.threads, parallel=args.parallel)
+    resume = "none" if args.fresh else "unfinished" if args.no_cache else "all"
     results_dir = Path(spec.experiment.results_dir)
     # kfp.local swaps sys.stdout during the run; the console keeps the real one.
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
@@ -47,13 +61,14 @@ def run(args) -> int:
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
     parent = open_parent_run(spec, spec_yaml=args.spec.read_text(encoding="utf-8"))
-    _header(console, spec, parent)
+    _header(console, spec, parent, resume)
     progress = Progress(console)
     started = time.monotonic()
     try:
         with progress:
-            local = run_local(spec, parent.pipeline_parameters(), results_dir=results_dir,
-                              use_cache=not args.no_cache, on_event=progress.event)
+            local = run_local(spec, parent.pipeline_parameters() | {"resume": resume},
+                              results_dir=results_dir, use_cache=resume == "all",
+                              on_event=progress.event)
         copies = publish(local, results_dir)
     except BaseException as err:
         parent.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
@@ -70,6 +85,33 @@ def with_results_dir(spec, results: Path | None):
     data = spec.model_dump(mode="json", by_alias=True)
     data["experiment"]["output_dir"] = str(results)
     return type(spec).model_validate(data)
+
+
+def with_run_control(spec, *, threads: int | None = None, parallel: int | None = None):
+    """Return `spec` with the local run's `engine.threads` and `engine.parallel_tasks` set.
+
+    Arguments override the spec. Unset, at most 2 tasks run at once (kfp.local's most per loop;
+    1 on a one-core machine) and each gets an equal share of the cores, so parallel stages do
+    not oversubscribe the CPU.
+    """
+    import os
+
+    from pflpipe.cli import UsageError
+
+    for flag, value in (("--threads", threads), ("--parallel", parallel)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be 1 or more (got {value})")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    engine = spec.engine
+    parallel = parallel or engine.parallel_tasks or min(LOCAL_PARALLEL, cores or 1)
+    threads = threads or engine.threads or max(1, (cores or 1) // parallel)
+    data = spec.model_dump(mode="json", by_alias=True)
+    data["engine"] |= {"threads": threads, "parallel_tasks": parallel}
+    return type(spec).model_validate(data)
+
+
+#: Tasks kfp.local runs at once by default (its ParallelFor runs at most 2 iterations at once).
+LOCAL_PARALLEL = 2
 
 
 class Progress:
@@ -103,8 +145,10 @@ class Progress:
             else:
                 self.running.pop(id(task), None)
                 when = "cached" if kind == "cached" else f"{task.seconds:5.1f} s"
-                self.console.print(f"  {self.SYMBOL.get(task.status, '?')} "
-                                   f"{escape(task.title):<40} {when:>8}")
+                status = "CACHED" if task.status == "SUCCESS" and task.reused else task.status
+                notes = f"  {escape('; '.join(task.notes))}" if task.notes else ""
+                self.console.print(f"  {self.SYMBOL.get(status, '?')} "
+                                   f"{escape(task.title):<40} {when:>8}{notes}")
             names = ", ".join(escape(_running(t)) for t in self.running.values())
             self._status.update(f"running {names}" if names else "between stages")
 
@@ -116,12 +160,22 @@ def _running(task) -> str:
     return f"{task.title} (round {task.progress[0]}/{task.progress[1]})"
 
 
-def _header(console, spec, parent) -> None:
-    labels = [e.display_name for e in spec.personalization]
-    console.print(f"[bold]{spec.experiment.name}[/]: {spec.dataset.name}, "
-                  f"{spec.partition.n_clients} clients, seeds {spec.experiment.seeds}, "
-                  f"algorithms fedavg, local, {', '.join(labels)}")
-    console.print(f"  kfp.local (SubprocessRunner) → {spec.experiment.results_dir}/kfp")
+#: What each `resume` value of the pipeline means, for the header.
+RESUME_TEXT = {"all": "cached stages and checkpoints reused",
+               "unfinished": "--no-cache: finished stages recomputed, unfinished ones resumed",
+               "none": "--fresh: everything recomputed from round 0"}
+
+
+def _header(console, spec, parent, resume: str) -> None:
+    from pflpipe.pipelines.graph import model_names
+
+    clients = spec.partition.n_clients or "predefined"
+    engine = spec.engine
+    console.print(f"[bold]{spec.experiment.name}[/]: {spec.dataset.name}, {clients} clients, "
+                  f"seeds {spec.experiment.seeds}, algorithms {', '.join(model_names(spec))}")
+    console.print(f"  kfp.local (SubprocessRunner) → {spec.experiment.results_dir}/kfp; "
+                  f"{engine.parallel_tasks} task(s) at once × {engine.threads} torch thread(s); "
+                  f"{RESUME_TEXT[resume]}")
     if parent.run_id:
         console.print(f"  MLflow parent run {parent.run_id} in experiment "
                       f"{parent.experiment!r}")

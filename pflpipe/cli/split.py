@@ -1,4 +1,8 @@
-"""``pflpipe split SPEC [-o DIR] [--seed N]``: write a partition directory and show its clients."""
+"""``pflpipe split SPEC [-o DIR] [--seed N] [--export FORMAT DIR]``: write and show a partition.
+
+`pflpipe run` picks the written directory up when it is the default one (see
+`pflpipe.stages.partition_data`); `--export` also writes it in another tool's layout.
+"""
 
 from pathlib import Path
 
@@ -19,20 +23,42 @@ def register(subparsers) -> None:
     parser.add_argument("--seed", type=int, help="Seed (default: the spec's first seed).")
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, metavar="N",
                         help=f"Clients shown in the table (default {DEFAULT_ROWS}; 0 for all).")
+    parser.add_argument("--export", nargs=2, metavar=("FORMAT", "DIR"),
+                        help="Also write the partition for another tool: pfllib (PFLlib's "
+                        "dataset folder), flower (a partition directory per client) or npz "
+                        "(row indices, read back by the predefined partition).")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
-    """Write the partition and print its table."""
+    """Write the partition, print its table and, with --export, write it for another tool."""
+    from pflpipe.cli import UsageError
+    from pflpipe.data.export import FORMATS, export_partition
     from pflpipe.spec import load_spec
     from pflpipe.stages import partition_data
 
+    if args.export and args.export[0] not in FORMATS:
+        raise UsageError(f"--export: unknown format {args.export[0]!r}; choose one of "
+                         f"{', '.join(FORMATS)}")
     spec = load_spec(args.spec)
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
-    out_dir = args.output or Path(spec.experiment.results_dir) / "partition" / f"seed-{seed}"
+    out_dir = args.output or partition_data.default_dir(spec, seed)
     result = partition_data.run(spec, seed, out_dir)
     _print(result, args.rows)
+    if args.export:
+        fmt, target = args.export[0], Path(args.export[1])
+        files = export_partition(out_dir, fmt, target)
+        print(f"exported {len(files)} file(s) to {target}/ ({EXPORTED[fmt]})")
     return 0
+
+
+#: What each export holds, printed after writing it.
+EXPORTED = {
+    "pfllib": "PFLlib layout: train/<k>.npz, test/<k>.npz, val/<k>.npz, config.json",
+    "flower": "Flower: partition_<k>/{train,val,test}.npz, partitions.json",
+    "npz": "row indices; read back with partition: {strategy: predefined, path: "
+           "<DIR>/indices.npz}",
+}
 
 
 def _print(result, rows: int) -> None:
@@ -62,4 +88,6 @@ def _print(result, rows: int) -> None:
     console.print(f"client sizes: min {sizes[0]}, median {sizes[len(sizes) // 2]}, max "
                   f"{sizes[-1]}; {result.n_assigned:,} of {result.n_samples:,} samples assigned")
     console.print(f"content hash {result.content_hash}")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning[/]: {warning}")
     console.print(f"wrote {result.out_dir}/ (manifest.json, clients/, label_distribution.png)")

@@ -103,19 +103,13 @@ def write_partition(plan: PartitionPlan, partition: dict, out_dir: Path, *,
     """
     import torch
 
-    out_dir, pooled = Path(out_dir), plan.pooled
+    out_dir = Path(out_dir)
     clients_dir = out_dir / "clients"
     clients_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST).unlink(missing_ok=True)
     for stale in clients_dir.glob("client_*.pt"):
         stale.unlink()
-    header = {
-        "dataset": {"name": pooled.name, "task": pooled.task, "n_classes": plan.n_classes,
-                    "input_shape": list(pooled.input_shape), "n_samples": pooled.n_samples,
-                    "dtype": str(pooled.x.dtype), "fingerprint": pooled.fingerprint,
-                    "transform": pooled.transform.to_json()},
-        "partition": partition, "resolved": plan.resolved, "seed": plan.seed,
-    }
+    header = manifest_header(plan, partition)
     digest = hashlib.sha256()
     width = max(4, len(str(len(plan.clients) - 1)))
     entries = []
@@ -139,6 +133,19 @@ def write_partition(plan: PartitionPlan, partition: dict, out_dir: Path, *,
         draw_heatmap(manifest, plan, out_dir / HEATMAP)
     _write_json(out_dir / MANIFEST, manifest)
     return manifest
+
+
+def manifest_header(plan: PartitionPlan, partition: dict) -> dict:
+    """The manifest fields that, with the seed, decide a partition's content (JSON-equal)."""
+    pooled = plan.pooled
+    header = {
+        "dataset": {"name": pooled.name, "task": pooled.task, "n_classes": plan.n_classes,
+                    "input_shape": list(pooled.input_shape), "n_samples": pooled.n_samples,
+                    "dtype": str(pooled.x.dtype), "fingerprint": pooled.fingerprint,
+                    "transform": pooled.transform.to_json()},
+        "partition": partition, "resolved": plan.resolved, "seed": plan.seed,
+    }
+    return json.loads(json.dumps(header))  # as a manifest holds it (tuples become lists)
 
 
 def load_partition(path: str | Path, *, transform: bool = True, verify: bool = False

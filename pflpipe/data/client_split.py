@@ -1,9 +1,10 @@
 """Split each client's samples into train / validation / test, stratified by class.
 
 The rule, for a client of n samples:
-- val and test get round(n · fraction) samples each (halves round up), at least one each; train
-  gets the rest, at least one. So a client needs 3 samples; fewer is an error naming the client
-  (the spec's `min_samples` is at least 3, so only natural groups can hit it).
+- val and test get round(n · fraction) samples each (halves round up), at least one each when
+  the fraction is above 0 (a fraction of 0 gives none: no validation split); train gets the
+  rest, at least one. So a client needs one sample per non-empty split; fewer is an error naming
+  the client (the spec's `min_samples` is at least 3, so only natural groups can hit it).
 - Stratification is systematic sampling over the client's samples sorted by class (random order
   within a class): every class's share of a split is within one sample of proportional for val,
   and within two for test. A class with a single sample goes to one split.
@@ -45,12 +46,17 @@ def split_sizes(n: int, val: float, test: float, client_id: int = 0) -> tuple[in
     (6, 2, 2)
     >>> split_sizes(3, 0.2, 0.2)
     (1, 1, 1)
+    >>> split_sizes(10, 0.0, 0.25)
+    (7, 0, 3)
     """
-    if n < 3:
-        raise DataError(f"client {client_id} has {n} sample(s); at least 3 are needed (one each "
-                        "for train, val and test). Raise partition.min_samples or drop the client")
-    n_val = max(1, math.floor(n * val + 0.5))
-    n_test = max(1, math.floor(n * test + 0.5))
+    needed = 1 + (val > 0) + (test > 0)
+    if n < needed:
+        names = ", ".join(name for name, used in (("train", True), ("val", val > 0),
+                                                  ("test", test > 0)) if used)
+        raise DataError(f"client {client_id} has {n} sample(s); at least {needed} are needed (one "
+                        f"each for {names}). Raise partition.min_samples or drop the client")
+    n_val = max(1, math.floor(n * val + 0.5)) if val > 0 else 0
+    n_test = max(1, math.floor(n * test + 0.5)) if test > 0 else 0
     while n - n_val - n_test < 1:
         if n_val >= n_test:
             n_val -= 1

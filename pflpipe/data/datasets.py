@@ -2,7 +2,7 @@
 
 Samples keep their raw dtype (uint8 images as [N, C, H, W], float32 features as [N, d]); the
 `Transform` says how `load_partition` turns them into float32 inputs: (x · scale − mean) / std,
-mean and std per channel (or one value for all features).
+mean and std per channel (or one value for all), as the dataset's `normalization` asks.
 """
 
 import hashlib
@@ -45,6 +45,8 @@ class Pooled:
         fingerprint: sha256 of the samples, labels and groups.
         groups: [N] int64 natural client of every sample, if the data has groups.
         superclass: [n_classes] superclass of every class, where the data defines one.
+        splits: [N] int8 split of every sample (0 train, 1 val, 2 test), if the data gives its
+            own per-client splits (the `predefined` partition without an index file).
 
     """
 
@@ -57,6 +59,7 @@ class Pooled:
     fingerprint: str
     groups: np.ndarray | None = None
     superclass: np.ndarray | None = None
+    splits: np.ndarray | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -77,19 +80,72 @@ def load_pooled(spec, rng: np.random.Generator) -> Pooled:
     if section.name in ("synthetic", "gaussian"):
         return _generated(section, spec.partition.n_clients, rng)
     if section.name == "digits":
-        return _digits()
+        return _digits(section)
     if section.name == "arrays":
         return _arrays(section)
+    if section.name == "client_files":
+        from pflpipe.data.client_files import load_client_files
+
+        x, y, groups, splits = load_client_files(section)
+        return _labelled(section, "client_files", f"{section.root}/{section.path}", x, y,
+                         groups=groups, splits=splits)
     from pflpipe.data.vision import NORMALISATION, load_vision
 
     partition = spec.partition
-    wants_groups = partition.strategy == "concept_drift" and partition.groups in (None, 20)
+    wants_groups = (partition.strategy == "concept_drift"
+                    and getattr(partition, "groups", None) in (None, 20))
     x, y, superclass = load_vision(section, superclasses=wants_groups)
-    mean, std = NORMALISATION[section.name]
     from pflpipe.spec.dataset import n_classes_of
 
-    return _pooled(section.name, x, y, n_classes_of(section),
-                   Transform(1 / 255, tuple(mean), tuple(std)), superclass=superclass)
+    transform = normalization(section, x, 1 / 255, published=NORMALISATION[section.name])
+    return _pooled(section.name, x, y, n_classes_of(section), transform, superclass=superclass)
+
+
+def normalization(section, x: np.ndarray, scale: float, *,
+                  published: tuple[list[float], list[float]] | None = None) -> Transform:
+    """The `Transform` a dataset section's `normalization` asks for, on samples `x`.
+
+    `standard` uses the `published` per-channel mean and std when given, else the samples' own
+    (per channel of [N, C, ...] samples, per feature of [N, d] ones).
+    """
+    choice = getattr(section, "normalization", "auto")
+    if choice == "auto":
+        choice = "standard" if x.dtype == np.uint8 else "none"
+    if choice == "none":
+        return Transform()
+    if choice == "scale":
+        return Transform(scale)
+    if choice == "standard":
+        mean, std = published if published is not None else channel_stats(x, scale)
+        return Transform(scale, tuple(mean), tuple(std))
+    channels = x.shape[1] if x.ndim > 1 else 1
+    if len(choice.mean) not in (1, channels):
+        raise DataError(f"dataset.normalization: {len(choice.mean)} mean/std values for samples "
+                        f"of {channels} channels; give 1 or {channels}")
+    return Transform(scale, tuple(choice.mean), tuple(choice.std))
+
+
+def channel_stats(x: np.ndarray, scale: float, chunk: int = 4096
+                  ) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std of x · scale, computed in float64 chunks.
+
+    >>> channel_stats(np.array([[[0, 2]], [[4, 6]]], dtype=np.uint8), 0.5)
+    ([1.5], [1.118033988749895])
+    """
+    if x.ndim < 2 or not len(x):
+        return [0.0], [1.0]
+    axes = (0, *range(2, x.ndim))
+    total = np.zeros(x.shape[1])
+    squares = np.zeros(x.shape[1])
+    for start in range(0, len(x), chunk):
+        part = x[start:start + chunk].astype(np.float64) * scale
+        total += part.sum(axis=axes)
+        squares += (part ** 2).sum(axis=axes)
+    count = x.size / x.shape[1]
+    mean = total / count
+    std = np.sqrt(np.maximum(squares / count - mean ** 2, 0.0))
+    std[std < 1e-12] = 1.0  # a constant channel is centred, not blown up
+    return mean.tolist(), std.tolist()
 
 
 def fingerprint(*arrays: np.ndarray | None, chunk: int = 4096) -> str:
@@ -107,10 +163,11 @@ def fingerprint(*arrays: np.ndarray | None, chunk: int = 4096) -> str:
 
 def _pooled(name: str, x: np.ndarray, y: np.ndarray, n_classes: int | None,
             transform: Transform, *, groups: np.ndarray | None = None,
-            superclass: np.ndarray | None = None) -> Pooled:
+            superclass: np.ndarray | None = None, splits: np.ndarray | None = None) -> Pooled:
     task = "classification" if n_classes is not None else "regression"
+    digest = fingerprint(x, y, groups) if splits is None else fingerprint(x, y, groups, splits)
     return Pooled(name=name, x=x, y=y, n_classes=n_classes, task=task, transform=transform,
-                  fingerprint=fingerprint(x, y, groups), groups=groups, superclass=superclass)
+                  fingerprint=digest, groups=groups, superclass=superclass, splits=splits)
 
 
 def _generated(section, n_clients: int, rng: np.random.Generator) -> Pooled:
@@ -124,14 +181,15 @@ def _generated(section, n_clients: int, rng: np.random.Generator) -> Pooled:
     return _pooled("synthetic", data.x, data.y, section.n_classes, Transform(), groups=data.groups)
 
 
-def _digits() -> Pooled:
+def _digits(section) -> Pooled:
     try:
         from sklearn.datasets import load_digits
     except ImportError as err:
         raise DataError("the digits dataset needs scikit-learn: pip install scikit-learn") from err
     bunch = load_digits()
     x = bunch.images.astype(np.uint8)[:, None]  # values 0..16
-    return _pooled("digits", x, bunch.target.astype(np.int64), 10, Transform(1 / 16))
+    return _pooled("digits", x, bunch.target.astype(np.int64), 10,
+                   normalization(section, x, 1 / 16))
 
 
 def _arrays(section) -> Pooled:
@@ -144,8 +202,20 @@ def _arrays(section) -> Pooled:
     if missing:
         raise DataError(f"{path}: missing array(s) {', '.join(missing)}; found "
                         f"{sorted(arrays) or 'none'}. Save x (samples) and y (labels)")
-    x, y, groups = arrays["x"], arrays["y"], arrays.get("client")
+    x, y = arrays["x"], arrays["y"]
+    groups = arrays["client"].astype(np.int64) if "client" in arrays else None
+    splits = split_codes(arrays["split"], path) if "split" in arrays else None
+    if splits is not None and groups is None:
+        raise DataError(f"{path}: a 'split' array needs a 'client' array too (the split of each "
+                        "sample within its client)")
+    return _labelled(section, "arrays", path, x, y, groups=groups, splits=splits)
+
+
+def _labelled(section, name: str, path, x: np.ndarray, y: np.ndarray, *,
+              groups: np.ndarray | None = None, splits: np.ndarray | None = None) -> Pooled:
+    """Check user samples and labels, shape and normalise them, and pool them."""
     lengths = {"x": len(x), "y": len(y)} | ({"client": len(groups)} if groups is not None else {})
+    lengths |= {"split": len(splits)} if splits is not None else {}
     if len(set(lengths.values())) > 1:
         raise DataError(f"{path}: arrays differ in length {lengths}; one entry per sample")
     if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1 or (len(y) and y.min() < 0):
@@ -156,11 +226,26 @@ def _arrays(section) -> Pooled:
         raise DataError(f"{path}: label {int(y.max())} is out of range for dataset.n_classes = "
                         f"{n_classes}; labels must be 0..{n_classes - 1}")
     x = x.reshape(len(x), 1) if x.ndim == 1 else x[:, None] if x.ndim == 3 else x
-    transform = Transform(1 / 255) if x.dtype == np.uint8 else Transform()
     if x.dtype != np.uint8:
         x = x.astype(np.float32)
-    groups = None if groups is None else groups.astype(np.int64)
-    return _pooled("arrays", x, y.astype(np.int64), n_classes, transform, groups=groups)
+    transform = normalization(section, x, 1 / 255 if x.dtype == np.uint8 else 1.0)
+    return _pooled(name, x, y.astype(np.int64), n_classes, transform, groups=groups,
+                   splits=splits)
+
+
+def split_codes(values: np.ndarray, path) -> np.ndarray:
+    """Split of every sample as int8 (0 train, 1 val, 2 test) from codes or names."""
+    names = {"train": 0, "val": 1, "test": 2}
+    if values.dtype.kind in "US":
+        unknown = sorted({str(v) for v in np.unique(values)} - set(names))
+        if unknown:
+            raise DataError(f"{path}: split names must be train, val or test (got {unknown})")
+        return np.array([names[str(v)] for v in values], dtype=np.int8)
+    if not np.issubdtype(values.dtype, np.integer) or (len(values) and (
+            values.min() < 0 or values.max() > 2)):
+        raise DataError(f"{path}: split must hold 0 (train), 1 (val) or 2 (test) per sample "
+                        f"(got dtype {values.dtype})")
+    return values.astype(np.int8)
 
 
 def read_arrays(path: Path) -> dict[str, np.ndarray]:

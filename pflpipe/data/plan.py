@@ -1,5 +1,7 @@
 """From a spec and a seed to per-client train/val/test indices (no samples copied yet).
 
+A `predefined` partition takes them as given (`pflpipe.data.predefined`).
+
 The seed becomes three independent NumPy generators (SeedSequence.spawn): one generates synthetic
 data, one splits samples over clients, one splits each client into train/val/test. So changing
 the split strategy never changes generated data, and the same spec and seed give the same plan.
@@ -56,6 +58,13 @@ def partition_dataset(spec, seed: int) -> PartitionPlan:
     """Load the spec's dataset and split it over clients and, per client, into train/val/test."""
     data_rng, split_rng, client_rng = generators(seed)
     pooled = load_pooled(spec, data_rng)
+    if spec.partition.strategy == "predefined":
+        from pflpipe.data.predefined import predefined_clients
+
+        labels = pooled.y if pooled.n_classes is not None else None
+        per_client, resolved = predefined_clients(spec, pooled, labels, client_rng)
+        return PartitionPlan(pooled=pooled, clients=tuple(per_client), labels=pooled.y,
+                             n_classes=pooled.n_classes, resolved=resolved, seed=seed)
     clients, superclass, resolved = assign_clients(spec.partition, pooled, split_rng)
     labels, n_classes, source = pooled.y, pooled.n_classes, None
     if superclass is not None:

@@ -58,6 +58,7 @@ class Plan:
     keep_every_round: bool = False                # keep round_r.pt of every round (warm start)
     score_global: bool = True                     # score the global model too (GLOBAL_METRICS)
     stream: int = 0                               # separates the random streams of stages
+    best_on_val: bool = True                      # False (no validation split): best = last
 
 
 @dataclass
@@ -258,6 +259,8 @@ class Federation:
         acc, best_acc = scores["val_accuracy"], best["val_accuracy"]
         tie = (acc == best_acc) | (acc.isnan() & best_acc.isnan())
         improved = (acc > best_acc) | (tie & (scores["val_loss"] < best["val_loss"]))
+        if not self.plan.best_on_val:
+            improved = torch.ones_like(improved)
         snap["best"] = {k: torch.where(improved, scores[k], best[k]) for k in scores}
         snap["best_model"] = where(improved, models, snap["best_model"])
 

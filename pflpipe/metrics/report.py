@@ -43,14 +43,28 @@ ALL_METRICS = tuple(dict.fromkeys((*PERFORMANCE, *FAIRNESS, *ACCURACY)))
 TITLE = "pflpipe fairness report"
 
 
-def protocol(selection: str, local: str, global_: str) -> str:
-    """Describe how the per-client numbers were produced."""
+#: The selection rule of a pipeline run whose partition has no validation split.
+NO_VALIDATION = (
+    "The partition has no validation split, so nothing is chosen on validation: each client's "
+    "'best_val' model is its last round (or epoch), the same as 'last_round'; PersFL's teacher "
+    "is the last warm-start round and its (λ, T) is chosen on the client's train split. Test "
+    "is never used to choose."
+)
+
+
+def protocol(selection: str, local: str, global_: str, validation: bool | None = None) -> str:
+    """Describe how the per-client numbers were produced.
+
+    `validation` False says the run had no validation split and states the rule used instead.
+    """
     chosen = {"best_val": "the model best on validation", "last_round": "the last-round model"}
+    rule = (NO_VALIDATION if validation is False else
+            "The per-client model (round or epoch) is chosen on the client's validation split, "
+            "never on test; both the last-round and the best-on-validation models are recorded, "
+            f"and this report evaluates {chosen[selection]} ({selection}).")
     return (
-        f"Each client is scored on its own test split with its personalized model. The "
-        f"per-client model (round or epoch) is chosen on the client's validation split, never on "
-        f"test; both the last-round and the best-on-validation models are recorded, and this "
-        f"report evaluates {chosen[selection]} ({selection}). QoI_i = P_i − max(G_i, L_i) "
+        f"Each client is scored on its own test split with its personalized model. {rule} "
+        f"QoI_i = P_i − max(G_i, L_i) "
         f"compares each client's personalized accuracy P with the better of its global ({global_!r}"
         f", G) and local-only ({local!r}, L) accuracies (thesis eq. 5.2). A 'val' split, when "
         f"present, is reported too but is the split the model was chosen on."
@@ -68,6 +82,7 @@ class Report:
     global_: str
     metrics: tuple[str, ...] = ALL_METRICS
     sources: tuple[str, ...] = ()
+    validation: bool | None = None   # False: the run had no validation split (see protocol)
 
     @property
     def primary(self) -> SplitSummary:
@@ -91,7 +106,7 @@ class Report:
             "splits": splits,
             "rules": {"best": BEST_RULE, "fairest": FAIREST_RULE, "seeds": render.SEED_RULE,
                       "nulls": render.NULL_RULE},
-            "protocol": protocol(self.selection, self.local, self.global_),
+            "protocol": protocol(self.selection, self.local, self.global_, self.validation),
             "sources": list(self.sources),
         }
 
@@ -104,7 +119,8 @@ class Report:
                   f"bottom-decile mean are in this unit; PUI and PUD are % of clients; AV is in "
                   f"unit²; CS, Entropy and JI have no unit. Baselines: local {self.local!r}, "
                   f"global {self.global_!r}. Tables: {', '.join(self.sources) or '(in memory)'}."),
-            ("h2", "Protocol"), ("p", protocol(self.selection, self.local, self.global_)),
+            ("h2", "Protocol"),
+            ("p", protocol(self.selection, self.local, self.global_, self.validation)),
             ("h2", "Answers"), ("list", [s.answer() for s in self.splits.values()]),
         ]
         for name, summary in self.splits.items():
@@ -127,8 +143,11 @@ def _split_json(summary: SplitSummary, figure_files: dict[str, str]) -> dict:
 
 
 def build_report(table: ResultsTable, *, local: str = "local", global_: str = "fedavg",
-                 selection: str = "best_val", metrics: Sequence[str] = ALL_METRICS) -> Report:
+                 selection: str = "best_val", metrics: Sequence[str] = ALL_METRICS,
+                 validation: bool | None = None) -> Report:
     """Evaluate a results table (see `summarize`); `metrics` chooses what md/html show.
+
+    `validation` False states in the protocol that the run had no validation split.
 
     Raises:
         DataError: the table cannot be evaluated (a baseline or a client is missing).
@@ -138,7 +157,8 @@ def build_report(table: ResultsTable, *, local: str = "local", global_: str = "f
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}; choose among {', '.join(ALL_METRICS)}")
     splits = summarize(table, local=local, global_=global_, selection=selection)
-    return Report(splits, table.unit, selection, local, global_, tuple(metrics), table.sources)
+    return Report(splits, table.unit, selection, local, global_, tuple(metrics), table.sources,
+                  validation)
 
 
 @dataclass(frozen=True)

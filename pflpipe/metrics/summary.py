@@ -145,12 +145,16 @@ def summarize(table: ResultsTable, *, local: str = "local", global_: str = "feda
               selection: str = "best_val") -> dict[str, SplitSummary]:
     """Compute every model's metrics and the two answers for each split of the table.
 
+    A table of the global baseline alone (a FedAvg-only run) needs no local baseline.
+
     Raises:
         DataError: a baseline is absent, or a model misses a client, seed or selection.
 
     """
     rows = select_rows(table, selection)
-    return {split: _summarize_split(table.unit, scores_by_seed(rows, split, (local, global_)),
+    personalized = {row.model for row in rows} - {local, global_}
+    required = (local, global_) if personalized else (global_,)
+    return {split: _summarize_split(table.unit, scores_by_seed(rows, split, required),
                                     local, global_)
             for split in table.splits if any(row.split == split for row in rows)}
 

@@ -35,6 +35,41 @@ def _check_s3_uri(value: str | None) -> str | None:
     return value
 
 
+class ChannelStats(Section):
+    """Explicit normalisation: per-channel mean and std of the scaled samples."""
+
+    mean: list[float] = Field(min_length=1, description="Mean per channel (one value: all).")
+    std: list[Annotated[float, Field(gt=0)]] = Field(
+        min_length=1, description="Standard deviation per channel (one value: all)."
+    )
+
+    @model_validator(mode="after")
+    def _same_length(self):
+        if len(self.mean) != len(self.std):
+            raise ValueError(f"mean and std need one value per channel each (got {len(self.mean)}"
+                             f" and {len(self.std)})")
+        return self
+
+
+NORMALIZATION_DOC = (
+    "How samples become model inputs, (x · scale − mean) / std per channel. `standard`: mean "
+    "and std per channel (the published values of mnist, fashion_mnist, emnist, cifar10 and "
+    "cifar100; for other data the pooled samples' own); `scale`: x · scale only (1/255 for "
+    "uint8, 1/16 for digits, 1 for floats); `none`: the stored values; or explicit "
+    "`{mean: [...], std: [...]}` of the scaled samples."
+)
+
+
+def _normalization(default: str, when: str = ""):
+    return Field(default, description=NORMALIZATION_DOC + when)
+
+
+Normalization = Literal["standard", "scale", "none"] | ChannelStats
+ArraysNormalization = Literal["auto", "standard", "scale", "none"] | ChannelStats
+_AUTO = (" `auto`: `standard` for uint8 samples (as the torchvision datasets get), `none` for "
+         "float samples (used as given).")
+
+
 class _Files(Section):
     root: str = Field("data", description="Directory that holds (or receives) the dataset files.")
     source: str | None = Field(
@@ -60,6 +95,7 @@ class TorchvisionDataset(_Files):
     allow_download: bool = Field(
         False, description="Download missing files from the official mirror into `root`."
     )
+    normalization: Normalization = _normalization("standard")
 
 
 class EmnistDataset(TorchvisionDataset):
@@ -75,23 +111,27 @@ class DigitsDataset(_Files):
     """scikit-learn's bundled 8x8 digits (1,797 images, shipped inside the wheel)."""
 
     name: Literal["digits"]
+    normalization: Normalization = _normalization(
+        "scale", " Digits' pixels are 0..16, so `scale` maps them onto [0, 1].")
 
 
 class ArraysDataset(_Files):
-    """User data: an .npz file with arrays `x`, `y` (optional `client`), or a .pt dict of tensors.
+    """User data: an .npz file with arrays `x`, `y` (optional `client`, `split`), or a .pt dict.
 
-    `x` is [n, d] features, [n, H, W] grey images or [n, C, H, W] images; uint8 samples are scaled
-    by 1/255, others are used as given. `y` holds integer labels 0..n_classes-1. `client` (one
-    integer per sample) defines the groups of the `natural` partition.
+    `x` is [n, d] features, [n, H, W] grey images or [n, C, H, W] images; `y` holds integer
+    labels 0..n_classes-1. `client` (one integer per sample) defines the groups of the `natural`
+    partition; with `split` too (0/1/2 or "train"/"val"/"test" per sample) the `predefined`
+    partition uses exactly those per-client splits.
     """
 
     name: Literal["arrays"]
     path: str = Field(
-        description="File with arrays x, y (and optionally client); relative to root."
+        description="File with arrays x, y (and optionally client, split); relative to root."
     )
     n_classes: int | None = Field(
         None, ge=2, description="Number of classes; inferred as max(y)+1 when omitted."
     )
+    normalization: ArraysNormalization = _normalization("auto", _AUTO)
 
     @field_validator("path")
     @classmethod
@@ -99,6 +139,31 @@ class ArraysDataset(_Files):
         if not value.endswith((".npz", ".pt")):
             raise ValueError(f"must end in .npz or .pt (got {value!r})")
         return value
+
+
+class ClientFilesDataset(_Files):
+    """Data already split per client, in another tool's files under `root`/`path`.
+
+    `pfllib`: PFLlib's dataset folder, `train/<k>.npz` and `test/<k>.npz` (optional `val/<k>.npz`)
+    each holding `data` = {'x', 'y'}; `leaf`: LEAF's `train/*.json` and `test/*.json` (optional
+    `val/`), `{"users", "user_data": {user: {"x", "y"}}}`; `flower`: pflpipe's Flower export,
+    `partition_<k>/train.npz` (`val.npz`, `test.npz`) with arrays x, y. Clients keep their order
+    (k, or the users' order in the first train file); the `predefined` partition uses their splits
+    exactly, `natural` re-splits each client by `fractions`.
+    """
+
+    name: Literal["client_files"]
+    layout: Literal["pfllib", "leaf", "flower"] = Field(description="The files' layout.")
+    path: str = Field(".", description="The layout's directory, relative to root.")
+    n_classes: int | None = Field(
+        None, ge=2, description="Number of classes; inferred as max(y)+1 when omitted."
+    )
+    input_shape: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, min_length=1,
+        description="Shape of one sample, e.g. [1, 28, 28] for LEAF's flat FEMNIST vectors; the "
+        "files' own when omitted.",
+    )
+    normalization: ArraysNormalization = _normalization("auto", _AUTO)
 
 
 class SyntheticDataset(Section):
@@ -150,13 +215,15 @@ class GaussianDataset(Section):
 
 
 Dataset = Annotated[
-    TorchvisionDataset | EmnistDataset | DigitsDataset | ArraysDataset | SyntheticDataset
-    | GaussianDataset,
+    TorchvisionDataset | EmnistDataset | DigitsDataset | ArraysDataset | ClientFilesDataset
+    | SyntheticDataset | GaussianDataset,
     Field(discriminator="name"),
 ]
 
 #: Datasets whose samples come already grouped by client (the `natural` partition).
-GROUPED = ("synthetic", "gaussian")
+GROUPED = ("synthetic", "gaussian", "client_files")
+#: Datasets that may hold their own per-client splits (the `predefined` partition without path).
+OWN_SPLITS = ("client_files", "arrays")
 
 
 def n_samples_of(dataset) -> int | None:
@@ -177,6 +244,6 @@ def n_classes_of(dataset) -> int | None:
         return EMNIST_CLASSES[dataset.split]
     if isinstance(dataset, SyntheticDataset):
         return dataset.n_classes
-    if isinstance(dataset, ArraysDataset):
+    if isinstance(dataset, ArraysDataset | ClientFilesDataset):
         return dataset.n_classes
     return N_CLASSES.get(dataset.name)

@@ -11,15 +11,33 @@ from pflpipe.spec.base import Section
 class Fractions(Section):
     """Per-client train / validation / test fractions.
 
-    For a client of n samples, val and test get round(n · fraction) samples (at least one each)
-    and train the rest (at least one); each class is spread over the splits in proportion (±1).
+    For a client of n samples, val and test get round(n · fraction) samples (at least one each
+    when the fraction is above 0) and train the rest (at least one); each class is spread over the
+    splits in proportion (±1). Omitted fractions take their defaults (0.6 / 0.2 / 0.2), except
+    that they are 0 when the given ones already sum to 1: `{train: 0.75, test: 0.25}` has no
+    validation split.
     """
 
     train: float = Field(
         0.6, gt=0, lt=1, description="Fraction of a client's samples for training."
     )
-    val: float = Field(0.2, gt=0, lt=1, description="Fraction for validation (model selection).")
+    val: float = Field(
+        0.2, ge=0, lt=1,
+        description="Fraction for validation (model selection). 0: no validation split; then "
+        "each client's `best_val` model is its last round (or epoch), PersFL's teacher is the "
+        "last warm-start round and its (λ, T) is chosen on the train split (the report says so).",
+    )
     test: float = Field(0.2, gt=0, lt=1, description="Fraction for testing (reported accuracy).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _omitted_take_the_rest(cls, data):
+        if not isinstance(data, dict) or not data or len(data) == 3:
+            return data
+        given = [value for value in data.values() if isinstance(value, int | float)]
+        if len(given) == len(data) and math.isclose(sum(given), 1.0, abs_tol=1e-6):
+            return {"train": 0.0, "val": 0.0, "test": 0.0} | data
+        return data
 
     @model_validator(mode="after")
     def _sum_to_one(self):
@@ -27,9 +45,14 @@ class Fractions(Section):
         if not math.isclose(total, 1.0, abs_tol=1e-6):
             raise ValueError(
                 f"train + val + test must sum to 1 (got {self.train} + {self.val} + {self.test}"
-                f" = {total:g})"
+                f" = {total:g}); an omitted fraction is 0 only when the given ones sum to 1"
             )
         return self
+
+    @property
+    def has_validation(self) -> bool:
+        """Whether clients get a validation split."""
+        return self.val > 0
 
 
 class QuantitySkew(Section):
@@ -188,8 +211,45 @@ class NaturalPartition(_Common):
     strategy: Literal["natural"]
 
 
+class PredefinedPartition(Section):
+    """Given per-client train / val / test rows, used exactly (in the given order).
+
+    With `path`: an index file of positions in the pooled dataset (the official subsets in
+    torchvision's order, train first, or the rows of an arrays file): `.npz` with arrays
+    `train_<k>`, `val_<k>` (optional) and `test_<k>` for clients k = 0, 1, …, or `.json` holding
+    `{"clients": [{"train": [...], "val": [...], "test": [...]}, ...]}` or LEAF-style
+    `{"users": [...], "user_data": {user: {"train": [...], ...}}}`. `pflpipe split --export npz`
+    writes such a file. Without `path`: the dataset's own per-client splits (a `client_files`
+    dataset, or an arrays file with `client` and `split` arrays).
+    """
+
+    strategy: Literal["predefined"]
+    path: str | None = Field(
+        None,
+        description="Index file (.npz or .json), relative to dataset.root unless absolute; the "
+        "dataset's own splits when omitted.",
+    )
+    n_clients: int | None = Field(
+        None, ge=1, le=100_000,
+        description="Number of clients, checked against the file; taken from it when omitted "
+        "(required for the generated datasets, which are drawn per client).",
+    )
+    val_from_train: float = Field(
+        0.0, ge=0, lt=1,
+        description="For clients given no validation rows: the fraction of each client's train "
+        "rows held out as validation (stratified, seeded). 0: no validation split.",
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _suffix(cls, value: str | None) -> str | None:
+        if value is not None and not value.endswith((".npz", ".json")):
+            raise ValueError(f"must end in .npz or .json (got {value!r})")
+        return value
+
+
 Partition = Annotated[
     IidPartition | Ds1Partition | Ds2Partition | Ds3Partition | Ds4Partition | ShardsPartition
-    | LabelSkewPartition | ConceptDriftPartition | NaturalPartition,
+    | LabelSkewPartition | ConceptDriftPartition | NaturalPartition | PredefinedPartition,
     Field(discriminator="strategy"),
 ]

@@ -90,7 +90,9 @@ class Teachers(Section):
     """How each client's optimal teacher round is chosen (PersFL stage 1)."""
 
     criterion: Literal["val_loss", "val_accuracy"] = Field(
-        "val_loss", description="Lowest validation cross-entropy (thesis eq. 4.1) or best accuracy."
+        "val_loss",
+        description="Lowest validation cross-entropy (thesis eq. 4.1) or best accuracy. Without "
+        "a validation split the teacher is the last round.",
     )
 
 
@@ -119,13 +121,19 @@ class Distillation(Section):
     selection_split: Literal["val", "train", "test"] = Field(
         "val",
         description="Split whose accuracy chooses (λ, T). 'test' reproduces a test-selected "
-        "protocol and is flagged in the report as leaking test labels.",
+        "protocol and is flagged in the report as leaking test labels. 'val' without a "
+        "validation split chooses on train.",
     )
     lr: float | None = Field(None, gt=0, description="Learning rate; federation.lr when omitted.")
     batch_size: int | None = Field(None, ge=1, description="Batch size; federation's when omitted.")
 
     _lambdas = field_validator("lambdas")(lambda v: _grid(v, "λ"))
     _temperatures = field_validator("temperatures")(lambda v: _grid(v, "T"))
+
+    @property
+    def model_name(self) -> str:
+        """`persfl` for the KL objective, `persfl_gd` for the soft cross-entropy variant."""
+        return "persfl" if self.objective == "kl" else "persfl_gd"
 
 
 class Baselines(Section):
@@ -151,7 +159,7 @@ class Evaluation(Section):
     selection: Literal["best_val", "last_round"] = Field(
         "best_val",
         description="Which per-client model is scored: the round/epoch best on validation, or the "
-        "last one. Both are recorded.",
+        "last one. Both are recorded; without a validation split both are the last one.",
     )
 
 
@@ -281,4 +289,16 @@ class Engine(Section):
     )
     max_members: int | None = Field(
         None, ge=1, description="Most models stepped together (limits memory); all when omitted."
+    )
+    threads: int | None = Field(
+        None, ge=1, le=1024,
+        description="torch CPU threads of every stage's process. When omitted: under `pflpipe "
+        "run` the machine's cores divided by `parallel_tasks` (at least 1), elsewhere torch's "
+        "default (all cores it sees, which in a container may exceed its CPU limit).",
+    )
+    parallel_tasks: int | None = Field(
+        None, ge=1, le=1024,
+        description="Most tasks (seeds, personalization entries) the pipeline runs at once, "
+        "as ParallelFor parallelism; on a cluster too when set. When omitted: `pflpipe run` "
+        "runs 2 at once (kfp.local's most per loop; 1 on a one-core machine), a cluster all.",
     )

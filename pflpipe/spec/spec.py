@@ -8,7 +8,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from pflpipe.spec.algorithms import Algorithm, LocalParams, PersFLParams
 from pflpipe.spec.base import Section
-from pflpipe.spec.dataset import GROUPED, Dataset, n_classes_of, n_samples_of
+from pflpipe.spec.dataset import GROUPED, OWN_SPLITS, Dataset, n_classes_of, n_samples_of
 from pflpipe.spec.model import Model
 from pflpipe.spec.partition import Partition
 from pflpipe.spec.sections import (
@@ -91,6 +91,11 @@ class Spec(Section):
                 return entry
         return LocalParams(name="local")
 
+    @property
+    def runs_local(self) -> bool:
+        """Whether the local baseline runs: it is the L of QoI, so whenever there is a P."""
+        return bool(self.personalization)
+
     def content_hash(self) -> str:
         """Return a short sha256 of the validated spec (defaults included)."""
         payload = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
@@ -105,9 +110,16 @@ def _data_errors(spec: Spec):
                f"'natural' needs a dataset with client groups (synthetic, gaussian or arrays with "
                f"a 'client' array); {dataset.name!r} has none. Choose iid, ds1..ds4, shards, "
                "label_skew or concept_drift", partition.strategy)
-    if dataset.name == "gaussian" and partition.strategy != "natural":
+    if dataset.name == "gaussian" and partition.strategy not in ("natural", "predefined"):
         yield (("partition", "strategy"), "the gaussian dataset is generated per client; use "
                "strategy 'natural'", partition.strategy)
+    if partition.strategy == "predefined":
+        yield from _predefined_errors(dataset, partition)
+    fractions = getattr(partition, "fractions", None)
+    if fractions is not None and not fractions.has_validation and spec.federation.early_stop:
+        yield (("federation", "early_stop"), "stops on the validation loss, but "
+               "partition.fractions.val is 0 (no validation split); remove early_stop or give "
+               "val a fraction", None)
     per_client = {"ds1": "classes_per_client", "ds3": "classes_per_client",
                   "label_skew": "labels_per_client"}.get(partition.strategy)
     if per_client and n_classes is not None and getattr(partition, per_client) > n_classes:
@@ -134,9 +146,21 @@ def _data_errors(spec: Spec):
     yield from _capacity_errors(spec)
 
 
+def _predefined_errors(dataset, partition):
+    if partition.path is None and dataset.name not in OWN_SPLITS:
+        yield (("partition", "path"), f"is required: {dataset.name!r} has no per-client splits "
+               "of its own (only client_files datasets and arrays files with client and split "
+               "arrays do); give an index file (.npz or .json)", None)
+    if dataset.name in ("synthetic", "gaussian") and partition.n_clients is None:
+        yield (("partition", "n_clients"), f"is required: the {dataset.name} dataset is "
+               "generated per client", None)
+
+
 def _capacity_errors(spec: Spec):
     """Reject a named dataset too small for n_clients × min_samples, before any data loads."""
     dataset, partition = spec.dataset, spec.partition
+    if partition.strategy == "predefined":
+        return
     available = n_samples_of(dataset)
     needed = partition.n_clients * partition.min_samples
     if available is None or needed <= available:

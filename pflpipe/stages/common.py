@@ -22,6 +22,7 @@ from pflpipe.engine.trainer import Context, make_trainer
 from pflpipe.engine.tree import Group, Tree
 from pflpipe.errors import DataError
 from pflpipe.models import build_model, head_keys
+from pflpipe.stages.notice import note
 from pflpipe.storage import Store, open_store
 from pflpipe.tracking import Tracker
 
@@ -45,6 +46,35 @@ class Setup:
     partition_hash: str
     device: torch.device
 
+    @property
+    def has_validation(self) -> bool:
+        """Whether the clients have a validation split (a partition has it for all or none)."""
+        return has_validation(self.data)
+
+
+def has_validation(data: FederatedData) -> bool:
+    """Whether the clients have validation samples."""
+    return bool(data.val.counts.sum() > 0)
+
+
+def scored_splits(data: FederatedData) -> tuple[str, ...]:
+    """The splits results are reported on: val and test, or test alone without validation."""
+    return ("val", "test") if has_validation(data) else ("test",)
+
+
+def scored_rows(rows: list[dict], data: FederatedData) -> list[dict]:
+    """The engine's round rows without the (empty, NaN) validation rows of a partition without."""
+    return rows if has_validation(data) else [r for r in rows if r["split"] != "val"]
+
+
+def use_threads(engine) -> int:
+    """Set torch's CPU threads to `engine.threads` when given; note the number the stage uses."""
+    if engine.threads:
+        torch.set_num_threads(engine.threads)
+    count = torch.get_num_threads()
+    note(f"{count} torch thread{'s' if count > 1 else ''}")
+    return count
+
 
 def device_of(engine) -> torch.device:
     """The device `engine.device` names ('auto': CUDA when available)."""
@@ -60,6 +90,7 @@ def setup(spec, seed: int, partition_dir: Path) -> Setup:
     """Load the partition and build the seeded model, context and trainer."""
     from pflpipe.data import load_partition
 
+    use_threads(spec.engine)
     partition = load_partition(partition_dir)
     device = device_of(spec.engine)
     splits = {name: SplitData.from_clients([c.split(name).x for c in partition.clients],
@@ -94,6 +125,12 @@ def round_progress(rounds: int) -> Callable[[int, list[dict]], None]:
     return on_round
 
 
+#: Which of an earlier run's checkpoints a training stage resumes from (`pflpipe run` flags):
+#: all of them (default: finished ones are reused as they are), only unfinished ones (finished
+#: stages are recomputed: --no-cache) or none (--fresh).
+RESUME = ("all", "unfinished", "none")
+
+
 def checkpoint_store(spec, stage: str, key: dict) -> tuple[Store, str]:
     """The stable store a stage checkpoints into (so a rerun resumes), and its key.
 
@@ -106,6 +143,32 @@ def checkpoint_store(spec, stage: str, key: dict) -> tuple[Store, str]:
     return root.child(f"checkpoints/{stage}/{digest}"), digest
 
 
+def use_checkpoints(store: Store, resume: str, rounds: int) -> str:
+    """Keep or discard an earlier run's checkpoints as `resume` (one of `RESUME`) says; note it.
+
+    Returns what the stage does: "fresh" (from round 0), "resumed" or "reused" (its finished
+    checkpoints: nothing to train).
+    """
+    if resume not in RESUME:
+        raise ValueError(f"resume must be one of {RESUME} (got {resume!r})")
+    if not store.exists("progress.json"):
+        return "fresh"
+    progress = json.loads(store.get_bytes("progress.json"))
+    done = int(progress["rounds_completed"])
+    finished = done >= rounds or bool(progress.get("stopped_early"))
+    if resume == "none" or (resume == "unfinished" and finished):
+        for name in store.list():
+            store.delete(name)
+        why = "--fresh" if resume == "none" else "--no-cache recomputes finished stages"
+        note(f"recomputed: discarded the checkpoints of round {done}/{rounds} ({why})")
+        return "fresh"
+    if finished:
+        note(f"reused finished checkpoints (round {done}/{rounds}): nothing trained")
+        return "reused"
+    note(f"resumed from round {done}/{rounds}")
+    return "resumed"
+
+
 def engine_key(spec) -> dict:
     """The spec settings that change trained numbers."""
     return {"model": spec.model.model_dump(mode="json"), "engine": spec.engine.mode,
@@ -114,10 +177,14 @@ def engine_key(spec) -> dict:
 
 def federation_rows(result: FederationResult, model: str, seed: int, data: FederatedData
                     ) -> list[dict]:
-    """results.csv rows: each client's val and test scores at its best-val and last round."""
+    """results.csv rows: each client's val and test scores at its best-val and last round.
+
+    Without a validation split the engine's best-val round is the last one and only test rows
+    are written.
+    """
     rows = []
     for selection, scores in (("best_val", result.best), ("last_round", result.last)):
-        for split in ("val", "test"):
+        for split in scored_splits(data):
             counts = data.split(split).counts.tolist()
             for client in range(data.n_clients):
                 rows.append({

@@ -15,6 +15,8 @@ from pflpipe.distill.figures import lambda_t_figure
 from pflpipe.stages import common
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
+#: Where (λ, T) is chosen when the partition has no validation split.
+NO_VALIDATION_SPLIT = "train"
 GRID_FIELDS = ("client", "lam", "temperature", "train_loss", "train_accuracy", "val_loss",
                "val_accuracy", "test_loss", "test_accuracy")
 
@@ -27,11 +29,13 @@ class DistillResult:
     chosen: tuple[dict, ...]
     test_accuracy: float
     selection_split: str
+    has_validation: bool = True
 
     def to_markdown(self) -> str:
         """The chosen pairs per client (thesis Table 6.5)."""
         leak = (" **(chosen on test: the reported accuracy is optimistic)**"
-                if self.selection_split == "test" else "")
+                if self.selection_split == "test" else
+                " (no validation split)" if not self.has_validation else "")
         lines = [f"**{self.model}**: mean client test accuracy {self.test_accuracy:.4f}; (λ, T) "
                  f"chosen per client on {self.selection_split}{leak}", "",
                  "| client | teacher round | λ | T | val accuracy | test accuracy |",
@@ -43,7 +47,7 @@ class DistillResult:
 
 def model_name(spec) -> str:
     """`persfl` for the KL objective, `persfl_gd` for the soft cross-entropy variant."""
-    return "persfl" if spec.distillation.objective == "kl" else "persfl_gd"
+    return spec.distillation.model_name
 
 
 def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_dir: Path,
@@ -55,11 +59,14 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     rounds = {t["round"]: common.load_round(checkpoints_dir, t["round"], s.device)
               for t in teachers}
     params = {k: torch.stack([rounds[t["round"]][k] for t in teachers]) for k in s.init}
+    selection_split = dist.selection_split
+    if selection_split == "val" and not s.has_validation:
+        selection_split = NO_VALIDATION_SPLIT
     config = GridConfig(
         lambdas=tuple(dist.lambdas), temperatures=tuple(dist.temperatures), epochs=dist.epochs,
         batch_size=dist.batch_size or spec.federation.batch_size,
         lr=dist.lr or spec.federation.lr, objective=dist.objective,
-        selection_split=dist.selection_split, optimizer=common.optimizer(spec), seed=seed)
+        selection_split=selection_split, optimizer=common.optimizer(spec), seed=seed)
     grid = run_grid(s.ctx, s.trainer, s.data, params, config)
     model = model_name(spec)
     chosen = tuple({**c, "teacher_round": teachers[c["client"]]["round"]} for c in grid.chosen)
@@ -67,10 +74,10 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
                 "selection": selection, "round": c["teacher_round"],
                 "accuracy": c[f"{split}_accuracy"], "loss": c[f"{split}_loss"],
                 "n_samples": int(s.data.split(split).counts[c["client"]])}
-               for selection in ("best_val", "last_round") for split in ("val", "test")
-               for c in chosen]
+               for selection in ("best_val", "last_round")
+               for split in common.scored_splits(s.data) for c in chosen]
     summary = DistillResult(model, chosen, sum(c["test_accuracy"] for c in chosen) / len(chosen),
-                            dist.selection_split)
+                            selection_split, s.has_validation)
     out = Path(results_dir)
     models = common.client_models(grid.params)
     common.write_results(out, results, [], models, summary.to_markdown())
@@ -80,7 +87,7 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     figure = lambda_t_figure(grid.grid, grid.chosen, out / "lambda_t.png")
     tracker.log_params({"lambdas": list(dist.lambdas), "temperatures": list(dist.temperatures),
                         "epochs": dist.epochs, "objective": dist.objective,
-                        "teacher": dist.teacher, "selection_split": dist.selection_split})
+                        "teacher": dist.teacher, "selection_split": selection_split})
     tracker.log_metrics({"test_accuracy": summary.test_accuracy})
     tracker.log_artifact(figure, "figures")
     tracker.log_artifact(out / "grid.csv", "distillation")

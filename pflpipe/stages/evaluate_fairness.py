@@ -55,7 +55,7 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     table = read_table(results_tables(results_dirs))
     report = build_report(table, local=evaluation.baselines.local,
                           global_=evaluation.baselines.global_, selection=evaluation.selection,
-                          metrics=tuple(evaluation.metrics))
+                          metrics=tuple(evaluation.metrics), validation="val" in table.splits)
     files = write_report(report, Path(out_dir))
     log.info("evaluate_fairness: %s", report.answers())
     tracker.log_params({"evaluation.selection": evaluation.selection,

@@ -1,14 +1,28 @@
-"""Stage `partition_data`: split the spec's dataset over clients; write the partition directory."""
+"""Stage `partition_data`: split the spec's dataset over clients; write the partition directory.
+
+A partition that `pflpipe split` wrote into the default directory (`default_dir`) for the same
+data, partition section and seed is reused (its files linked or copied, after checking their
+content hash) instead of written again, so `pflpipe run` trains on exactly the split the user
+inspected, with the same content hash.
+"""
 
 import logging
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from pflpipe.errors import DataError
+from pflpipe.stages.notice import note
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 log = logging.getLogger(__name__)
 #: to_markdown lists at most this many clients (the manifest has them all).
 MARKDOWN_ROWS = 200
+#: A client's validation split smaller than this is too small to choose models on (a warning).
+MIN_VALIDATION = 10
+NO_VALIDATION = ("no validation split: best_val is each client's last round (or epoch), "
+                 "PersFL's teacher the last round, its (λ, T) chosen on train")
 
 
 @dataclass(frozen=True)
@@ -40,9 +54,12 @@ class PartitionResult:
     n_samples: int
     n_assigned: int
     clients: tuple[ClientSummary, ...]
+    warnings: tuple[str, ...] = ()
+    reused_from: Path | None = None
 
     @classmethod
-    def from_manifest(cls, out_dir: Path, manifest: dict) -> "PartitionResult":
+    def from_manifest(cls, out_dir: Path, manifest: dict, reused_from: Path | None = None
+                      ) -> "PartitionResult":
         """Summarise a partition manifest."""
         clients = tuple(
             ClientSummary(entry["client_id"], entry["n"]["train"], entry["n"]["val"],
@@ -54,14 +71,18 @@ class PartitionResult:
                    strategy=manifest["partition"]["strategy"],
                    n_classes=manifest["dataset"]["n_classes"],
                    n_samples=manifest["dataset"]["n_samples"],
-                   n_assigned=manifest["n_assigned"], clients=clients)
+                   n_assigned=manifest["n_assigned"], clients=clients,
+                   warnings=validation_warnings(clients), reused_from=reused_from)
 
     def to_markdown(self) -> str:
         """Return a per-client table (sizes per split, classes held) under a one-line summary."""
         lines = [f"**partition_data**: {self.dataset}, {self.strategy}, {len(self.clients)} "
                  f"clients, seed {self.seed}; {self.n_assigned:,} of {self.n_samples:,} samples "
                  f"assigned; content hash `{self.content_hash[:16]}`", "",
-                 "| client | train | val | test | total | classes |",
+                 *([f"- reused the partition written by `pflpipe split` in "
+                    f"{self.reused_from}"] if self.reused_from else []),
+                 *(f"- **warning**: {warning}" for warning in self.warnings),
+                 "", "| client | train | val | test | total | classes |",
                  "|---:|---:|---:|---:|---:|---|"]
         for client in self.clients[:MARKDOWN_ROWS]:
             lines.append(f"| {client.client_id} | {client.n_train} | {client.n_val} | "
@@ -71,14 +92,34 @@ class PartitionResult:
         return "\n".join(lines) + "\n"
 
 
-def run(spec, seed: int, out_dir: Path, *, tracker: Tracker = NULL_TRACKER) -> PartitionResult:
-    """Partition the spec's dataset with `seed` into `out_dir`; log the summary and heatmap."""
+def default_dir(spec, seed: int) -> Path:
+    """Where `pflpipe split` writes a seed's partition, and where `pflpipe run` looks for it."""
+    return Path(spec.experiment.results_dir) / "partition" / f"seed-{seed}"
+
+
+def run(spec, seed: int, out_dir: Path, *, tracker: Tracker = NULL_TRACKER,
+        reuse_split: bool = True) -> PartitionResult:
+    """Partition the spec's dataset with `seed` into `out_dir`; log the summary and heatmap.
+
+    With `reuse_split`, the partition `pflpipe split` wrote in `default_dir` is reused when it is
+    this one.
+    """
     from pflpipe.data import partition_dataset, write_partition
     from pflpipe.data.artifact import HEATMAP, MANIFEST
 
     plan = partition_dataset(spec, seed)
-    manifest = write_partition(plan, spec.partition.model_dump(mode="json"), Path(out_dir))
-    result = PartitionResult.from_manifest(Path(out_dir), manifest)
+    section = spec.partition.model_dump(mode="json")
+    source = default_dir(spec, seed)
+    manifest = _reuse(plan, section, source, Path(out_dir)) if reuse_split else None
+    if manifest is None:
+        manifest = write_partition(plan, section, Path(out_dir))
+        source = None
+    else:
+        note(f"reused the partition of `pflpipe split` in {source}")
+    result = PartitionResult.from_manifest(Path(out_dir), manifest, reused_from=source)
+    for warning in result.warnings:
+        log.info("%s", warning)
+        note(f"warning: {warning}")
     sizes = [client.n for client in result.clients]
     tracker.log_params({"dataset": result.dataset, "strategy": result.strategy,
                         "n_clients": len(result.clients), "seed": seed,
@@ -89,6 +130,56 @@ def run(spec, seed: int, out_dir: Path, *, tracker: Tracker = NULL_TRACKER) -> P
     tracker.log_artifact(Path(out_dir) / MANIFEST, "partition")
     log.info("partition %s written to %s", result.content_hash[:16], out_dir)
     return result
+
+
+def validation_warnings(clients: tuple[ClientSummary, ...]) -> tuple[str, ...]:
+    """Say when the clients have no validation split, or one too small to choose on."""
+    if all(client.n_val == 0 for client in clients):
+        return (NO_VALIDATION,)
+    small = [client for client in clients if client.n_val < MIN_VALIDATION]
+    if not small:
+        return ()
+    smallest = min(small, key=lambda client: client.n_val)
+    return (f"{len(small)} of {len(clients)} clients have fewer than {MIN_VALIDATION} "
+            f"validation samples (smallest: client {smallest.client_id}, {smallest.n_val}); "
+            "the best round, teacher and (λ, T) chosen on them are noisy. Raise "
+            "partition.fractions.val or min_samples",)
+
+
+def _reuse(plan, section: dict, source: Path, out_dir: Path) -> dict | None:
+    """Link (or copy) `source`'s partition into `out_dir` if it is this plan's; return its manifest.
+
+    It is this plan's when its manifest header equals the plan's (same data fingerprint,
+    normalisation, partition section and seed) and its files still have their content hash.
+    """
+    from pflpipe.data import load_partition, read_manifest
+    from pflpipe.data.artifact import HEATMAP, MANIFEST, manifest_header
+
+    if source.resolve() == out_dir.resolve() or not (source / MANIFEST).is_file():
+        return None
+    try:
+        manifest = read_manifest(source)
+        header = manifest_header(plan, section)
+        if any(manifest.get(key) != value for key, value in header.items()):
+            return None
+        load_partition(source, transform=False, verify=True)
+    except DataError as err:
+        log.warning("not reusing %s: %s", source, err)
+        return None
+    (out_dir / "clients").mkdir(parents=True, exist_ok=True)
+    names = [f"clients/{entry['file']}" for entry in manifest["clients"]] + [HEATMAP, MANIFEST]
+    for name in names:  # the manifest last: a directory with a manifest is complete
+        if (source / name).is_file():
+            _link(source / name, out_dir / name)
+    return manifest
+
+
+def _link(source: Path, target: Path) -> None:
+    target.unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or links not allowed
+        shutil.copy2(source, target)
 
 
 def format_classes(classes: tuple[int, ...] | None, limit: int = 12) -> str:

@@ -29,20 +29,24 @@ class PersonalizeResult:
     rounds: int
     best_val_test_accuracy: float
     last_round_test_accuracy: float
+    has_validation: bool = True
 
     def to_markdown(self) -> str:
         """One paragraph for the KFP Markdown artifact."""
+        chosen = ("with each client's model chosen on validation" if self.has_validation
+                  else "with each client's last model (no validation split)")
         return (f"**{self.model}**: {self.rounds} rounds; mean client test accuracy "
-                f"{self.best_val_test_accuracy:.4f} with each client's model chosen on "
-                f"validation, {self.last_round_test_accuracy:.4f} after the last round.\n")
+                f"{self.best_val_test_accuracy:.4f} {chosen}, {self.last_round_test_accuracy:.4f}"
+                " after the last round.\n")
 
 
 def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path | None,
         results_dir: Path, *, tracker: Tracker = NULL_TRACKER, stage: str = STAGE,
-        progress: bool = False) -> PersonalizeResult:
+        progress: bool = False, resume: str = "all") -> PersonalizeResult:
     """Run the personalization entry called `label`; write its results directory.
 
     With `progress`, a line per round goes to stdout (`common.PROGRESS`, for `pflpipe run`).
+    `resume` says which of an earlier run's checkpoints to resume from (`common.RESUME`).
     """
     entry = spec.algorithm(label)
     s = common.setup(spec, seed, partition_dir)
@@ -54,17 +58,18 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
         rounds=rounds.rounds, local_epochs=rounds.local_epochs,
         batch_size=entry.batch_size or fed.batch_size, lr=algorithm.lr, seed=seed,
         optimizer=common.optimizer(spec), client_fraction=rounds.client_fraction,
-        eval_every=entry.eval_every, stream=stream_of(label))
+        eval_every=entry.eval_every, stream=stream_of(label), best_on_val=s.has_validation)
     store, key = common.checkpoint_store(spec, stage, {
         "seed": seed, "partition": s.partition_hash, "entry": entry.model_dump(mode="json"),
         "plan": repr(plan), "init": _digest(init), **common.engine_key(spec)})
+    common.use_checkpoints(store, resume, plan.rounds)
     result = Federation(algorithm, s.ctx, s.data, s.trainer, plan, store, key,
                         common.round_progress(plan.rounds) if progress else None).run(init)
     model = entry.display_name
     results = common.federation_rows(result, model, seed, s.data)
-    history = common.history_rows(result.rows, model, seed)
+    history = common.history_rows(common.scored_rows(result.rows, s.data), model, seed)
     summary = PersonalizeResult(model, result.rounds_completed, _mean(results, "best_val"),
-                                _mean(results, "last_round"))
+                                _mean(results, "last_round"), s.has_validation)
     models = common.client_models(result.best_model)
     common.write_results(Path(results_dir), results, history, models, summary.to_markdown())
     tracker.log_params({"algorithm": entry.name, "seed": seed, "rounds": plan.rounds,

@@ -1,7 +1,7 @@
 """Stage `select_teachers`: each client's optimal teacher round.
 
 It is chosen from the warm start's per-round × per-client validation scores (thesis eq. 4.1), or
-is the last round (the Table 6.4 ablation).
+is the last round (the Table 6.4 ablation, and the rule when there is no validation split).
 """
 
 import json
@@ -27,9 +27,13 @@ class TeachersResult:
         """Table of chosen rounds (thesis Fig. 6.1 as numbers)."""
         lines = [f"**select_teachers** ({self.criterion}; last round {self.last_round})", "",
                  "| client | round | val loss | val accuracy |", "|---:|---:|---:|---:|"]
-        lines += [f"| {t['client']} | {t['round']} | {t['val_loss']:.4f} | "
-                  f"{t['val_accuracy']:.4f} |" for t in self.teachers]
+        lines += [f"| {t['client']} | {t['round']} | {_number(t['val_loss'])} | "
+                  f"{_number(t['val_accuracy'])} |" for t in self.teachers]
         return "\n".join(lines) + "\n"
+
+
+def _number(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
 
 
 def run(spec, checkpoints_dir: Path, teachers_dir: Path, *, tracker: Tracker = NULL_TRACKER
@@ -42,13 +46,17 @@ def run(spec, checkpoints_dir: Path, teachers_dir: Path, *, tracker: Tracker = N
 
     loss, accuracy, rounds = _matrices(Path(checkpoints_dir))
     criterion = spec.teachers.criterion
+    validated = not torch.isnan(loss).all()
+    if not validated:
+        criterion = "last round: no validation split"
     first = 1 if len(rounds) > 1 else 0   # round 0 is the untrained initial model
-    if spec.distillation.teacher == "last_round":
+    if spec.distillation.teacher == "last_round" or not validated:
         rows = torch.full((loss.shape[1],), len(rounds) - 1, dtype=torch.long)
     else:
         rows = choose_rounds(loss[first:], accuracy[first:], criterion) + first
-    teachers = tuple({"client": c, "round": rounds[int(r)], "val_loss": float(loss[r, c]),
-                      "val_accuracy": float(accuracy[r, c])} for c, r in enumerate(rows.tolist()))
+    teachers = tuple({"client": c, "round": rounds[int(r)], "val_loss": _score(loss[r, c]),
+                      "val_accuracy": _score(accuracy[r, c])}
+                     for c, r in enumerate(rows.tolist()))
     out = Path(teachers_dir)
     out.mkdir(parents=True, exist_ok=True)
     common.write_csv(out / "teachers.csv", FIELDS, list(teachers))
@@ -64,19 +72,33 @@ def run(spec, checkpoints_dir: Path, teachers_dir: Path, *, tracker: Tracker = N
         with tracker.child(f"select_teachers/client-{t['client']}",
                            {"client_id": str(t["client"]), "algorithm": "persfl",
                             "stage": "select_teachers"}) as run:
-            run.log_metrics({"teacher_round": t["round"], "teacher_val_loss": t["val_loss"],
-                             "teacher_val_accuracy": t["val_accuracy"]})
+            run.log_metrics({name: value for name, value in (
+                ("teacher_round", t["round"]), ("teacher_val_loss", t["val_loss"]),
+                ("teacher_val_accuracy", t["val_accuracy"])) if value is not None})
     return result
 
 
+def _score(value) -> float | None:
+    return None if value != value else float(value)  # NaN: no validation split
+
+
 def _matrices(checkpoints_dir: Path):
-    """[R, C] validation loss and accuracy of every round's global model, and the rounds."""
+    """[R, C] validation loss and accuracy of every round's global model, and the rounds.
+
+    Without a validation split (round_metrics.csv has only test rows) both are NaN.
+    """
     import torch
 
     path = checkpoints_dir / "round_metrics.csv"
     if not path.is_file():
         raise DataError(f"{checkpoints_dir} has no round_metrics.csv; run warm_start_fedavg first")
-    rows = [r for r in common.read_csv(path) if r["split"] == "val"]
+    every = common.read_csv(path)
+    rows = [r for r in every if r["split"] == "val"]
+    if not rows:
+        rounds = sorted({int(r["round"]) for r in every})
+        clients = {int(r["client"]) for r in every}
+        loss = torch.full((len(rounds), len(clients)), float("nan"))
+        return loss, loss.clone(), rounds
     rounds = sorted({int(r["round"]) for r in rows})
     clients = sorted({int(r["client"]) for r in rows})
     position = {r: i for i, r in enumerate(rounds)}

@@ -1,7 +1,7 @@
 """Stage `train_local`: the local-only baseline.
 
 Every client trains alone from the seeded initial model; its model is the epoch best on its
-validation split.
+validation split (its last epoch without one).
 """
 
 from pathlib import Path
@@ -11,7 +11,9 @@ from pflpipe.tracking import NULL_TRACKER, Tracker
 
 
 def run(spec, seed: int, partition_dir: Path, results_dir: Path, *,
-        tracker: Tracker = NULL_TRACKER, progress: bool = False) -> personalize.PersonalizeResult:
+        tracker: Tracker = NULL_TRACKER, progress: bool = False,
+        resume: str = "all") -> personalize.PersonalizeResult:
     """Train the local baseline; write its results directory (model name `local`)."""
     return personalize.run(spec, seed, spec.local_params.display_name, partition_dir, None,
-                           results_dir, tracker=tracker, stage="train_local", progress=progress)
+                           results_dir, tracker=tracker, stage="train_local", progress=progress,
+                           resume=resume)

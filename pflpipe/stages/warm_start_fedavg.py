@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pflpipe.algorithms import FedAvg
 from pflpipe.engine.federation import Federation, Plan
+from pflpipe.errors import DataError
 from pflpipe.stages import common
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
@@ -30,45 +31,56 @@ class WarmStartResult:
     test_accuracy: float        # mean over clients, final global model
     best_test_accuracy: float   # mean over clients, global model of the best-val round
     store: str
+    has_validation: bool = True
 
     def to_markdown(self) -> str:
         """One paragraph for the KFP Markdown artifact."""
         stop = " (stopped early on a validation plateau)" if self.stopped_early else ""
+        rule = ("best mean validation accuracy" if self.has_validation
+                else "no validation split: the last round")
         return (f"**warm_start_fedavg**: {self.rounds_completed} rounds{stop}; mean client test "
                 f"accuracy {self.test_accuracy:.4f} after the last round, "
-                f"{self.best_test_accuracy:.4f} at round {self.best_round} (best mean validation "
-                f"accuracy). Every round's global model is kept in {self.store}.\n")
+                f"{self.best_test_accuracy:.4f} at round {self.best_round} ({rule}). Every "
+                f"round's global model is kept in {self.store}.\n")
 
 
 def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir: Path, *,
         tracker: Tracker = NULL_TRACKER,
         on_round: Callable[[int, list[dict]], None] | None = None,
-        progress: bool = False) -> WarmStartResult:
+        progress: bool = False, resume: str = "all") -> WarmStartResult:
     """Run (or resume) FedAvg; write the checkpoint and results directories.
 
     With `progress` (and no `on_round`), a line per round goes to stdout (`common.PROGRESS`).
+    `resume` says which of an earlier run's checkpoints to resume from (`common.RESUME`).
     """
     s = common.setup(spec, seed, partition_dir)
     fed = spec.federation
+    if fed.early_stop and not s.has_validation:
+        raise DataError("federation.early_stop stops on the validation loss, but the partition "
+                        "has no validation split; remove early_stop, or give the clients "
+                        "validation rows (partition.val_from_train for a predefined split)")
     plan = Plan(rounds=fed.rounds, local_epochs=fed.local_epochs, batch_size=fed.batch_size,
                 lr=fed.lr, seed=seed, optimizer=common.optimizer(spec),
                 client_fraction=fed.client_fraction,
                 early_stop=(fed.early_stop.patience, fed.early_stop.min_delta)
                 if fed.early_stop else None, keep_every_round=True, stream=0,
+                best_on_val=s.has_validation,
                 score_global=False)  # FedAvg's personalized model is its global model
     store, key = common.checkpoint_store(spec, "warm_start_fedavg", {
         "seed": seed, "partition": s.partition_hash, "federation": fed.model_dump(mode="json"),
         **common.engine_key(spec)})
+    common.use_checkpoints(store, resume, fed.rounds)
     algorithm = FedAvg(None, head=s.head, lr=fed.lr, local_epochs=fed.local_epochs)
     if progress and on_round is None:
         on_round = common.round_progress(fed.rounds)
     result = Federation(algorithm, s.ctx, s.data, s.trainer, plan, store, key, on_round).run(s.init)
-    _write_checkpoints(store, Path(checkpoints_dir), result, s.data)
-    results, best_round = _global_results(result.rows, result.rounds_completed, seed, s.data)
-    history = common.history_rows(result.rows, MODEL, seed)
+    rows = common.scored_rows(result.rows, s.data)
+    _write_checkpoints(store, Path(checkpoints_dir), rows, s.data)
+    results, best_round = _global_results(rows, result.rounds_completed, seed, s.data)
+    history = common.history_rows(rows, MODEL, seed)
     summary = WarmStartResult(
         result.rounds_completed, result.stopped_early, best_round,
-        _mean(results, "last_round"), _mean(results, "best_val"), store.uri)
+        _mean(results, "last_round"), _mean(results, "best_val"), store.uri, s.has_validation)
     common.write_results(Path(results_dir), results, history, {
         "global": result.global_params,
         "global_best_val": common.load_round(checkpoints_dir, best_round, s.device)},
@@ -110,13 +122,13 @@ def _log(tracker: Tracker, fed, seed: int, results: list[dict], history: list[di
     common.log_clients(tracker, "warm_start_fedavg", MODEL, results, history)
 
 
-def _write_checkpoints(store, out_dir: Path, result, data) -> None:
+def _write_checkpoints(store, out_dir: Path, rows: list[dict], data) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for key in store.list():
         if key.startswith("round_") or key == "progress.json":
             (out_dir / key).write_bytes(store.get_bytes(key))
     rows = [{**row, "n_samples": data.split(row["split"]).counts[row["client"]].item()}
-            for row in result.rows if row["split"] in ("val", "test")]
+            for row in rows if row["split"] in ("val", "test")]
     common.write_csv(out_dir / "round_metrics.csv", METRIC_FIELDS, rows)
 
 
@@ -124,15 +136,17 @@ def _global_results(rows: list[dict], last: int, seed: int, data) -> tuple[list[
     """The global model's results; it is one model, so it has one best-val round.
 
     Its best-val round is the round with the best sample-weighted mean validation accuracy (ties:
-    lower mean loss, then the earlier round).
+    lower mean loss, then the earlier round); without a validation split, the last round.
     """
-    accuracy = common.mean_by_round(rows, "val", "accuracy", data)
-    loss = common.mean_by_round(rows, "val", "loss", data)
-    best = min(accuracy, key=lambda r: (-accuracy[r], loss[r], r))
+    best = last
+    if common.has_validation(data):
+        accuracy = common.mean_by_round(rows, "val", "accuracy", data)
+        loss = common.mean_by_round(rows, "val", "loss", data)
+        best = min(accuracy, key=lambda r: (-accuracy[r], loss[r], r))
     index = {(r["round"], r["client"], r["split"]): r for r in rows}
     out = []
     for selection, round_idx in (("best_val", best), ("last_round", last)):
-        for split in ("val", "test"):
+        for split in common.scored_splits(data):
             counts = data.split(split).counts.tolist()
             for client in range(data.n_clients):
                 row = index[(round_idx, client, split)]

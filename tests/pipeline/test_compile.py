@@ -136,7 +136,7 @@ def test_cli_compile_writes_kfp_ir_for_every_spec(spec_path, tmp_path, capsys):
     assert ir["pipelineInfo"]["name"] == spec.experiment.name
     assert ir["schemaVersion"].startswith("2.")
     assert set(ir["root"]["inputDefinitions"]["parameters"]) == {
-        "tracking_uri", "experiment", "parent_run_id"}
+        "tracking_uri", "experiment", "parent_run_id", "resume"}
     stages = set(executor_tasks(ir))
     assert stages >= {"partition_data", "warm_start_fedavg", "train_local", "collect_results",
                       "evaluate_fairness"}

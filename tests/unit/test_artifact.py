@@ -43,7 +43,10 @@ def test_load_partition_returns_transformed_samples_and_positions(arrays_spec, t
     assert partition.n_clients == 4 and partition.n_classes == 3
     assert partition.input_shape == (1, 2, 3)  # grey images gain a channel axis
     assert client.val.x.dtype == torch.float32
-    assert torch.allclose(client.val.x, torch.from_numpy(pooled.x[index]).float() / 255)
+    # uint8 images are standardised like the torchvision datasets, with the data's own stats
+    scaled = pooled.x / 255
+    expected = (scaled[index] - scaled.mean()) / scaled.std()
+    assert torch.allclose(client.val.x, torch.from_numpy(expected).float(), atol=1e-6)
     assert client.val.y.tolist() == pooled.y[index].tolist()
     assert client.split("val") is client.val
 
@@ -57,7 +60,7 @@ def test_load_partition_raw_keeps_the_stored_dtype(arrays_spec, tmp_path):
 
 
 def test_manifest_counts_match_the_stored_labels(arrays_spec, tmp_path):
-    _, manifest = write(arrays_spec(), 0, tmp_path / "p")
+    plan, manifest = write(arrays_spec(), 0, tmp_path / "p")
 
     partition = load_partition(tmp_path / "p")
 
@@ -67,7 +70,10 @@ def test_manifest_counts_match_the_stored_labels(arrays_spec, tmp_path):
             assert entry["n"][split] == len(labels)
             assert entry["counts"][split] == torch.bincount(labels, minlength=3).tolist()
     assert manifest["n_assigned"] == 60 and manifest["seed"] == 0
-    assert manifest["dataset"]["transform"] == {"scale": 1 / 255, "mean": [0.0], "std": [1.0]}
+    scaled = plan.pooled.x / 255
+    assert manifest["dataset"]["transform"] == {"scale": 1 / 255,
+                                                "mean": [pytest.approx(scaled.mean())],
+                                                "std": [pytest.approx(scaled.std())]}
 
 
 def test_content_hash_follows_the_documented_recipe(arrays_spec, tmp_path):

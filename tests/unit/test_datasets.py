@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pflpipe.data.datasets import load_pooled
+from pflpipe.data.datasets import Transform, load_pooled
 from pflpipe.errors import DataError
 from pflpipe.spec import parse_spec
 
@@ -254,3 +254,56 @@ def test_corrupt_idx_file_is_a_data_error_naming_the_format(tmp_path):
 
     with pytest.raises(DataError, match="not IDX files in torchvision's format"):
         load_pooled(make_spec(f"{{name: mnist, root: {tmp_path}}}"), RNG)
+
+
+# ---- normalisation (dataset.normalization) -----------------------------------------------------
+
+def test_arrays_uint8_images_get_the_torchvision_datasets_normalisation(tmp_path):
+    images, labels = write_mnist(tmp_path, "MNIST", 6, 4)
+    np.savez(tmp_path / "same.npz", x=images, y=labels)
+
+    named = load_pooled(make_spec(f"{{name: mnist, root: {tmp_path}}}"), RNG)
+    arrays = load_pooled(make_spec(f"{{name: arrays, root: {tmp_path}, path: same.npz}}"), RNG)
+    given = load_pooled(make_spec(f"{{name: arrays, root: {tmp_path}, path: same.npz, "
+                                  "normalization: {mean: [0.1307], std: [0.3081]}}"), RNG)
+
+    # both standardised, (x / 255 − mean) / std: MNIST's published statistics, the array's own
+    scaled = images / 255
+    assert named.transform == Transform(1 / 255, (0.1307,), (0.3081,))
+    assert arrays.transform.scale == 1 / 255
+    assert arrays.transform.mean == pytest.approx((scaled.mean(),))
+    assert arrays.transform.std == pytest.approx((scaled.std(),))
+    # naming the published statistics gives the torchvision dataset's inputs exactly
+    assert given.transform == named.transform and np.array_equal(given.x, named.x)
+
+
+def test_standard_normalisation_is_per_channel_and_leaves_constant_channels_unscaled(tmp_path):
+    x = np.zeros((4, 2, 1, 1), dtype=np.uint8)
+    x[:2, 0] = 255  # channel 0: half 0, half 1 after scaling -> mean 0.5, std 0.5
+    x[:, 1] = 51    # channel 1: constant 0.2 -> mean 0.2, std 1 (centred, not blown up)
+    np.savez(tmp_path / "d.npz", x=x, y=np.array([0, 1, 0, 1]))
+
+    pooled = load_pooled(make_spec(f"{{name: arrays, root: {tmp_path}, path: d.npz}}"), RNG)
+
+    assert pooled.transform.mean == pytest.approx((0.5, 0.2))
+    assert pooled.transform.std == pytest.approx((0.5, 1.0))
+
+
+@pytest.mark.parametrize(("choice", "expected"), [
+    ("scale", Transform(1 / 255)), ("none", Transform()),
+])
+def test_normalisation_scale_and_none(tmp_path, choice, expected):
+    np.savez(tmp_path / "d.npz", x=RNG.integers(0, 256, (4, 3), dtype=np.uint8), y=np.arange(4))
+    spec = make_spec(f"{{name: arrays, root: {tmp_path}, path: d.npz, normalization: {choice}}}")
+
+    assert load_pooled(spec, RNG).transform == expected
+
+
+def test_normalisation_with_the_wrong_number_of_channels_names_the_field(tmp_path):
+    np.savez(tmp_path / "d.npz", x=np.zeros((4, 3, 2, 2), np.uint8), y=np.arange(4))
+    spec = make_spec(f"{{name: arrays, root: {tmp_path}, path: d.npz, "
+                     "normalization: {mean: [0.5, 0.5], std: [0.2, 0.2]}}")
+
+    with pytest.raises(DataError, match=r"dataset.normalization: 2 mean/std values for samples "
+                                        r"of 3 channels; give 1 or 3"):
+        load_pooled(spec, RNG)
