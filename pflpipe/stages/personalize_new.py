@@ -15,6 +15,7 @@ from pflpipe.distill import GridConfig, choose_rounds, run_grid
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.errors import DataError
+from pflpipe.spec.partition import Fractions
 from pflpipe.stages import common
 from pflpipe.stages.distill_grid_search import GRID_FIELDS
 
@@ -103,7 +104,8 @@ def _client_data(spec, path: Path, partition_dir: Path, seed: int) -> FederatedD
         raise DataError(f"{path}: samples of shape {arrays['x'].shape[1:]} do not match the "
                         f"dataset's input shape {shape}")
     y = arrays["y"].astype(np.int64)
-    fractions = spec.partition.fractions
+    # a predefined partition has no fractions: the newcomer's data is split by the defaults
+    fractions = getattr(spec.partition, "fractions", None) or Fractions()
     parts = split_client(np.arange(len(y)), y, fractions.val, fractions.test,
                          np.random.default_rng([seed, 911]), client_id=0)
     features = apply_transform(torch.from_numpy(x), manifest["dataset"]["transform"])
