@@ -24,11 +24,12 @@ CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit")
 SEED = re.compile(r'^\s*"seed": (\d+),?$')
 LABEL = re.compile(r'^\s*"label": "([^"]+)",?$')
 #: `pflpipe.stages.common.PROGRESS`, printed by a training stage after each round.
-PROGRESS = re.compile(r"^pflpipe progress: round (\d+)/(\d+)")
+PROGRESS = re.compile(r"^\s*pflpipe progress: round (\d+)/(\d+)")
 #: `pflpipe.stages.notice.NOTE`: what a stage did beyond running (threads, resume, reuse).
-NOTE = re.compile(f"^{re.escape(notice.NOTE)}(.+)$")
+NOTE = re.compile(rf"^\s*{re.escape(notice.NOTE)}(.+)$")
 TRACEBACK = "Traceback (most recent call last):"
-#: Lines of a subprocess are indented by kfp.local (logging_utils.indented_print).
+#: Lines of a subprocess are indented by kfp.local (logging_utils.indented_print); a task in a
+#: loop body may be indented further, so the patterns above allow leading spaces.
 INDENT = "    "
 
 

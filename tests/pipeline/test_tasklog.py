@@ -73,6 +73,29 @@ def test_router_reports_each_round_a_stage_prints(tmp_path, capsys):
     assert events == [("started", None), ("progress", (12, 30)), ("finished", (12, 30))]
 
 
+def test_router_keeps_a_stages_notes_also_when_its_output_is_indented_deeper(tmp_path, capsys):
+    """Notes say what a stage did; a task in a loop body may come indented by 8 spaces."""
+    from pflpipe.stages.notice import note
+
+    note("1 torch thread")
+    note("reused finished checkpoints (round 20/20): nothing trained")
+    printed = capsys.readouterr().out.splitlines()
+    finished_tasks = []
+    router = TaskLogRouter(tmp_path, lambda kind, task: kind == "finished"
+                           and finished_tasks.append(task))
+
+    router.write(started("train-local") + task_output(*EXECUTOR_INPUT[:1],
+                                                      *(f"    {line}" for line in printed)))
+    router.write(finished("train-local"))
+    router.write(started("warm-start-fedavg") + task_output(printed[0]))
+    router.write(finished("warm-start-fedavg"))
+
+    local, warm = finished_tasks
+    assert local.notes == ["1 torch thread",
+                           "reused finished checkpoints (round 20/20): nothing trained"]
+    assert local.reused and not warm.reused and warm.notes == ["1 torch thread"]
+
+
 def test_router_keeps_concurrent_tasks_apart(tmp_path):
     router = TaskLogRouter(tmp_path, lambda kind, task: None)
     barrier = threading.Barrier(2)
