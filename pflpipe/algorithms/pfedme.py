@@ -5,8 +5,9 @@ steps of size `personal_lr` (warm-started from the previous θ̃ of the round), 
 w by w ← w − η·λ·(w − θ̃), the gradient of the envelope. The server mixes
 w ← (1 − β)·w + β·mean_k(w_k). θ̃ is the personalized model.
 
-Cost: each inner step differentiates only f; the proximal term's gradient λ(θ − w) is added in
-closed form (through autograd it cost about as much as f's gradient: benchmarks/pfedme.py).
+Cost: each inner step differentiates only f and adds the proximal term's gradient λ(θ − w) in
+closed form, in two passes over θ (through autograd, the proximal term cost about as much as f's
+gradient for an MLP: benchmarks/pfedme.py).
 """
 
 import torch
@@ -31,11 +32,13 @@ class PFedMe(Algorithm[PFedMeParams]):
         p = self.params
         w = {k: value.detach() for k, value in state["model"].items()}
         task_grad = torch.func.grad(ctx.task_loss)
+        eta, lam = p.personal_lr, p.lam
+        pull = {k: (eta * lam) * value for k, value in w.items()}  # ηλw, the same every step
         theta = state["personal"]
-        for _ in range(p.inner_steps):  # θ ← θ − η·(∇f(θ) + λ(θ − w))
+        for _ in range(p.inner_steps):  # θ ← θ − η(∇f(θ) + λ(θ − w)) = (1 − ηλ)θ + ηλw − η∇f(θ)
             grads = task_grad(theta, batch)
-            theta = {k: torch.add(theta[k], grads[k] + p.lam * (theta[k] - w[k]),
-                                  alpha=-p.personal_lr) for k in theta}
+            theta = {k: torch.add(pull[k], grads[k], alpha=-eta).add_(theta[k], alpha=1 - eta * lam)
+                     for k in theta}
         theta = {k: value.detach() for k, value in theta.items()}
         return p.lam / 2 * sq_dist(state["model"], theta), {"personal": theta}
 
