@@ -187,3 +187,21 @@ def test_export_pfllib_and_flower_hold_the_model_inputs_pflpipe_trains_on(tmp_pa
     assert config["num_clients"] == 3 and config["num_classes"] == 4
     assert json.loads((tmp_path / "flower" / "partitions.json").read_text())[
         "num_partitions"] == 3
+
+
+def test_flower_export_reads_back_as_client_files_with_the_same_clients_and_inputs(tmp_path):
+    spec = spec_of(arrays_file(tmp_path, n=60), "{strategy: ds2, n_clients: 3, alpha: 1.0}")
+    plan = partition_dataset(spec, 0)
+    write_partition(plan, spec.partition.model_dump(mode="json"), tmp_path / "p")
+    export_partition(tmp_path / "p", "flower", tmp_path / "flower")
+    dataset = f"{{name: client_files, layout: flower, root: {tmp_path}, path: flower}}"
+
+    back = partition_dataset(spec_of(dataset, "{strategy: predefined}"), 0)
+
+    original = load_partition(tmp_path / "p")
+    assert [[len(c[s]) for s in ("train", "val", "test")] for c in back.clients] == \
+        [[len(c.split(s)) for s in ("train", "val", "test")] for c in original.clients]
+    for client, rows_of in zip(original.clients, back.clients, strict=True):
+        for split in ("train", "val", "test"):
+            assert np.array_equal(back.pooled.x[rows_of[split]], client.split(split).x.numpy())
+            assert back.pooled.y[rows_of[split]].tolist() == client.split(split).y.tolist()
