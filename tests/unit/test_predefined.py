@@ -131,8 +131,8 @@ def test_client_files_pfllib_layout_pools_clients_and_splits_in_file_order(tmp_p
 
 def test_client_files_pfllib_refuses_a_pickle_that_builds_anything_else(tmp_path):
     class Payload:
-        def __reduce__(self):
-            return (print, ("ran",))
+        def __reduce__(self):  # unpickling would call eval("0")
+            return (eval, ("0",))
 
     (tmp_path / "train").mkdir()
     (tmp_path / "test").mkdir()
@@ -141,7 +141,7 @@ def test_client_files_pfllib_refuses_a_pickle_that_builds_anything_else(tmp_path
             np.savez_compressed(handle, data={"x": Payload(), "y": np.array([0])})
     dataset = f"{{name: client_files, layout: pfllib, root: {tmp_path}}}"
 
-    with pytest.raises(DataError, match=r"refusing to load builtins\.print"):
+    with pytest.raises(DataError, match=r"refusing to load builtins\.eval"):
         load_pooled(spec_of(dataset, "{strategy: predefined}"), RNG)
 
 
