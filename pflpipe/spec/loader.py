@@ -1,10 +1,13 @@
 """Read a YAML spec safely, keep every key's line, and turn validation errors into clear lines.
 
 Each problem becomes ``FILE:LINE: dotted.path: what is wrong (got X); what to do``. Duplicate keys
-are errors (PyYAML would silently keep the last one).
+are errors (PyYAML would silently keep the last one). A spec is bounded before it is built: its size,
+how deep it nests and how many values it holds once YAML aliases are expanded (a 550-byte "billion
+laughs" spec expands to 10⁹ values), and an alias may not refer to itself.
 """
 
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -19,16 +22,30 @@ from pflpipe.spec.spec import Spec
 Loc = tuple[str | int, ...]
 _CREDENTIAL_WORDS = ("secret", "password", "token", "access_key", "credential")
 _TAGS = ("name", "strategy", "architecture", "kind")  # discriminator keys of the spec's unions
+#: Limits on a spec file (the largest shipped spec is 2 kB, 4 levels deep, 150 values).
+MAX_BYTES, MAX_DEPTH, MAX_VALUES = 100_000, 20, 50_000
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading 1e-3 as a number as YAML 1.2 does (1.1 wants 1.0e-3)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
 
 
 def load_spec(path: str | Path) -> Spec:
     """Load and validate a spec file; raise SpecError listing every problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+        _check_size(len(data), str(path))
+        text = data.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as err:
+    except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"{path}: cannot read the spec ({err.__class__.__name__}: {err})") from None
     return parse_spec(text, str(path))
 
@@ -44,8 +61,10 @@ def parse_spec(text: str, filename: str = "<spec>") -> Spec:
 
 def parse_yaml(text: str, filename: str = "<spec>") -> tuple[dict, dict[Loc, int]]:
     """Parse YAML into plain data plus the 1-based line of every key and list item."""
-    loader = yaml.SafeLoader(text)
+    _check_size(len(text.encode("utf-8", "replace")), filename)
+    loader = _Loader(text)
     try:
+        _check_limits(text, filename)
         node = loader.get_single_node()
         if node is None:
             raise SpecError(f"{filename}: the spec is empty; expected a mapping with at least "
@@ -66,7 +85,49 @@ def parse_yaml(text: str, filename: str = "<spec>") -> tuple[dict, dict[Loc, int
     return data, lines
 
 
-def _build(loader: yaml.SafeLoader, node, loc: Loc, lines: dict[Loc, int], filename: str) -> Any:
+def _check_size(size: int, filename: str) -> None:
+    if size > MAX_BYTES:
+        raise SpecError(f"{filename}: the spec is larger than {MAX_BYTES:,} bytes; a spec is a few "
+                        "kilobytes (data goes in files under dataset.root, not in the spec)")
+
+
+def _check_limits(text: str, filename: str) -> None:
+    """Walk the YAML events once: reject deep nesting, self-referring and expanding aliases.
+
+    Counts every value as if aliases were expanded, without expanding them.
+    """
+    stack: list[list] = []       # open collections: [values so far, anchor]
+    sizes: dict[str, int] = {}   # finished anchors: values each expands to
+    for event in yaml.parse(text, Loader=_Loader):
+        line = event.start_mark.line + 1
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= MAX_DEPTH:
+                raise SpecError(f"{filename}:{line}: the spec nests more than {MAX_DEPTH} levels "
+                                "deep; no section of a spec is nested that deeply")
+            stack.append([1, event.anchor])
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            count, anchor = stack.pop()
+        elif isinstance(event, yaml.ScalarEvent):
+            count, anchor = 1, event.anchor
+        elif isinstance(event, yaml.AliasEvent):
+            if any(anchor == event.anchor for _, anchor in stack):
+                raise SpecError(f"{filename}:{line}: alias *{event.anchor} refers to a value that "
+                                "contains it (a recursive alias); write the value out instead")
+            count, anchor = sizes.get(event.anchor, 1), None
+        else:
+            continue
+        if anchor is not None:
+            sizes[anchor] = count
+        if stack:
+            stack[-1][0] += count
+            count = stack[-1][0]
+        if count > MAX_VALUES:
+            raise SpecError(f"{filename}:{line}: the spec holds more than {MAX_VALUES:,} values "
+                            "once its YAML aliases (*name) are expanded; use fewer aliases")
+
+
+def _build(loader: _Loader, node, loc: Loc, lines: dict[Loc, int], filename: str) -> Any:
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)
         out: dict = {}
@@ -210,7 +271,22 @@ def _message(error: dict, loc: Loc, data: Any) -> tuple[Loc, str]:
     message = message.replace("Input should be", "must be").replace("Input should", "must")
     if kind != "spec" and "(got" not in message:
         message += _got(error.get("input"))
-    return loc, message
+    return loc, message + _type_hint(kind, error.get("input"))
+
+
+def _type_hint(kind: str, value: Any) -> str:
+    """Say how to write a number the strict spec refused."""
+    if kind not in ("int_type", "float_type"):
+        return ""
+    if isinstance(value, bool):
+        return "; true/false is not a number"
+    if isinstance(value, float) and kind == "int_type":
+        return "; write a whole number without a decimal point or exponent"
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return ""
+    return "; write the number without quotes"
 
 
 def _options(loc: Loc) -> str:

@@ -19,6 +19,8 @@ METRICS = (
     "PUI", "PUD", "MPI", "API", "MPD", "APD", "AA", "AV", "CS", "Entropy", "JI", "std", "min",
     "bottom_decile",
 )
+#: Seeds lie in [0, 2³² − 1]: every generator accepts them and JSON numbers carry them exactly.
+MAX_SEED = 2**32 - 1
 _QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 
@@ -27,7 +29,10 @@ class Experiment(Section):
 
     name: str = Field(description="Experiment name: lowercase letters, digits and '-'.")
     description: str = Field("", description="Free text shown in the report and MLflow.")
-    seeds: list[int] = Field([0], min_length=1, description="Repeated runs, one per seed.")
+    seeds: list[int] = Field(
+        [0], min_length=1, max_length=1000, description="Repeated runs, one per seed (each in "
+        "0..4294967295)."
+    )
     output_dir: str | None = Field(
         None, description="Results directory; results/<name> if omitted."
     )
@@ -47,8 +52,9 @@ class Experiment(Section):
     def _unique(cls, value: list[int]) -> list[int]:
         if len(set(value)) != len(value):
             raise ValueError(f"must not repeat a seed (got {value})")
-        if any(seed < 0 for seed in value):
-            raise ValueError(f"must be 0 or more (got {value})")
+        if any(not 0 <= seed <= MAX_SEED for seed in value):
+            raise ValueError(f"every seed must be in 0..{MAX_SEED:,} (2³² − 1), the range every "
+                             f"random generator accepts (got {value})")
         return value
 
     @property
