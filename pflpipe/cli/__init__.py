@@ -8,9 +8,10 @@ import argparse
 import importlib
 import os
 import sys
+import traceback
 
 from pflpipe import __version__
-from pflpipe.errors import DataError, DivergenceError, PflpipeError, SpecError, StorageError
+from pflpipe.errors import DataError, PflpipeError, SpecError
 
 VERBS = ("validate", "schema", "split", "report", "personalize_new", "run", "compile", "submit")
 
@@ -33,35 +34,51 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for verb in VERBS:
         importlib.import_module(f"pflpipe.cli.{verb}").register(subparsers)
+    for sub in subparsers.choices.values():  # `pflpipe VERB ... --debug` too
+        sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                         help="Show tracebacks of errors.")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; return the exit code."""
+    """Run the command line; return the exit code (the same with --debug, which adds tracebacks)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("PFLPIPE_DEBUG") == "1"
     try:
         return args.handler(args) or EXIT_OK
-    except (SpecError, DataError, UsageError) as err:
-        if debug:
-            raise
-        _error(err, prefix="" if isinstance(err, SpecError) else "error: ")
-        return EXIT_USAGE
-    except (DivergenceError, StorageError, PflpipeError) as err:
-        if debug:
-            raise
-        _error(err, prefix="error: ")
-        return EXIT_FAILED
     except KeyboardInterrupt:
         print("interrupted; finished rounds and stages are kept on disk", file=sys.stderr)
         return 130
-    except Exception as err:  # noqa: BLE001 - last resort: one line, the traceback with --debug
+    except Exception as err:  # noqa: BLE001 - every error becomes a message and an exit code
         if debug:
-            raise
-        _error(err, prefix=f"error: unexpected {err.__class__.__name__}: ")
-        print("(run again with --debug for the traceback)", file=sys.stderr)
+            traceback.print_exc()
+        return _report(err, debug)
+
+
+#: File errors that come from a path the user gave (exit 2); other OSErrors (a full disk) exit 1.
+_PATH_ERRORS = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+                NotADirectoryError)
+
+
+def _report(err: Exception, debug: bool) -> int:
+    """Print one clear message for `err`; return its exit code."""
+    if isinstance(err, SpecError | DataError | UsageError):
+        _error(err, prefix="" if isinstance(err, SpecError) else "error: ")
+        return EXIT_USAGE
+    if isinstance(err, PflpipeError):  # DivergenceError, StorageError, TrackingError, a stage
+        _error(err, prefix="error: ")
         return EXIT_FAILED
+    if isinstance(err, OSError) and err.filename is not None:
+        where = err.filename if err.filename2 is None else f"{err.filename} → {err.filename2}"
+        print(f"error: {where}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(err, _PATH_ERRORS) else EXIT_FAILED
+    _error(err, prefix=f"error: unexpected {err.__class__.__name__}: ")
+    print("This is a bug in pflpipe; please report it" + (
+        " with the traceback above." if debug else
+        ", with the output of the same command run with --debug (it shows the traceback)."),
+        file=sys.stderr)
+    return EXIT_FAILED
 
 
 def _error(err: Exception, prefix: str) -> None:

@@ -188,19 +188,41 @@ def _model_errors(spec: Spec):
                "feature vectors. Use mlp or logistic", arch)
 
 
+#: Model names of the results that stages other than `personalize` write: the warm start, the
+#: local baseline and PersFL (persfl_gd with distillation.objective 'ce').
+STAGE_MODELS = ("fedavg", "local", "persfl", "persfl_gd")
+
+
 def _algorithm_errors(spec: Spec):
     seen: dict[str, int] = {}
-    reserved = {spec.evaluation.baselines.global_}
     for index, entry in enumerate(spec.personalization):
         name = entry.display_name
-        if name in seen:
+        if entry.name in ("local", "persfl") and entry.label not in (None, entry.name):
+            yield (("personalization", index, "label"),
+                   f"a {entry.name} entry's results are always named {entry.name!r}; remove the "
+                   "label", entry.label)
+        elif name in seen:
             yield (("personalization", index, "label"),
                    f"duplicates entry {seen[name]} ({name!r}); give one of them a distinct label",
                    entry.label)
-        elif name in reserved:
-            yield (("personalization", index, "label"),
-                   f"{name!r} is the global baseline's name; choose another label", entry.label)
+        elif entry.name not in ("local", "persfl") and name in STAGE_MODELS:
+            yield (("personalization", index, "label" if entry.label else "name"),
+                   f"{name!r} names the results of the {_stage_of(name)}; choose another label",
+                   name)
         seen.setdefault(name, index)
     if sum(isinstance(e, PersFLParams) for e in spec.personalization) > 1:
         yield (("personalization",), "lists persfl more than once; PersFL is configured by the "
                "teachers and distillation sections", None)
+    produced = ["fedavg", "local", *(["persfl" if spec.distillation.objective == "kl"
+                                      else "persfl_gd"] if spec.has_persfl else []),
+                *(e.display_name for e in spec.personalization if e.name not in ("local", "persfl"))]
+    baselines = spec.evaluation.baselines
+    for key, value in (("local", baselines.local), ("global", baselines.global_)):
+        if value not in produced:
+            yield (("evaluation", "baselines", key), f"no stage of this spec produces a model "
+                   f"named {value!r}; choose one of {', '.join(produced)}", value)
+
+
+def _stage_of(model: str) -> str:
+    return {"fedavg": "FedAvg warm start (the global baseline)",
+            "local": "local-only baseline"}.get(model, "PersFL distillation stage")

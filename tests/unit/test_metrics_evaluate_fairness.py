@@ -83,5 +83,5 @@ def test_evaluate_fairness_names_a_directory_without_results(tmp_path, dirs):
 
 
 def test_evaluate_fairness_uses_the_spec_baseline_names(tmp_path, dirs):
-    with pytest.raises(DataError, match="baseline model 'central' has no rows"):
-        evaluate_fairness.run(spec(baselines={"global": "central"}), dirs, tmp_path / "r")
+    with pytest.raises(DataError, match="baseline model 'persfl' has no rows"):
+        evaluate_fairness.run(spec(baselines={"global": "persfl"}), dirs[:2], tmp_path / "r")
