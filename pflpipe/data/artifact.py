@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from pflpipe.data.client_split import SPLITS
+from pflpipe.data.files import load_tensors
 from pflpipe.data.plan import PartitionPlan
 from pflpipe.errors import DataError
 
@@ -162,19 +163,13 @@ def load_partition(path: str | Path, *, transform: bool = True, verify: bool = F
             `verify`) a content hash that does not match.
 
     """
-    import torch
-
     path = Path(path)
     manifest = read_manifest(path)
     digest = hashlib.sha256()
     clients = []
     for entry in manifest["clients"]:
         file = path / "clients" / entry["file"]
-        try:
-            stored = torch.load(file, map_location="cpu", weights_only=True)
-        except (OSError, RuntimeError) as err:
-            raise DataError(f"partition {path}: cannot read client {entry['client_id']}'s file "
-                            f"{file}: {err}") from err
+        stored = load_tensors(file, f"client {entry['client_id']}'s split tensors of a partition")
         splits = {}
         for split in SPLITS:
             tensors = stored[split]

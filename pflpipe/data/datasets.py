@@ -193,6 +193,8 @@ def _digits(section) -> Pooled:
 
 
 def _arrays(section) -> Pooled:
+    from pflpipe.data.files import read_arrays
+
     path = Path(section.root) / section.path
     if not path.is_file():
         raise DataError(f"dataset 'arrays': no file {path} (dataset.root {section.root!r} + "
@@ -203,7 +205,7 @@ def _arrays(section) -> Pooled:
         raise DataError(f"{path}: missing array(s) {', '.join(missing)}; found "
                         f"{sorted(arrays) or 'none'}. Save x (samples) and y (labels)")
     x, y = arrays["x"], arrays["y"]
-    groups = arrays["client"].astype(np.int64) if "client" in arrays else None
+    groups = client_ids(arrays["client"], path) if "client" in arrays else None
     splits = split_codes(arrays["split"], path) if "split" in arrays else None
     if splits is not None and groups is None:
         raise DataError(f"{path}: a 'split' array needs a 'client' array too (the split of each "
@@ -214,23 +216,26 @@ def _arrays(section) -> Pooled:
 def _labelled(section, name: str, path, x: np.ndarray, y: np.ndarray, *,
               groups: np.ndarray | None = None, splits: np.ndarray | None = None) -> Pooled:
     """Check user samples and labels, shape and normalise them, and pool them."""
-    lengths = {"x": len(x), "y": len(y)} | ({"client": len(groups)} if groups is not None else {})
+    from pflpipe.data.files import check_labels, check_samples
+
+    x = check_samples(path, x)
+    lengths = {"x": len(x), "y": len(y) if y.ndim else 0} | (
+        {"client": len(groups)} if groups is not None else {})
     lengths |= {"split": len(splits)} if splits is not None else {}
-    if len(set(lengths.values())) > 1:
+    if y.ndim == 1 and len(set(lengths.values())) > 1:
         raise DataError(f"{path}: arrays differ in length {lengths}; one entry per sample")
-    if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1 or (len(y) and y.min() < 0):
-        raise DataError(f"{path}: y must be a 1-D array of integer labels 0..n_classes-1 (got "
-                        f"dtype {y.dtype}, shape {y.shape})")
-    n_classes = section.n_classes or int(y.max()) + 1
-    if len(y) and y.max() >= n_classes:
-        raise DataError(f"{path}: label {int(y.max())} is out of range for dataset.n_classes = "
-                        f"{n_classes}; labels must be 0..{n_classes - 1}")
+    y, n_classes = check_labels(path, y, section.n_classes)
     x = x.reshape(len(x), 1) if x.ndim == 1 else x[:, None] if x.ndim == 3 else x
-    if x.dtype != np.uint8:
-        x = x.astype(np.float32)
     transform = normalization(section, x, 1 / 255 if x.dtype == np.uint8 else 1.0)
-    return _pooled(name, x, y.astype(np.int64), n_classes, transform, groups=groups,
-                   splits=splits)
+    return _pooled(name, x, y, n_classes, transform, groups=groups, splits=splits)
+
+
+def client_ids(values: np.ndarray, path) -> np.ndarray:
+    """The natural client of every sample as int64; integers only."""
+    if values.ndim != 1 or not np.issubdtype(values.dtype, np.integer):
+        raise DataError(f"{path}: client must be a 1-D array of integer client ids (got dtype "
+                        f"{values.dtype}, shape {values.shape})")
+    return values.astype(np.int64)
 
 
 def split_codes(values: np.ndarray, path) -> np.ndarray:
@@ -246,24 +251,6 @@ def split_codes(values: np.ndarray, path) -> np.ndarray:
         raise DataError(f"{path}: split must hold 0 (train), 1 (val) or 2 (test) per sample "
                         f"(got dtype {values.dtype})")
     return values.astype(np.int8)
-
-
-def read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """Read arrays from an .npz file or a .pt dict of tensors."""
-    try:
-        if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as data:
-                return {key: data[key] for key in data.files}
-        import torch
-
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, ValueError, RuntimeError) as err:
-        raise DataError(f"{path}: cannot read arrays ({err.__class__.__name__}: {err})") from err
-    if not isinstance(data, dict):
-        raise DataError(f"{path}: a .pt file must hold a dict of tensors x, y (got "
-                        f"{type(data).__name__})")
-    return {key: value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-            for key, value in data.items()}
 
 
 def _fetch(source: str, root: Path, storage) -> None:

@@ -1,12 +1,14 @@
 """MNIST, FashionMNIST, EMNIST, CIFAR-10 and CIFAR-100 through torchvision's dataset classes.
 
 Files are read from torchvision's layout under the spec's `root`; gzipped IDX files and a CIFAR
-archive (.tar.gz) lying in the right place are extracted first. Files are checked for presence,
-not for the official checksums (so re-packed or subset files load); downloads still verify them.
-Nothing is downloaded unless `dataset.allow_download` is true.
+archive (.tar.gz) lying in the right place are extracted first. CIFAR's batches are Python pickles,
+and unpickling a file can run code from it: they (and the archive) must match the official md5
+checksums before they are opened, unless `dataset.verify_checksums` is false. IDX files are read
+as plain bytes. Nothing is downloaded unless `dataset.allow_download` is true.
 """
 
 import gzip
+import hashlib
 import pickle
 import shutil
 import tarfile
@@ -49,6 +51,9 @@ def load_vision(section, *, superclasses: bool = False
         missing = [path for subset in subsets for path in _prepare(section, root, subset)]
     if missing:
         raise DataError(_missing_message(section, root, missing))
+    if section.name in _CIFAR_FOLDERS and section.verify_checksums:
+        for subset in subsets:
+            _verify(section, root, subset)
     parts = [_read(section, root, subset == "train") for subset in subsets]
     x = np.concatenate([part[0] for part in parts]) if len(parts) > 1 else parts[0][0]
     y = np.concatenate([part[1] for part in parts]).astype(np.int64)
@@ -86,17 +91,41 @@ def _prepare(section, root: Path, subset: str) -> list[str]:
                 with gzip.open(packed, "rb") as source, open(root / name, "wb") as target:
                     shutil.copyfileobj(source, target)
                 missing.remove(name)
-        archive = root / getattr(_torchvision_class(section.name), "filename", "")
+        cls = _torchvision_class(section.name)
+        archive = root / getattr(cls, "filename", "")
         if missing and section.name in _CIFAR_FOLDERS and archive.is_file():
-            from torchvision.datasets.utils import extract_archive
-
-            extract_archive(str(archive), str(root))
+            if section.verify_checksums:
+                _check_md5(section, archive, cls.tgz_md5)
+            with tarfile.open(archive) as tar:  # "data": no member lands outside root
+                tar.extractall(root, filter="data")
             missing = [name for name in files if not (root / name).is_file()]
     except (OSError, EOFError, tarfile.TarError) as err:
         raise DataError(f"dataset {section.name!r}: cannot unpack the files found under {root} "
                         f"({err.__class__.__name__}: {err}); replace a damaged archive, unpack it "
                         "yourself, or make the directory writable") from err
     return missing
+
+
+def _verify(section, root: Path, subset: str) -> None:
+    """Check one subset's CIFAR pickles against torchvision's official md5 checksums."""
+    cls = _torchvision_class(section.name)
+    listed = (cls.train_list if subset == "train" else cls.test_list)
+    for name, md5 in [*listed, (cls.meta["filename"], cls.meta["md5"])]:
+        _check_md5(section, root / cls.base_folder / name, md5)
+
+
+def _check_md5(section, path: Path, expected: str) -> None:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != expected:
+        raise DataError(
+            f"dataset {section.name!r}: {path} is not the official file (md5 "
+            f"{digest.hexdigest()}, expected {expected}). CIFAR files are Python pickles, and "
+            "loading a pickle runs any code it holds, so pflpipe opens only the official ones. "
+            "Replace it with the official file (or delete it and set dataset.allow_download: "
+            "true); set dataset.verify_checksums: false only for files you made or trust")
 
 
 def _download(section, root: Path) -> None:

@@ -71,11 +71,12 @@ _AUTO = (" `auto`: `standard` for uint8 samples (as the torchvision datasets get
 
 
 class _Files(Section):
-    root: str = Field("data", description="Directory that holds (or receives) the dataset files.")
+    root: str = Field("data", description="Directory that holds (or receives) the dataset files; "
+                      "a location you trust (docs/data.md, Trust).")
     source: str | None = Field(
         None,
-        description="Optional s3:// URI; its objects are downloaded into `root` before loading "
-        "(credentials from the environment only).",
+        description="Optional s3:// URI you trust; its objects are downloaded into `root` before "
+        "loading (credentials from the environment only).",
     )
 
     _s3 = field_validator("source")(_check_s3_uri)
@@ -96,6 +97,13 @@ class TorchvisionDataset(_Files):
         False, description="Download missing files from the official mirror into `root`."
     )
     normalization: Normalization = _normalization("standard")
+    verify_checksums: bool = Field(
+        True,
+        description="cifar10/cifar100: open only files (batches, archive) with the official md5 "
+        "checksums, since the batches are Python pickles and loading a pickle runs code from it. "
+        "Set false only for repacked files you made or trust. (MNIST-family IDX files are read "
+        "as bytes and need no check.)",
+    )
 
 
 class EmnistDataset(TorchvisionDataset):

@@ -1,9 +1,9 @@
 """Read a YAML spec safely, keep every key's line, and turn validation errors into clear lines.
 
 Each problem becomes ``FILE:LINE: dotted.path: what is wrong (got X); what to do``. Duplicate keys
-are errors (PyYAML would silently keep the last one). A spec is bounded before it is built: its size,
-how deep it nests and how many values it holds once YAML aliases are expanded (a 550-byte "billion
-laughs" spec expands to 10⁹ values), and an alias may not refer to itself.
+are errors (PyYAML would silently keep the last one). A spec is bounded before it is built: its
+size, how deep it nests and how many values it holds once YAML aliases are expanded (a 550-byte
+"billion laughs" spec expands to 10⁹ values), and an alias may not refer to itself.
 """
 
 import difflib

@@ -213,9 +213,10 @@ def _algorithm_errors(spec: Spec):
     if sum(isinstance(e, PersFLParams) for e in spec.personalization) > 1:
         yield (("personalization",), "lists persfl more than once; PersFL is configured by the "
                "teachers and distillation sections", None)
-    produced = ["fedavg", "local", *(["persfl" if spec.distillation.objective == "kl"
-                                      else "persfl_gd"] if spec.has_persfl else []),
-                *(e.display_name for e in spec.personalization if e.name not in ("local", "persfl"))]
+    persfl = "persfl" if spec.distillation.objective == "kl" else "persfl_gd"
+    produced = ["fedavg", "local", *([persfl] if spec.has_persfl else []),
+                *(e.display_name for e in spec.personalization
+                  if e.name not in ("local", "persfl"))]
     baselines = spec.evaluation.baselines
     for key, value in (("local", baselines.local), ("global", baselines.global_)):
         if value not in produced:

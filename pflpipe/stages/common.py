@@ -6,7 +6,6 @@ results directory (docs/contracts.md).
 
 import csv
 import hashlib
-import io
 import json
 import logging
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from pflpipe.data.files import load_tensors
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import FederationResult
 from pflpipe.engine.optim import OptimizerConfig
@@ -248,7 +248,7 @@ def load_round(directory: Path, round_idx: int, device: torch.device) -> Group:
     path = Path(directory) / f"round_{round_idx:04d}.pt"
     if not path.is_file():
         raise DataError(f"{directory}: no checkpoint for round {round_idx} ({path.name})")
-    return torch.load(io.BytesIO(path.read_bytes()), weights_only=True, map_location=device)
+    return load_tensors(path, f"the state_dict of round {round_idx}", map_location=device)
 
 
 def mean_by_round(rows: list[dict], split: str, key: str, data: FederatedData) -> dict[int, float]:

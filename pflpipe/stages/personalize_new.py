@@ -90,20 +90,22 @@ def _client_data(spec, path: Path, partition_dir: Path, seed: int) -> FederatedD
     from pflpipe.data import read_manifest
     from pflpipe.data.artifact import apply_transform
     from pflpipe.data.client_split import split_client
-    from pflpipe.data.datasets import read_arrays
+    from pflpipe.data.files import check_labels, check_samples, read_arrays
 
     arrays = read_arrays(path)
-    if "x" not in arrays or "y" not in arrays or len(arrays["x"]) != len(arrays["y"]):
-        raise DataError(f"{path}: needs arrays x and y of equal length (got "
-                        f"{ {k: v.shape for k, v in arrays.items()} })")
+    if "x" not in arrays or "y" not in arrays:
+        raise DataError(f"{path}: needs arrays x and y (found {sorted(arrays) or 'none'})")
     manifest = read_manifest(partition_dir)
     shape = tuple(manifest["dataset"]["input_shape"])
-    x = arrays["x"].reshape(len(arrays["x"]), *shape) if arrays["x"][0].size == np.prod(shape) \
-        else None
-    if x is None:
-        raise DataError(f"{path}: samples of shape {arrays['x'].shape[1:]} do not match the "
-                        f"dataset's input shape {shape}")
-    y = arrays["y"].astype(np.int64)
+    x = check_samples(path, arrays["x"])
+    if x[0].size != np.prod(shape):
+        raise DataError(f"{path}: samples of shape {x.shape[1:]} do not match the dataset's "
+                        f"input shape {shape}")
+    if len(x) != len(arrays["y"].reshape(-1)):
+        raise DataError(f"{path}: needs arrays x and y of equal length (got x {x.shape}, y "
+                        f"{arrays['y'].shape})")
+    x = x.reshape(len(x), *shape)
+    y, _ = check_labels(path, arrays["y"], manifest["dataset"]["n_classes"])
     # a predefined partition has no fractions: the newcomer's data is split by the defaults
     fractions = getattr(spec.partition, "fractions", None) or Fractions()
     parts = split_client(np.arange(len(y)), y, fractions.val, fractions.test,

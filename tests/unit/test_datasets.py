@@ -44,6 +44,10 @@ def write_mnist(root: Path, folder: str, n_train: int, n_test: int, prefix=("tra
     return images, labels
 
 
+# The test files are home-made pickles, not the official ones.
+UNCHECKED = "verify_checksums: false"
+
+
 def write_pickle(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps(data))
@@ -117,7 +121,7 @@ def test_cifar10_pools_five_train_batches_then_test(tmp_path):
     write_pickle(folder / "test_batch", {"data": data[10:], "labels": labels[10:]})
     write_pickle(folder / "batches.meta", {"label_names": [f"c{i}" for i in range(10)]})
 
-    pooled = load_pooled(make_spec(f"{{name: cifar10, root: {tmp_path}}}"), RNG)
+    pooled = load_pooled(make_spec(f"{{name: cifar10, root: {tmp_path}, {UNCHECKED}}}"), RNG)
 
     assert pooled.x.shape == (12, 3, 32, 32)
     assert np.array_equal(pooled.x[7], data[7].reshape(3, 32, 32))
@@ -135,7 +139,7 @@ def test_cifar100_reads_coarse_labels_for_concept_drift(tmp_path):
             "fine_labels": fine[part].tolist(), "coarse_labels": coarse[part].tolist()})
     write_pickle(folder / "meta", {"fine_label_names": [f"f{i}" for i in range(100)]})
 
-    pooled = load_pooled(make_spec(f"{{name: cifar100, root: {tmp_path}}}",
+    pooled = load_pooled(make_spec(f"{{name: cifar100, root: {tmp_path}, {UNCHECKED}}}",
                                    "{strategy: concept_drift, n_clients: 2, min_samples: 3}"), RNG)
 
     assert pooled.y.tolist() == fine.tolist() and pooled.n_classes == 100
@@ -152,9 +156,63 @@ def test_cifar_archive_in_root_is_extracted(tmp_path):
     with tarfile.open(tmp_path / "cifar-10-python.tar.gz", "w:gz") as archive:
         archive.add(staging, arcname="cifar-10-batches-py")
 
-    pooled = load_pooled(make_spec(f"{{name: cifar10, root: {tmp_path}}}"), RNG)
+    pooled = load_pooled(make_spec(f"{{name: cifar10, root: {tmp_path}, {UNCHECKED}}}"), RNG)
 
     assert pooled.y.tolist() == [3] * 6
+
+
+class Planted:
+    """Unpickling this creates a file: proof that a pickle was opened."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_cifar_batch_without_the_official_checksum_is_refused_unopened(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    marker = tmp_path / "code-ran"
+    for name in [f"data_batch_{b}" for b in range(1, 6)] + ["test_batch", "batches.meta"]:
+        write_pickle(folder / name, {"data": Planted(marker), "labels": [0]})
+
+    with pytest.raises(DataError) as err:
+        load_pooled(make_spec(f"{{name: cifar10, root: {tmp_path}}}"), RNG)
+
+    assert f"{folder / 'data_batch_1'} is not the official file (md5 " in str(err.value)
+    assert "expected c99cafc152244af753f735de768cd75f" in str(err.value)
+    assert "verify_checksums: false" in str(err.value)
+    assert not marker.exists()
+
+
+def test_cifar_archive_without_the_official_checksum_is_not_extracted(tmp_path):
+    import tarfile
+
+    (tmp_path / "staging").mkdir()
+    (tmp_path / "staging" / "x").write_text("x")
+    with tarfile.open(tmp_path / "cifar-10-python.tar.gz", "w:gz") as archive:
+        archive.add(tmp_path / "staging" / "x", arcname="cifar-10-batches-py/data_batch_1")
+
+    with pytest.raises(DataError, match=r"cifar-10-python.tar.gz is not the official file"):
+        load_pooled(make_spec(f"{{name: cifar10, root: {tmp_path}}}"), RNG)
+
+    assert not (tmp_path / "cifar-10-batches-py").exists()
+
+
+def test_unchecked_cifar_archive_cannot_write_outside_root(tmp_path):
+    import tarfile
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (tmp_path / "evil").write_text("x")
+    with tarfile.open(root / "cifar-10-python.tar.gz", "w:gz") as archive:
+        archive.add(tmp_path / "evil", arcname="../escaped")
+
+    with pytest.raises(DataError, match="cannot unpack the files found under"):
+        load_pooled(make_spec(f"{{name: cifar10, root: {root}, {UNCHECKED}}}"), RNG)
+
+    assert not (tmp_path / "escaped").exists()
 
 
 def test_missing_cifar_files_mention_archive_and_layout(tmp_path):

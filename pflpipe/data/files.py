@@ -1,0 +1,135 @@
+"""Read data files safely and check what they hold, with errors naming the file and the problem.
+
+Nothing here unpickles an object: .npz files load with ``allow_pickle=False``, .pt files with
+``torch.load(weights_only=True)``. A refused file is reported in our words; numpy's and torch's
+advice to load it "unsafely" or with ``weights_only=False`` is never passed on.
+"""
+
+import pickle
+import re
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from pflpipe.errors import DataError
+
+#: What numpy and torch raise on a damaged, truncated or foreign file.
+_READ_ERRORS = (OSError, ValueError, EOFError, RuntimeError, KeyError, zipfile.BadZipFile,
+                zlib.error, pickle.UnpicklingError)
+_GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Read the arrays of an .npz file or of a .pt dict of tensors (numbers, lists) by name."""
+    path = Path(path)
+    if path.suffix != ".npz":
+        data = load_tensors(path, "a dict of tensors x, y")
+        if not isinstance(data, dict):
+            raise DataError(f"{path}: a .pt file must hold a dict of tensors x, y (got "
+                            f"{type(data).__name__})")
+        return {str(key): _as_array(path, key, value) for key, value in data.items()}
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise DataError(f"{path}: holds one bare array, not an .npz archive of named "
+                            "arrays; save it with np.savez(path, x=..., y=...)")
+        with data:
+            return {key: _member(path, data, key) for key in data.files}
+    except DataError:
+        raise
+    except _READ_ERRORS as err:
+        raise DataError(f"{path}: not a readable .npz archive ({_npz_reason(err)}); write it "
+                        "again with np.savez(path, x=..., y=...)") from None
+
+
+def load_tensors(path: Path, what: str, map_location="cpu"):
+    """Return ``torch.load(path, weights_only=True)``; a refused or damaged file is a DataError."""
+    import torch
+
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except _READ_ERRORS as err:
+        found = _GLOBAL.search(str(err))
+        if found:
+            raise DataError(f"{path}: holds a Python object ({found.group(1)}), not only tensors "
+                            f"and numbers; pflpipe reads {what} (saved with torch.save) and never "
+                            "unpickles objects") from None
+        raise DataError(f"{path}: not a readable torch file (damaged, truncated or not written by "
+                        f"torch.save); expected {what}") from None
+
+
+def check_samples(path: Path, x: np.ndarray) -> np.ndarray:
+    """Return samples x [n, ...] as stored (uint8) or float32; reject what cannot be features."""
+    if x.ndim == 0:
+        raise DataError(f"{path}: x is a single value (a 0-d array); expected one row per sample")
+    if x.dtype.kind not in "biuf":
+        raise DataError(f"{path}: x has dtype {x.dtype} ({_kind(x)}); samples must be real numbers")
+    if x.ndim > 4:
+        raise DataError(f"{path}: x has shape {x.shape}; expected [n, d] features, [n, H, W] or "
+                        "[n, C, H, W] images")
+    if len(x) == 0:
+        raise DataError(f"{path}: x holds no samples")
+    if x.dtype == np.uint8:
+        return x
+    x = x.astype(np.float32)
+    finite = np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        raise DataError(
+            f"{path}: x holds NaN or infinite values (or values beyond float32's range) in "
+            f"{len(bad):,} of {len(x):,} samples, first in sample {int(bad[0])}; remove or "
+            "impute them: pflpipe does not repair data, and training on them fails")
+    return x
+
+
+def check_labels(path: Path, y: np.ndarray, n_classes: int | None = None) -> tuple[np.ndarray,
+                                                                                    int]:
+    """Return int64 labels y [n] and the number of classes; reject what cannot be labels."""
+    if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or (len(y) and y.min() < 0):
+        raise DataError(f"{path}: y must be a 1-D array of integer labels 0..n_classes-1 (got "
+                        f"dtype {y.dtype}, shape {y.shape}{_low(y)})")
+    n_classes = n_classes or (int(y.max()) + 1 if len(y) else 0)
+    if len(y) and y.max() >= n_classes:
+        raise DataError(f"{path}: label {int(y.max())} is out of range for dataset.n_classes = "
+                        f"{n_classes}; labels must be 0..{n_classes - 1}")
+    return y.astype(np.int64), n_classes
+
+
+def _member(path: Path, data, key: str) -> np.ndarray:
+    try:
+        return data[key]
+    except ValueError as err:
+        if "Object arrays" in str(err):
+            raise DataError(f"{path}: array {key!r} holds Python objects (dtype object); save "
+                            "plain numeric arrays") from None
+        raise
+
+
+def _npz_reason(err: Exception) -> str:
+    if isinstance(err, zipfile.BadZipFile | EOFError | zlib.error):
+        return "a damaged or truncated zip archive"
+    if "pickled" in str(err):
+        return "neither a zip archive nor an .npy header"
+    return f"{err.__class__.__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+
+
+def _as_array(path: Path, key, value) -> np.ndarray:
+    if hasattr(value, "numpy"):
+        return value.detach().cpu().numpy()
+    try:
+        return np.asarray(value)
+    except ValueError as err:  # ragged lists
+        raise DataError(f"{path}: entry {key!r} is not an array ({err})") from None
+
+
+def _kind(x: np.ndarray) -> str:
+    return {"U": "text", "S": "bytes", "O": "Python objects", "c": "complex numbers",
+            "M": "dates", "m": "time spans", "V": "raw records"}.get(x.dtype.kind, "not numbers")
+
+
+def _low(y: np.ndarray) -> str:
+    if np.issubdtype(y.dtype, np.integer) and y.size and y.min() < 0:
+        return f", smallest label {int(y.min())}"
+    return ""
