@@ -33,6 +33,15 @@ class StageFailed(PflpipeError):
                          f"  (its full output: {task.path}){more}")
 
 
+class RunnerFailed(PflpipeError):
+    """Every stage succeeded, but kfp.local failed the run; the message carries its errors."""
+
+    def __init__(self, errors: list[str], log: Path):
+        shown = "\n".join(f"  {line}" for line in dict.fromkeys(errors))
+        super().__init__(f"the local runner failed the pipeline after its stages:\n{shown}\n"
+                         f"  (its log: {log})")
+
+
 @dataclass(frozen=True)
 class LocalRun:
     """Where one local run's outputs are."""
@@ -67,9 +76,11 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
             task = pipeline(**arguments)
     except RuntimeError as err:
         failed = router.failures()
-        if not failed:
-            raise
-        raise StageFailed(failed[0], tuple(failed[1:])) from err
+        if failed:
+            raise StageFailed(failed[0], tuple(failed[1:])) from err
+        if router.runner_errors:
+            raise RunnerFailed(router.runner_errors, router.log_dir / "pipeline.log") from err
+        raise
     finally:
         router.close()
     report = Path(task.outputs["Output"].path)

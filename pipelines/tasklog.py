@@ -21,6 +21,8 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTED = re.compile(r" - INFO - Executing task '([\w-]+)'")
 FINISHED = re.compile(r" - (?:INFO|ERROR) - Task '([\w-]+)' finished with status (\w+)")
 CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit")
+#: An error kfp.local itself logs outside any task (e.g. while it stores a loop's outputs).
+RUNNER_ERROR = re.compile(r" - ERROR - (.+)$")
 SEED = re.compile(r'^\s*"seed": (\d+),?$')
 LABEL = re.compile(r'^\s*"label": "([^"]+)",?$')
 #: `pflpipe.stages.common.PROGRESS`, printed by a training stage after each round.
@@ -102,6 +104,7 @@ class TaskLogRouter(io.TextIOBase):
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.tasks: list[TaskLog] = []
+        self.runner_errors: list[str] = []
         self._on_event = on_event
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -144,6 +147,9 @@ class TaskLogRouter(io.TextIOBase):
             self._local.task = None
         elif getattr(self._local, "task", None) is not None:
             self._collect(self._local.task, line.removeprefix(INDENT))
+        elif match := RUNNER_ERROR.search(line):
+            with self._lock:
+                self.runner_errors.append(match.group(1))
 
     def _cached(self, task_name: str) -> None:
         """Record a task kfp.local did not run because its outputs are cached."""

@@ -19,6 +19,11 @@ def register(subparsers) -> None:
                         help="Model name of the global baseline G (default: fedavg).")
     parser.add_argument("--selection", choices=("best_val", "last_round"), default="best_val",
                         help="Which recorded per-client model to evaluate (default: best_val).")
+    parser.add_argument("--unit", choices=("auto", "fraction", "percent", "neg_mse"),
+                        default="auto",
+                        help="Unit of the accuracy column; auto (default) detects fractions or "
+                        "percent and refuses a table mixing them; neg_mse reads a regression's "
+                        "loss column (MSE).")
     parser.set_defaults(handler=run)
 
 
@@ -27,12 +32,13 @@ def run(args) -> int:
     from pflpipe.metrics import read_table
     from pflpipe.metrics.report import build_report, write_report
 
-    table = read_table(args.tables)
+    table = read_table(args.tables, unit=args.unit)
     report = build_report(table, local=args.local, global_=args.global_,
                           selection=args.selection)
     files = write_report(report, args.output)
-    unit = "fractions" if report.unit == "fraction" else "percent"
-    print(f"{len(table.rows)} rows from {len(args.tables)} table(s); accuracies in {unit}; "
+    unit = {"fraction": "accuracies in fractions", "percent": "accuracies in percent",
+            "neg_mse": "scores are −MSE (a regression)"}[report.unit]
+    print(f"{len(table.rows)} rows from {len(args.tables)} table(s); {unit}; "
           f"selection {args.selection}")
     print(report.answers())
     print(f"report: {files.html}  ({files.json.name}, {files.markdown.name}, "

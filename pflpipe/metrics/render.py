@@ -20,6 +20,8 @@ Block = tuple
 UNIT_TEXT = {
     "fraction": "fractions in [0, 1]",
     "percent": "percent in [0, 100]",
+    "neg_mse": "−MSE, the negated mean squared error of a regression (higher is better; the "
+               "fairness of the per-client values is that of the MSEs)",
 }
 GROUP_NAMES = {
     "improved": "QoI over U⁺ (how evenly the improvement is shared)",

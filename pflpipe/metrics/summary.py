@@ -164,7 +164,7 @@ def _summarize_split(unit: str, per_seed: list[Scores], local: str, global_: str
     seeds = tuple(s.seed for s in per_seed)
     models = sorted({m for s in per_seed for m in s.accuracy},
                     key=lambda m: (m != local, m != global_, m))
-    results = {m: _model_result(m, per_seed, local, global_) for m in models}
+    results = {m: _model_result(m, per_seed, local, global_, unit) for m in models}
     candidates = [m for m in models if results[m].is_personalized]
     clients = tuple(sorted({c for s in per_seed for c in s.clients}, key=client_key))
     split = per_seed[0].split
@@ -178,14 +178,15 @@ def _role(model: str, local: str, global_: str) -> str:
     return " and ".join(roles) + " baseline" if roles else "personalized"
 
 
-def _model_result(model: str, per_seed: list[Scores], local: str, global_: str) -> ModelResult:
+def _model_result(model: str, per_seed: list[Scores], local: str, global_: str,
+                  unit: str = "fraction") -> ModelResult:
     role = _role(model, local, global_)
     scored, qois = [], []
     for s in per_seed:
         acc = s.accuracy[model]
         qoi = None if role != "personalized" else quantum_of_improvement(
             acc, s.accuracy[global_], s.accuracy[local])
-        scored.append(score(acc, qoi, role))
+        scored.append(score(acc, qoi, role, errors=unit == "neg_mse"))
         qois.append(qoi)
     mean, std, reasons = _aggregate(scored, [s.seed for s in per_seed])
     per_client_qoi = None if role != "personalized" else _per_client(per_seed, qois)
@@ -196,20 +197,22 @@ def _model_result(model: str, per_seed: list[Scores], local: str, global_: str) 
     )
 
 
-def score(accuracy: np.ndarray, qoi: np.ndarray | None, role: str = "personalized"
-          ) -> tuple[dict[str, float | None], dict[str, str]]:
+def score(accuracy: np.ndarray, qoi: np.ndarray | None, role: str = "personalized", *,
+          errors: bool = False) -> tuple[dict[str, float | None], dict[str, str]]:
     """Compute every metric of `PATHS` for one model on one seed.
 
     Args:
-        accuracy: Per-client accuracies of the model.
+        accuracy: Per-client accuracies of the model (−MSE for a regression).
         qoi: Per-client QoI, or None for a baseline (its QoI metrics are then None).
         role: Named in the reason for a baseline's missing QoI metrics.
+        errors: The scores are negated errors (−MSE): the fairness of the per-client scores is
+            that of the errors themselves, which are non-negative.
 
     Returns:
         ``(values, reasons)``: values by dotted path; a reason for every None value.
 
     """
-    inputs = {"accuracy": accuracy, "fairness.accuracy": accuracy}
+    inputs = {"accuracy": accuracy, "fairness.accuracy": -accuracy if errors else accuracy}
     if qoi is not None:
         inputs |= {"performance": qoi, "fairness.improved": qoi[qoi > 0],
                    "fairness.decreased": np.abs(qoi[qoi < 0])}

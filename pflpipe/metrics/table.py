@@ -14,8 +14,13 @@ A long table, one row per (seed, split, selection, model, client):
 | n_samples   | no       |              | kept, not used by the metrics (clients weigh equally) |
 | round       | no       |              | kept, not used by the metrics                         |
 
-Other columns are ignored. Accuracies are fractions when every value of a file is ≤ 1, percent
-otherwise; tables of different units are never mixed.
+Other columns are ignored. The unit is the caller's (`unit`), or detected per file: fractions when
+every accuracy is ≤ 1, percent when some are above 1 and none lies in (0, 1] (a table holding 0.8
+and 75 mixes the two and is refused, never read as percent); tables of different units are never
+mixed. A regression has no accuracy: its rows leave accuracy empty (or NaN) and give each client's
+mean squared error as `loss`; the table's unit is then ``neg_mse`` and the score every metric reads
+(the `accuracy` of a `Row`) is −MSE, so that higher is better throughout, as in scikit-learn's
+``neg_mean_squared_error``.
 """
 
 import csv
@@ -31,12 +36,14 @@ from pflpipe.errors import DataError
 
 REQUIRED = ("client", "model", "accuracy")
 SELECTIONS = ("best_val", "last_round")
-Unit = Literal["fraction", "percent"]
+Unit = Literal["fraction", "percent", "neg_mse"]
+#: The units a caller may name; "auto" detects them.
+UNITS = ("auto", "fraction", "percent", "neg_mse")
 
 
 @dataclass(frozen=True)
 class Row:
-    """One client's score under one model."""
+    """One client's score under one model: its accuracy, or −MSE for a regression."""
 
     client: str
     model: str
@@ -70,8 +77,12 @@ def client_key(client: str) -> tuple[int, int | str]:
     return (0, int(client)) if client.isdigit() else (1, client)
 
 
-def read_table(paths: Sequence[Path | str]) -> ResultsTable:
+def read_table(paths: Sequence[Path | str], unit: str = "auto") -> ResultsTable:
     """Read and validate one or more CSV tables and concatenate them.
+
+    Args:
+        paths: The CSV files.
+        unit: One of `UNITS`: "auto" detects each file's unit (see the module docstring).
 
     Raises:
         DataError: a file is missing or unreadable, a column is missing, a value is invalid,
@@ -80,7 +91,8 @@ def read_table(paths: Sequence[Path | str]) -> ResultsTable:
     """
     if not paths:
         raise DataError("no results table given; pass at least one CSV file")
-    tables = [_read_one(Path(path)) for path in paths]
+    _check_unit(unit)
+    tables = [_read_one(Path(path), unit) for path in paths]
     units = {table.unit for table in tables}
     if len(units) > 1:
         listing = ", ".join(f"{table.sources[0]} ({table.unit})" for table in tables)
@@ -93,31 +105,66 @@ def read_table(paths: Sequence[Path | str]) -> ResultsTable:
     return ResultsTable(rows, tables[0].unit, tuple(str(p) for p in paths))
 
 
-def table_from_records(records: Iterable[Mapping[str, object]], source: str = "<records>"
-                       ) -> ResultsTable:
+def table_from_records(records: Iterable[Mapping[str, object]], source: str = "<records>",
+                       unit: str = "auto") -> ResultsTable:
     """Validate in-memory rows (mappings with the CSV's column names) as a table."""
-    rows = tuple(_parse_row(record, f"{source}: row {i + 1}") for i, record in
-                 enumerate(records))
+    _check_unit(unit)
+    records = list(records)
+    unit = _regression(records, unit)
+    rows = tuple(_parse_row(record, f"{source}: row {i + 1}", unit == "neg_mse")
+                 for i, record in enumerate(records))
     if not rows:
         raise DataError(f"{source}: the results table has no rows")
     _check_unique(rows)
-    return ResultsTable(rows, detect_unit(rows, source), (source,))
+    return ResultsTable(rows, detect_unit(rows, source, unit), (source,))
 
 
-def detect_unit(rows: Sequence[Row], source: str) -> Unit:
-    """Return ``fraction`` when every accuracy is ≤ 1, else ``percent`` (then all must be ≤ 100)."""
+def detect_unit(rows: Sequence[Row], source: str, unit: str = "auto") -> Unit:
+    """Return the unit of `rows`, checking every value against it (see the module docstring).
+
+    Raises:
+        DataError: naming the row, for a value outside the unit's range or, under "auto", a
+            table mixing fractions and percentages.
+
+    """
+    if unit == "neg_mse":
+        return unit
+    top, expected = (1, "fractions in [0, 1], the unit given") if unit == "fraction" else (
+        100, "fractions in [0, 1] or percent in [0, 100]")
+    for row in rows:
+        if row.accuracy > top:
+            raise DataError(f"{row.where}: accuracy {row.accuracy:g} is above {top}; accuracies "
+                            f"must be {expected} ({source})")
+    if unit != "auto":
+        return unit  # type: ignore[return-value]
     if all(row.accuracy <= 1 for row in rows):
         return "fraction"
-    for row in rows:
-        if row.accuracy > 100:
-            raise DataError(
-                f"{row.where}: accuracy {row.accuracy:g} is above 100; accuracies must be "
-                f"fractions in [0, 1] or percent in [0, 100] ({source})"
-            )
+    small = next((row for row in rows if 0 < row.accuracy <= 1), None)
+    if small is not None:
+        large = next(row for row in rows if row.accuracy > 1)
+        raise DataError(
+            f"{small.where}: accuracy {small.accuracy:g} looks like a fraction, but "
+            f"{large.where} has {large.accuracy:g} (percent): the table mixes fractions and "
+            f"percentages. Convert it to one unit; if the values ≤ 1 are percentages, say so "
+            f"(pflpipe report --unit percent)"
+        )
     return "percent"
 
 
-def _read_one(path: Path) -> ResultsTable:
+def _check_unit(unit: str) -> None:
+    if unit not in UNITS:
+        raise DataError(f"unit must be one of {', '.join(UNITS)} (got {unit!r})")
+
+
+def _regression(records: Sequence[Mapping[str, object]], unit: str) -> str:
+    """Return "neg_mse" for a regression table under "auto": no accuracy, every loss given."""
+    if unit != "auto" or not records:
+        return unit
+    no_accuracy = all(_text(r, "accuracy").lower() in ("", "nan") for r in records)
+    return "neg_mse" if no_accuracy and all(_text(r, "loss") for r in records) else unit
+
+
+def _read_one(path: Path, unit: str) -> ResultsTable:
     try:
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
@@ -136,10 +183,12 @@ def _read_one(path: Path) -> ResultsTable:
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise DataError(f"{path}: cannot read the results table: {err}") from err
     # Line numbers count the header as line 1.
-    rows = tuple(_parse_row(rec, f"{path}:{i + 2}") for i, rec in enumerate(records))
+    unit = _regression(records, unit)
+    rows = tuple(_parse_row(rec, f"{path}:{i + 2}", unit == "neg_mse")
+                 for i, rec in enumerate(records))
     if not rows:
         raise DataError(f"{path}: the results table has a header but no rows")
-    return ResultsTable(rows, detect_unit(rows, str(path)), (str(path),))
+    return ResultsTable(rows, detect_unit(rows, str(path), unit), (str(path),))
 
 
 def _text(record: Mapping[str, object], name: str) -> str:
@@ -159,16 +208,19 @@ def _number(record: Mapping[str, object], name: str, where: str, kind: type) -> 
     return value
 
 
-def _parse_row(record: Mapping[str, object], where: str) -> Row:
+def _parse_row(record: Mapping[str, object], where: str, regression: bool = False) -> Row:
     client, model = _text(record, "client"), _text(record, "model")
     for name, value in (("client", client), ("model", model)):
         if not value:
             raise DataError(f"{where}: {name} is empty; every row needs a client and a model")
-    accuracy = _number(record, "accuracy", where, float)
-    if accuracy is None or not math.isfinite(accuracy) or accuracy < 0:
+    if regression:
+        accuracy = _mse_score(record, where, client, model)
+    else:
+        accuracy = _number(record, "accuracy", where, float)
+    if not regression and (accuracy is None or not math.isfinite(accuracy) or accuracy < 0):
         hint = ("; NaN means the client has no samples in this split, or the task is a "
-                "regression, which has no accuracy" if accuracy is not None
-                and math.isnan(accuracy) else "")
+                "regression (then leave every accuracy empty and give each MSE as loss)"
+                if accuracy is not None and math.isnan(accuracy) else "")
         raise DataError(
             f"{where}: accuracy must be a finite number ≥ 0 (got {_text(record, 'accuracy')!r}) "
             f"for client {client}, model {model}{hint}"
@@ -189,6 +241,16 @@ def _parse_row(record: Mapping[str, object], where: str) -> Row:
         loss=_number(record, "loss", where, float), n_samples=n_samples,
         round=_number(record, "round", where, int), where=where,
     )
+
+
+def _mse_score(record: Mapping[str, object], where: str, client: str, model: str) -> float:
+    """A regression row's score: −MSE, from its loss column."""
+    mse = _number(record, "loss", where, float)
+    if mse is None or not math.isfinite(mse) or mse < 0:
+        raise DataError(f"{where}: loss (the mean squared error of a regression) must be a finite "
+                        f"number ≥ 0 (got {_text(record, 'loss')!r}) for client {client}, model "
+                        f"{model}")
+    return -mse
 
 
 def _check_unique(rows: Sequence[Row]) -> None:

@@ -232,6 +232,13 @@ Dataset = Annotated[
 GROUPED = ("synthetic", "gaussian", "client_files")
 #: Datasets that may hold their own per-client splits (the `predefined` partition without path).
 OWN_SPLITS = ("client_files", "arrays")
+#: Datasets whose task is a regression (scored by mean squared error, not accuracy).
+REGRESSION = ("gaussian",)
+
+
+def task_of(dataset) -> str:
+    """Return "regression" or "classification", the task of a dataset section."""
+    return "regression" if dataset.name in REGRESSION else "classification"
 
 
 def n_samples_of(dataset) -> int | None:

@@ -313,6 +313,8 @@ def format_errors(err: ValidationError, data: Any, lines: dict[Loc, int],
     """Format every validation error as `FILE:LINE: path: message`, in file order."""
     out: list[tuple[int, str]] = []
     for error in err.errors():
+        if error["type"] == "default_factory_not_called":  # a default that reads a bad section
+            continue
         loc, message = _message(error, _data_loc(error["loc"], data), data)
         line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
         out.append((line, f"{filename}:{line}: {_dotted(loc) or 'spec'}: {message}"))

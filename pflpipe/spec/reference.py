@@ -117,7 +117,7 @@ def _type(annotation: Any) -> str:
 def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "required"
-    value = field.default_factory() if field.default_factory else field.default
+    value = field.get_default(call_default_factory=True, validated_data={})
     if value is PydanticUndefined:
         return ""
     if isinstance(value, BaseModel) or (isinstance(value, dict) and value and

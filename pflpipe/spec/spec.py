@@ -8,7 +8,14 @@ from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from pflpipe.spec.algorithms import Algorithm, LocalParams, PersFLParams
 from pflpipe.spec.base import Section
-from pflpipe.spec.dataset import GROUPED, OWN_SPLITS, Dataset, n_classes_of, n_samples_of
+from pflpipe.spec.dataset import (
+    GROUPED,
+    OWN_SPLITS,
+    Dataset,
+    n_classes_of,
+    n_samples_of,
+    task_of,
+)
 from pflpipe.spec.model import Model
 from pflpipe.spec.partition import Partition
 from pflpipe.spec.sections import (
@@ -42,8 +49,9 @@ class Spec(Section):
     )
     federation: Federation = Field(default_factory=Federation)
     personalization: list[Algorithm] = Field(
-        default_factory=lambda: [{"name": "persfl"}],
-        description="Algorithms compared against FedAvg and the local baseline.",
+        default_factory=lambda data: [] if _is_regression(data) else [{"name": "persfl"}],
+        description="Algorithms compared against FedAvg and the local baseline; persfl when "
+        "omitted (none for a regression dataset, whose targets persfl cannot distill).",
     )
     teachers: Teachers = Field(default_factory=Teachers)
     distillation: Distillation = Field(default_factory=Distillation)
@@ -100,6 +108,10 @@ class Spec(Section):
         """Return a short sha256 of the validated spec (defaults included)."""
         payload = json.dumps(self.model_dump(mode="json", by_alias=True), sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _is_regression(data: dict) -> bool:
+    return "dataset" in data and task_of(data["dataset"]) == "regression"
 
 
 def _data_errors(spec: Spec):
@@ -210,6 +222,11 @@ def _algorithm_errors(spec: Spec):
                    f"{name!r} names the results of the {_stage_of(name)}; choose another label",
                    name)
         seen.setdefault(name, index)
+    if spec.has_persfl and task_of(spec.dataset) == "regression":
+        index = next(i for i, e in enumerate(spec.personalization) if e.name == "persfl")
+        yield (("personalization", index, "name"), f"persfl distills class probabilities, but "
+               f"{spec.dataset.name!r} is a regression; choose among fedavg_ft, fedper, pfedme, "
+               "per_fedavg, ditto and apfl", "persfl")
     if sum(isinstance(e, PersFLParams) for e in spec.personalization) > 1:
         yield (("personalization",), "lists persfl more than once; PersFL is configured by the "
                "teachers and distillation sections", None)

@@ -13,6 +13,7 @@ collected.json    {"seed": 0, "models": ["fedavg", "local", ...]}
 
 import csv
 import json
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,21 +28,24 @@ MANIFEST = "collected.json"
 
 @dataclass(frozen=True)
 class CollectedResults:
-    """The models of one seed and their mean client test accuracy."""
+    """The models of one seed and their mean client test score (accuracy, or MSE)."""
 
     seed: int
     selection: str
     test_accuracy: dict[str, float]   # model -> mean over clients (spec's evaluation.selection)
+    score: str = "accuracy"           # "accuracy", or "mse" for a regression
 
     def metrics(self) -> dict[str, float]:
-        """Return ``{model}.test_accuracy`` for each model (a KFP Metrics artifact, MLflow)."""
-        return {f"{model}.test_accuracy": value for model, value in self.test_accuracy.items()}
+        """Return ``{model}.test_{score}`` for each model with a finite value (KFP Metrics)."""
+        return {f"{model}.test_{self.score}": value for model, value in self.test_accuracy.items()
+                if math.isfinite(value)}
 
     def to_markdown(self) -> str:
-        """Return one line per model: its mean client test accuracy."""
-        lines = [f"**collect_results** (seed {self.seed}): mean client test accuracy, each "
+        """Return one line per model: its mean client test score."""
+        name = "accuracy" if self.score == "accuracy" else "MSE"
+        lines = [f"**collect_results** (seed {self.seed}): mean client test {name}, each "
                  f"client's model chosen by {self.selection}", "",
-                 "| model | test accuracy |", "|---|---:|"]
+                 f"| model | test {name} |", "|---|---:|"]
         lines += [f"| {model} | {value:.4f} |" for model, value in self.test_accuracy.items()]
         return "\n".join(lines) + "\n"
 
@@ -69,8 +73,13 @@ def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
         writer.writeheader()
         writer.writerows(rows)
     (out / MANIFEST).write_text(json.dumps({"seed": seed, "models": models}, indent=2) + "\n")
+    from pflpipe.spec.dataset import task_of
+
     selection = spec.evaluation.selection
-    result = CollectedResults(seed, selection, {m: _mean(rows, m, selection) for m in models})
+    score = "mse" if task_of(spec.dataset) == "regression" else "accuracy"
+    column = "loss" if score == "mse" else "accuracy"
+    result = CollectedResults(seed, selection, {m: _mean(rows, m, selection, column)
+                                                for m in models}, score)
     tracker.log_metrics(result.metrics())
     upload_results(spec, out, f"seed-{seed}")
     return result
@@ -91,7 +100,7 @@ def _read(directory: Path) -> tuple[list[dict], list[str]]:
     return table, columns
 
 
-def _mean(rows: list[dict], model: str, selection: str) -> float:
-    values = [float(r["accuracy"]) for r in rows
+def _mean(rows: list[dict], model: str, selection: str, column: str) -> float:
+    values = [float(r[column]) for r in rows
               if r["model"] == model and r["split"] == "test" and r["selection"] == selection]
     return sum(values) / len(values) if values else float("nan")

@@ -50,9 +50,11 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     """Evaluate the results of `results_dirs` and write the fairness report into `out_dir`."""
     from pflpipe.metrics import read_table
     from pflpipe.metrics.report import build_report, write_report
+    from pflpipe.spec.dataset import task_of
 
     evaluation = spec.evaluation
-    table = read_table(results_tables(results_dirs))
+    unit = "neg_mse" if task_of(spec.dataset) == "regression" else "fraction"
+    table = read_table(results_tables(results_dirs), unit=unit)
     report = build_report(table, local=evaluation.baselines.local,
                           global_=evaluation.baselines.global_, selection=evaluation.selection,
                           metrics=tuple(evaluation.metrics), validation="val" in table.splits)

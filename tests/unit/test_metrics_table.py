@@ -34,8 +34,36 @@ def test_read_table_parses_optional_columns_and_ignores_unknown_ones(tmp_path):
 
 
 def test_read_table_detects_percent(tmp_path):
-    path = write(tmp_path, "client,model,accuracy\n0,local,0.5\n1,local,85\n")
+    path = write(tmp_path, "client,model,accuracy\n0,local,0\n1,local,85\n2,local,1.5\n")
     assert read_table([path]).unit == "percent"
+
+
+def test_read_table_refuses_a_table_mixing_fractions_and_percent(tmp_path):
+    path = write(tmp_path, "client,model,accuracy\n0,local,75\n1,local,0.8\n")
+    with pytest.raises(DataError, match=r"results.csv:3: accuracy 0.8 looks like a fraction, but "
+                                        r".*results.csv:2 has 75 \(percent\): the table mixes"):
+        read_table([path])
+
+
+def test_read_table_takes_the_unit_it_is_given(tmp_path):
+    path = write(tmp_path, "client,model,accuracy\n0,local,75\n1,local,0.8\n")
+    assert read_table([path], unit="percent").rows[1].accuracy == 0.8
+    with pytest.raises(DataError, match=r":2: accuracy 75 is above 1; accuracies must be fractions"):
+        read_table([path], unit="fraction")
+
+
+def test_read_table_reads_a_regression_table_as_negative_mse(tmp_path):
+    path = write(tmp_path, "client,model,accuracy,loss\n0,local,nan,0.25\n1,local,,2\n")
+    table = read_table([path])
+    assert table.unit == "neg_mse"
+    assert [row.accuracy for row in table.rows] == [-0.25, -2.0]
+
+
+def test_read_table_names_a_regression_row_without_its_mse(tmp_path):
+    path = write(tmp_path, "client,model,accuracy,loss\n0,local,nan,0.25\n1,local,nan,inf\n")
+    with pytest.raises(DataError, match=r":3: loss \(the mean squared error of a regression\) must "
+                                        r"be a finite number ≥ 0 \(got 'inf'\) for client 1"):
+        read_table([path], unit="neg_mse")
 
 
 def test_read_table_rejects_mixed_units_across_files(tmp_path):
