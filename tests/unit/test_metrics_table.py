@@ -48,7 +48,7 @@ def test_read_table_refuses_a_table_mixing_fractions_and_percent(tmp_path):
 def test_read_table_takes_the_unit_it_is_given(tmp_path):
     path = write(tmp_path, "client,model,accuracy\n0,local,75\n1,local,0.8\n")
     assert read_table([path], unit="percent").rows[1].accuracy == 0.8
-    with pytest.raises(DataError, match=r":2: accuracy 75 is above 1; accuracies must be fractions"):
+    with pytest.raises(DataError, match=r":2: accuracy 75 is above 1; accuracies must be fract"):
         read_table([path], unit="fraction")
 
 
