@@ -6,6 +6,7 @@ report and every seed's results to stable names and says where everything is. kf
 imported by `pflpipe.pipelines`, inside the handler.
 """
 
+import os
 import sys
 import threading
 import time
@@ -60,7 +61,8 @@ def run(args) -> int:
     import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
-    parent = open_parent_run(spec, spec_yaml=args.spec.read_text(encoding="utf-8"))
+    parent = open_parent_run(spec, spec_yaml=args.spec.read_text(encoding="utf-8"),
+                             owner_pid=os.getpid())
     _header(console, spec, parent, resume)
     progress = Progress(console)
     started = time.monotonic()

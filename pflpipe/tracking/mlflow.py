@@ -31,10 +31,61 @@ _MAX_PARAMS_TAGS, _MAX_METRICS, _MAX_PARAM_LEN, _MAX_TAG_LEN = 100, 1000, 6000, 
 _LOCK_ATTEMPTS = 6
 
 
+_READY: set[str] = set()  # stores this process has opened: sqlite schema made, server answered
+#: Seconds a tracking server has to answer its first request; MLflow's own retries would wait
+#: minutes on a server that is down.
+PROBE_TIMEOUT_S = 5.0
+
+
+def check_server(tracking_uri: str) -> None:
+    """Raise TrackingError when nothing answers HTTP at `tracking_uri` within `PROBE_TIMEOUT_S`.
+
+    Any HTTP answer (even 401 or 404) and a TLS failure (MLflow has settings for certificates)
+    count as alive; a refused or unanswered connection and an unknown host do not.
+    """
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health",
+                                    timeout=PROBE_TIMEOUT_S):
+            return
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        if isinstance(reason, ssl.SSLError):
+            return
+        if isinstance(reason, TimeoutError):
+            reason = f"no answer within {PROBE_TIMEOUT_S:g} s"
+        raise TrackingError(
+            f"the MLflow tracking server at {scrub_text(tracking_uri)} does not answer "
+            f"({reason}); start it, point tracking.uri (or MLFLOW_TRACKING_URI) at a running "
+            "server, or set tracking.enabled: false") from None
+
+
 def _client(tracking_uri: str):
+    """Return a client; the first one of a process on a sqlite store holds a lock beside it.
+
+    MLflow creates and migrates a sqlite schema when a client first opens the database; two
+    processes doing that at once fail ("duplicate column name: step"). The lock makes them take
+    turns: the first creates the tables, the others find them.
+    """
     from mlflow import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri)
+    if tracking_uri.startswith(("http://", "https://")) and tracking_uri not in _READY:
+        check_server(tracking_uri)
+        _READY.add(tracking_uri)
+    if not tracking_uri.startswith("sqlite:///") or tracking_uri in _READY:
+        return MlflowClient(tracking_uri=tracking_uri)
+    from filelock import FileLock
+
+    database = Path(tracking_uri[len("sqlite:///"):].partition("?")[0])
+    with FileLock(f"{database}.lock"):
+        client = MlflowClient(tracking_uri=tracking_uri)
+    _READY.add(tracking_uri)
+    return client
 
 
 def _retrying(what: str, tracking_uri: str, fn: Callable[..., T], *args, **kwargs) -> T:

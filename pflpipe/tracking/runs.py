@@ -12,6 +12,7 @@ run id is empty and every child is the no-op ``NULL_TRACKER``.
 import json
 import logging
 import os
+import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,6 +28,8 @@ from pflpipe.tracking.mlflow import ROOT_TAG, MlflowTracker, _client, _retrying
 from pflpipe.tracking.scrub import scrub_text
 
 log = logging.getLogger(__name__)
+#: Tags of a run's owner process, which alone ends the run (see `close_abandoned_runs`).
+PID_TAG, HOST_TAG = "pflpipe_pid", "pflpipe_host"
 
 
 def resolve_tracking_uri(tracking_spec=None) -> str:
@@ -144,12 +147,17 @@ class ParentRun:
 
 
 def open_parent_run(spec, *, seed: int | None = None, tags: dict[str, str] | None = None,
-                    spec_yaml: str | None = None, run_name: str | None = None) -> ParentRun:
+                    spec_yaml: str | None = None, run_name: str | None = None,
+                    owner_pid: int | None = None) -> ParentRun:
     """Create the experiment if needed and the parent run of one pipeline run.
 
     Tags: ``spec_hash``, ``pflpipe_version``, ``git_commit`` (when in a repository), ``seed`` (or
-    ``seeds``), ``storage`` (the store's URI) plus `tags`. Params: the flattened spec. Artifacts:
-    ``spec.yaml`` (the text as written, when given) and ``spec_resolved.yaml`` (defaults filled).
+    ``seeds``), ``storage`` (the store's URI) plus `tags`; with `owner_pid` (the process that
+    will finish the run) ``pflpipe_pid`` and ``pflpipe_host``. Params: the flattened spec.
+    Artifacts: ``spec.yaml`` (the text as written, when given) and ``spec_resolved.yaml``.
+
+    First, every run of the experiment left RUNNING by an owner process of this host that is gone
+    (killed) is marked KILLED, with its running descendants (`close_abandoned_runs`).
     """
     experiment = spec.tracking.experiment or spec.experiment.name
     if not spec.tracking.enabled:
@@ -157,8 +165,11 @@ def open_parent_run(spec, *, seed: int | None = None, tags: dict[str, str] | Non
     tracking_uri = resolve_tracking_uri(spec.tracking)
     client = _client(tracking_uri)
     experiment_id = _experiment_id(client, experiment, tracking_uri)
+    close_abandoned_runs(client, experiment_id, tracking_uri)
     run_tags = {"spec_hash": spec.content_hash(), "pflpipe_version": __version__,
                 "experiment": spec.experiment.name, "storage": _storage_uri(spec)}
+    if owner_pid is not None:
+        run_tags |= {PID_TAG: str(owner_pid), HOST_TAG: socket.gethostname()}
     if seed is not None:
         run_tags["seed"] = str(seed)
     else:
@@ -187,6 +198,44 @@ def open_parent_run(spec, *, seed: int | None = None, tags: dict[str, str] | Non
     log.info("MLflow parent run %s in experiment %r at %s", parent.run_id, experiment,
              scrub_text(tracking_uri))
     return parent
+
+
+def close_abandoned_runs(client, experiment_id: str, tracking_uri: str) -> list[str]:
+    """Mark KILLED the RUNNING parent runs whose owner process on this host is gone.
+
+    A `pflpipe run` killed by a signal it cannot catch (SIGKILL, the OOM killer, a closed
+    terminal's machine) cannot end its runs; the next one on the same host does. A live owner
+    (or one on another host) is left alone. Returns the ids of the parents marked.
+    """
+    host = socket.gethostname()
+    running = _retrying("search for running runs", tracking_uri, client.search_runs,
+                        [experiment_id], f"attributes.status = 'RUNNING' and "
+                        f"tags.{HOST_TAG} = '{host}'")
+    closed = []
+    for run in running:
+        pid = run.data.tags.get(PID_TAG, "")
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        descendants = _retrying("search for running runs", tracking_uri, client.search_runs,
+                                [experiment_id], f"attributes.status = 'RUNNING' and "
+                                f"tags.{ROOT_TAG} = '{run.info.run_id}'")
+        for stale in [*descendants, run]:
+            _retrying("end of an abandoned run", tracking_uri, client.set_terminated,
+                      stale.info.run_id, "KILLED")
+        log.warning("MLflow run %s was left RUNNING by process %s, which is gone; marked it "
+                    "and %d running child run(s) KILLED", run.info.run_id, pid, len(descendants))
+        closed.append(run.info.run_id)
+    return closed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _storage_uri(spec) -> str:
