@@ -23,6 +23,19 @@ class UsageError(PflpipeError):
     """A bad argument or input file given on the command line (exit code 2)."""
 
 
+def seed_argument(text: str) -> int:
+    """Parse a --seed value: an integer in the spec's seed range (0..2³² − 1)."""
+    from pflpipe.spec.sections import MAX_SEED
+
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= seed <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be in 0..{MAX_SEED} (got {seed})")
+    return seed
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the parser with every verb registered."""
     parser = argparse.ArgumentParser(

@@ -6,7 +6,7 @@ its own data.
 
 from pathlib import Path
 
-from pflpipe.cli import UsageError
+from pflpipe.cli import UsageError, seed_argument
 
 
 def register(subparsers) -> None:
@@ -24,7 +24,8 @@ def register(subparsers) -> None:
     parser.add_argument("--checkpoints", type=Path, metavar="DIR",
                         help="The warm start's checkpoint directory (default: "
                         "<results>/seed-<seed>/checkpoints).")
-    parser.add_argument("--seed", type=int, default=None, help="Seed (the spec's first).")
+    parser.add_argument("--seed", type=seed_argument, default=None,
+                        help="Seed (the spec's first).")
     parser.add_argument("-o", "--output", type=Path, help="Output directory.")
     parser.set_defaults(handler=run)
 

@@ -6,6 +6,8 @@
 
 from pathlib import Path
 
+from pflpipe.cli import seed_argument
+
 #: The table shows this many clients by default (first ones, then the last few).
 DEFAULT_ROWS = 50
 
@@ -20,7 +22,8 @@ def register(subparsers) -> None:
     parser.add_argument("spec", type=Path, metavar="SPEC")
     parser.add_argument("-o", "--output", type=Path, metavar="DIR",
                         help="Partition directory (default <results_dir>/partition/seed-<seed>).")
-    parser.add_argument("--seed", type=int, help="Seed (default: the spec's first seed).")
+    parser.add_argument("--seed", type=seed_argument,
+                        help="Seed (default: the spec's first seed).")
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, metavar="N",
                         help=f"Clients shown in the table (default {DEFAULT_ROWS}; 0 for all).")
     parser.add_argument("--export", nargs=2, metavar=("FORMAT", "DIR"),

@@ -128,6 +128,10 @@ def _check_limits(text: str, filename: str) -> None:
 
 
 def _build(loader: _Loader, node, loc: Loc, lines: dict[Loc, int], filename: str) -> Any:
+    plain = {yaml.MappingNode: "tag:yaml.org,2002:map", yaml.SequenceNode: "tag:yaml.org,2002:seq"}
+    if type(node) in plain and node.tag != plain[type(node)]:
+        raise SpecError(f"{filename}:{node.start_mark.line + 1}: {_dotted(loc) or 'spec'}: YAML "
+                        f"tag {node.tag} is not allowed in a spec; remove it")
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)
         out: dict = {}

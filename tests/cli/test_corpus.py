@@ -1,0 +1,233 @@
+"""The corpus of bad input: every malformed spec, data file, results table and argument.
+
+Each case runs the real command line in-process and asserts the exit code (2 for bad input), the
+message (what is named, what is wrong) and what must never show: a traceback, "unexpected", or
+numpy's / torch's advice to load a file unsafely. The malformed specs are `test_validate.CORPUS`.
+"""
+
+import os
+import pickle
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_validate import BASE, CORPUS
+
+from pflpipe.cli import main
+
+NEVER = ("Traceback", "unexpected", "weights_only", "allow_pickle", "unsafe", "trust the")
+
+
+@dataclass(frozen=True)
+class Case:
+    """A command and the files it reads; `{tmp}` in args is the test's directory."""
+
+    name: str
+    args: tuple[str, ...]
+    fragments: tuple[str, ...]
+    files: Callable[[Path], None] = lambda tmp: None
+    code: int = 2
+    never: tuple[str, ...] = field(default=NEVER)
+
+
+def spec_case(name: str, text: str, fragments: list[str]) -> Case:
+    return Case(f"spec-{name}", ("validate", "{tmp}/spec.yaml"), ("{tmp}/spec.yaml:", *fragments),
+                lambda tmp: (tmp / "spec.yaml").write_text(text))
+
+
+# ---- data files given to `pflpipe split` ---------------------------------------------------------
+
+ARRAYS_SPEC = ("experiment: {{name: t, output_dir: {tmp}/out}}\ndataset: {{name: arrays, "
+               "root: {tmp}, path: {file}}}\npartition: {{strategy: iid, n_clients: 3, "
+               "min_samples: 5}}\n")
+RNG = np.random.default_rng(0)
+X, Y = RNG.normal(size=(30, 4)).astype(np.float32), np.arange(30) % 3
+
+
+class Payload:
+    """A pickled object inside a .pt file: loading it would call `open`."""
+
+    def __reduce__(self):
+        return (open, (os.devnull,))
+
+
+def npz(**arrays) -> Callable[[Path], None]:
+    return lambda tmp: np.savez(tmp / "d.npz", **arrays)
+
+
+def raw(name: str, data: bytes | Callable[[], bytes]) -> Callable[[Path], None]:
+    return lambda tmp: (tmp / name).write_bytes(data() if callable(data) else data)
+
+
+def truncated(tmp: Path) -> None:
+    np.savez(tmp / "full.npz", x=X, y=Y)
+    data = (tmp / "full.npz").read_bytes()
+    (tmp / "d.npz").write_bytes(data[:len(data) // 2])
+
+
+def with_value(value: float, at: tuple[int, int]) -> np.ndarray:
+    x = X.astype(np.float64)
+    x[at] = value
+    return x
+
+
+def data_case(name: str, file: str, make: Callable[[Path], None], fragments: list[str]) -> Case:
+    def files(tmp: Path) -> None:
+        make(tmp)
+        (tmp / "spec.yaml").write_text(ARRAYS_SPEC.format(tmp=tmp, file=file))
+
+    return Case(f"data-{name}", ("split", "{tmp}/spec.yaml"), (f"{{tmp}}/{file}: ", *fragments),
+                files)
+
+
+DATA = [
+    data_case("truncated-npz", "d.npz", truncated,
+              ["not a readable .npz archive (a damaged or truncated zip archive)"]),
+    data_case("random-npz", "d.npz", raw("d.npz", lambda: RNG.bytes(3000)),
+              ["not a readable .npz archive (neither a zip archive nor an .npy header)"]),
+    data_case("bare-npy", "d.npz", lambda tmp: np.save(tmp / "d.npy", X) or
+              os.replace(tmp / "d.npy", tmp / "d.npz"), ["holds one bare array"]),
+    data_case("object-array", "d.npz", npz(x=np.array([{"a": 1}] * 30, dtype=object), y=Y),
+              ["array 'x' holds Python objects (dtype object)"]),
+    data_case("pickled-object-pt", "d.pt", lambda tmp: torch.save({"x": Payload(), "y": Y},
+                                                                   tmp / "d.pt"),
+              ["holds a Python object (", "never unpickles objects"]),
+    data_case("plain-pickle-pt", "d.pt", raw("d.pt", pickle.dumps({"x": X, "y": Y})),
+              ["not a readable torch file"]),
+    data_case("random-pt", "d.pt", raw("d.pt", lambda: RNG.bytes(3000)),
+              ["not a readable torch file (damaged, truncated or not written by torch.save)"]),
+    data_case("list-pt", "d.pt", lambda tmp: torch.save([1, 2], tmp / "d.pt"),
+              ["a .pt file must hold a dict of tensors x, y (got list)"]),
+    data_case("string-samples", "d.npz", npz(x=np.array([["a", "b"]] * 30), y=Y),
+              ["x has dtype <U1 (text); samples must be real numbers"]),
+    data_case("complex-samples", "d.npz", npz(x=X.astype(np.complex64), y=Y),
+              ["x has dtype complex64 (complex numbers)"]),
+    data_case("0d-samples", "d.npz", npz(x=np.array(3.0), y=Y),
+              ["x is a single value (a 0-d array); expected one row per sample"]),
+    data_case("0d-labels", "d.npz", npz(x=X, y=np.array(1)),
+              ["y must be a 1-D array of integer labels 0..n_classes-1 (got dtype int64, "
+               "shape ()"]),
+    data_case("5d-samples", "d.npz", npz(x=np.zeros((30, 1, 1, 1, 1)), y=Y),
+              ["x has shape (30, 1, 1, 1, 1); expected [n, d] features"]),
+    data_case("nan-features", "d.npz", npz(x=with_value(np.nan, (5, 1)), y=Y),
+              ["x holds NaN or infinite values", "in 1 of 30 samples, first in sample 5"]),
+    data_case("inf-features", "d.npz", npz(x=with_value(-np.inf, (7, 0)), y=Y),
+              ["x holds NaN or infinite values", "first in sample 7"]),
+    data_case("beyond-float32", "d.npz", npz(x=with_value(1e300, (2, 2)), y=Y),
+              ["beyond float32's range", "first in sample 2"]),
+    data_case("negative-labels", "d.npz", npz(x=X, y=Y - 1),
+              ["y must be a 1-D array of integer labels", "smallest label -1"]),
+    data_case("float-client-ids", "d.npz", npz(x=X, y=Y, client=np.arange(30) / 2),
+              ["client must be a 1-D array of integer client ids (got dtype float64"]),
+]
+
+
+def unofficial_cifar(tmp: Path) -> None:
+    folder = tmp / "cifar-10-batches-py"
+    folder.mkdir()
+    for name in [f"data_batch_{b}" for b in range(1, 6)] + ["test_batch", "batches.meta"]:
+        (folder / name).write_bytes(pickle.dumps({"data": Payload(), "labels": [0]}))
+    (tmp / "spec.yaml").write_text(f"experiment: {{name: t}}\ndataset: {{name: cifar10, root: "
+                                   f"{tmp}}}\npartition: {{strategy: iid}}\n")
+
+
+def cifar_archive_escaping_root(tmp: Path) -> None:
+    (tmp / "root").mkdir()
+    (tmp / "evil").write_text("x")
+    with tarfile.open(tmp / "root" / "cifar-10-python.tar.gz", "w:gz") as archive:
+        archive.add(tmp / "evil", arcname="../escaped")
+    (tmp / "spec.yaml").write_text(f"experiment: {{name: t}}\ndataset: {{name: cifar10, root: "
+                                   f"{tmp}/root, verify_checksums: false}}\npartition: "
+                                   "{strategy: iid}\n")
+
+
+DATA += [
+    Case("data-unofficial-cifar-pickle", ("split", "{tmp}/spec.yaml"),
+         ("{tmp}/cifar-10-batches-py/data_batch_1 is not the official file (md5",
+          "expected c99cafc152244af753f735de768cd75f", "verify_checksums: false"),
+         unofficial_cifar, never=NEVER[:3]),
+    Case("data-cifar-archive-escaping-root", ("split", "{tmp}/spec.yaml"),
+         ("cannot unpack the files found under {tmp}/root",), cifar_archive_escaping_root),
+]
+
+# ---- results tables given to `pflpipe report` ----------------------------------------------------
+
+TABLES = [
+    Case("table-mixing-units", ("report", "{tmp}/t.csv", "-o", "{tmp}/out"),
+         ("{tmp}/t.csv:5: accuracy 0.8 looks like a fraction, but {tmp}/t.csv:2 has 75 (percent)",
+          "the table mixes fractions and percentages", "--unit percent"),
+         raw("t.csv", b"client,model,accuracy\n0,local,75\n0,fedavg,70\n0,x,80\n1,local,0.8\n"
+                      b"1,fedavg,65\n1,x,75\n")),
+    Case("table-percent-declared-fraction",
+         ("report", "{tmp}/t.csv", "-o", "{tmp}/out", "--unit", "fraction"),
+         ("{tmp}/t.csv:2: accuracy 75 is above 1; accuracies must be fractions in [0, 1]",),
+         raw("t.csv", b"client,model,accuracy\n0,local,75\n0,fedavg,70\n0,x,80\n")),
+    Case("table-regression-without-mse", ("report", "{tmp}/t.csv", "-o", "{tmp}/out"),
+         ("{tmp}/t.csv:3: loss (the mean squared error of a regression) must be a finite number",),
+         raw("t.csv", b"client,model,accuracy,loss\n0,local,,0.5\n0,fedavg,,-1\n")),
+    Case("table-not-utf8", ("report", "{tmp}/t.csv", "-o", "{tmp}/out"),
+         ("{tmp}/t.csv: cannot read the results table",), raw("t.csv", b"\xff\xfe\x00bad")),
+]
+
+# ---- arguments and paths -------------------------------------------------------------------------
+
+ARGS = [
+    Case("arg-seed-beyond-range", ("split", "{tmp}/spec.yaml", "--seed", str(2**32)),
+         ("argument --seed: must be in 0..4294967295",),
+         lambda tmp: (tmp / "spec.yaml").write_text(BASE)),
+    Case("arg-negative-seed", ("personalize-new", "{tmp}/spec.yaml", "--client-data", "x.npz",
+                               "--seed", "-3"),
+         ("argument --seed: must be in 0..4294967295",),
+         lambda tmp: (tmp / "spec.yaml").write_text(BASE)),
+    Case("arg-unknown-verb", ("trian", "spec.yaml"), ("invalid choice: 'trian'",)),
+    Case("path-spec-is-a-directory", ("validate", "{tmp}"),
+         ("{tmp}: cannot read the spec (IsADirectoryError",)),
+    Case("path-spec-is-endless", ("validate", "/dev/zero"),
+         ("/dev/zero: the spec is larger than 100,000 bytes",)),
+    Case("path-spec-not-utf8", ("validate", "{tmp}/spec.yaml"),
+         ("cannot read the spec (UnicodeDecodeError",), raw("spec.yaml", b"\xff\xfe\xfa")),
+    Case("path-output-in-missing-directory",
+         ("schema", "-o", "{tmp}/missing/schema.json"),
+         ("error: {tmp}/missing/schema.json: No such file or directory",)),
+    Case("path-report-output-is-a-file",
+         ("report", "{tmp}/t.csv", "-o", "{tmp}/t.csv"),
+         ("error: {tmp}/t.csv/figures:",),
+         raw("t.csv", b"client,model,accuracy\n0,local,0.7\n0,fedavg,0.6\n0,x,0.8\n")),
+    Case("debug-after-the-verb", ("validate", "{tmp}/spec.yaml", "--debug"),
+         ("Traceback", "SpecError", "partition.n_clients: must be a valid integer"),
+         lambda tmp: (tmp / "spec.yaml").write_text(BASE.replace("10", "true")), never=()),
+]
+
+CASES = [*(spec_case(*case) for case in CORPUS), *DATA, *TABLES, *ARGS]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_bad_input_exits_with_its_code_and_a_clear_message(tmp_path, capsys, case):
+    case.files(tmp_path)
+
+    code = _exit_code([arg.replace("{tmp}", str(tmp_path)) for arg in case.args])
+
+    err = capsys.readouterr().err
+    assert code == case.code, err
+    for fragment in case.fragments:
+        assert fragment.replace("{tmp}", str(tmp_path)) in err, f"{fragment!r} not in {err!r}"
+    for word in case.never:
+        assert word not in err, f"{word!r} in {err!r}"
+
+
+def _exit_code(args: list[str]) -> int:
+    """main's return value, or the code argparse exits with."""
+    try:
+        return main(args)
+    except SystemExit as exited:
+        return exited.code
+
+
+def test_corpus_holds_every_kind_of_bad_input():
+    kinds = {case.name.split("-")[0] for case in CASES}
+    assert kinds == {"spec", "data", "table", "arg", "path", "debug"}
+    assert len(CASES) >= 57 + 60
