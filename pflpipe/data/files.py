@@ -6,6 +6,7 @@ advice to load it "unsafely" or with ``weights_only=False`` is never passed on.
 """
 
 import re
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -49,7 +50,9 @@ def load_tensors(path: Path, what: str, map_location="cpu"):
     import torch
 
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says it
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location=map_location, weights_only=True)
     except _READ_ERRORS as err:
         found = _GLOBAL.search(str(err))
         if found:
@@ -73,7 +76,8 @@ def check_samples(path: Path, x: np.ndarray) -> np.ndarray:
         raise DataError(f"{path}: x holds no samples")
     if x.dtype == np.uint8:
         return x
-    x = x.astype(np.float32)
+    with np.errstate(over="ignore"):  # values beyond float32's range become inf, caught below
+        x = x.astype(np.float32)
     finite = np.isfinite(x.reshape(len(x), -1)).all(axis=1)
     if not finite.all():
         bad = np.flatnonzero(~finite)

@@ -62,9 +62,10 @@ def parse_spec(text: str, filename: str = "<spec>") -> Spec:
 def parse_yaml(text: str, filename: str = "<spec>") -> tuple[dict, dict[Loc, int]]:
     """Parse YAML into plain data plus the 1-based line of every key and list item."""
     _check_size(len(text.encode("utf-8", "replace")), filename)
-    loader = _Loader(text)
+    loader = None
     try:
         _check_limits(text, filename)
+        loader = _Loader(text)
         node = loader.get_single_node()
         if node is None:
             raise SpecError(f"{filename}: the spec is empty; expected a mapping with at least "
@@ -81,7 +82,8 @@ def parse_yaml(text: str, filename: str = "<spec>") -> tuple[dict, dict[Loc, int
         problem = getattr(err, "problem", None) or str(err)
         raise SpecError(f"{where}: invalid YAML: {problem}") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return data, lines
 
 
