@@ -231,3 +231,25 @@ def test_corpus_holds_every_kind_of_bad_input():
     kinds = {case.name.split("-")[0] for case in CASES}
     assert kinds == {"spec", "data", "table", "arg", "path", "debug"}
     assert len(CASES) >= 57 + 60
+
+
+def test_a_bug_exits_1_asking_for_a_report_with_debug(capsys):
+    from pflpipe.cli import _report
+
+    code = _report(ZeroDivisionError("division by zero"), debug=False)
+
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err == ("error: unexpected ZeroDivisionError: division by zero\nThis is a bug in "
+                   "pflpipe; please report it, with the output of the same command run with "
+                   "--debug (it shows the traceback).\n")
+
+
+def test_debug_keeps_the_exit_code_of_a_stage_failure_class_of_error(capsys):
+    from pflpipe.cli import _report
+    from pflpipe.errors import DivergenceError, TrackingError
+
+    assert _report(DivergenceError("client 3, round 2: loss became NaN"), debug=True) == 1
+    assert _report(TrackingError("the MLflow tracking server ... does not answer"), True) == 1
+    assert _report(PermissionError(13, "Permission denied", "/x"), debug=True) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "error: /x: Permission denied"

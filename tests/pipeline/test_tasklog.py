@@ -150,3 +150,23 @@ def test_tasklog_doctests_pass():
     from pflpipe.pipelines import tasklog
 
     assert doctest.testmod(tasklog).failed == 0
+
+
+def test_a_runner_error_after_successful_stages_is_named_with_its_log(tmp_path):
+    """kfp.local 2.17 failed a loop after its tasks succeeded (a NaN KFP metric); the cause must
+    reach the screen, not only pipeline.log."""
+    from pflpipe.pipelines.local import RunnerFailed
+
+    router = TaskLogRouter(tmp_path, lambda kind, task: None)
+    router.write(started("collect-results") + task_output("done") + finished("collect-results"))
+    cause = ("Task for-loop-2-iteration-0 failed with exception: Failed to serialize metadata "
+             "field: Fail to serialize NaN for Value.number_value")
+    router.write(f"2026-01-01 13:43:58,248 - ERROR - {cause}\n")
+    router.write("2026-01-01 13:43:58,248 - INFO - Skipping task evaluate-fairness\n")
+    router.close()
+
+    error = RunnerFailed(router.runner_errors, tmp_path / "pipeline.log")
+
+    assert router.failures() == []
+    assert str(error) == (f"the local runner failed the pipeline after its stages:\n  {cause}\n"
+                          f"  (its log: {tmp_path / 'pipeline.log'})")

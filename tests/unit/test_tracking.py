@@ -138,6 +138,39 @@ def test_two_processes_log_into_one_sqlite_store(in_tmp):
     assert len(runs) == 2 * (1 + 4) and {r.info.status for r in runs} == {"FINISHED"}
 
 
+RACER = """\
+import pathlib, sys, time
+from pflpipe.spec import parse_spec
+from pflpipe.tracking import open_parent_run
+import mlflow
+spec = parse_spec(sys.argv[1])
+ready = pathlib.Path(sys.argv[2])
+(ready / sys.argv[3]).touch()
+while len(list(ready.iterdir())) < int(sys.argv[4]):  # imports done: start together
+    time.sleep(0.001)
+open_parent_run(spec).finish()
+"""
+
+
+@pytest.mark.slow
+def test_first_runs_racing_on_a_fresh_sqlite_store_all_succeed(in_tmp):
+    """Three processes open their parent runs on a new database at the same moment; unguarded,
+    MLflow's schema creation collides ("duplicate column name: step")."""
+    from mlflow import MlflowClient
+
+    ready = in_tmp / "ready"
+    ready.mkdir()
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, BASE, str(ready), str(i), "3"],
+                               cwd=in_tmp, stderr=subprocess.PIPE, text=True) for i in range(3)]
+
+    errors = [racer.communicate(timeout=300)[1] for racer in racers]
+
+    assert [racer.returncode for racer in racers] == [0] * 3, errors
+    client = MlflowClient(f"sqlite:///{in_tmp}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("unit-tracking").experiment_id])
+    assert len(runs) == 3 and {run.info.status for run in runs} == {"FINISHED"}
+
+
 def test_flatten_spec_gives_dotted_keys():
     params = flatten(parse_spec(BASE).model_dump(mode="json", by_alias=True))
 
