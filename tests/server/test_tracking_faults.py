@@ -1,0 +1,143 @@
+"""`pflpipe run` against tracking faults, with a real `mlflow server` on 127.0.0.1.
+
+- A server that is down (nothing listens) or frozen (the connection opens, nothing answers) fails
+  the run within seconds, exit 1, naming the server: MLflow's own retries took 256 s.
+- A run killed with SIGKILL cannot end its MLflow runs; the next run of the spec marks them
+  KILLED. That next run is a regression (`gaussian`) spec run to its report, with a seed at the
+  top of its range (2³² − 1) that must survive the pipeline exactly.
+"""
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+PFLPIPE = str(Path(sys.executable).with_name("pflpipe"))
+SEED = 2**32 - 1
+GAUSSIAN = """\
+experiment: {{name: gauss, seeds: [{seed}], output_dir: results}}
+dataset: {{name: gaussian, n_min: 10, n_max: 30}}
+partition: {{strategy: natural, n_clients: 4, min_samples: 5}}
+model: {{architecture: mlp, hidden: [4]}}
+federation: {{rounds: 2, lr: 0.01}}
+personalization: [{{name: fedper, rounds: 2}}]
+tracking: {{uri: '{uri}', experiment: {experiment}}}
+"""
+
+
+def env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+
+
+def run(work: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([PFLPIPE, "run", "spec.yaml"], cwd=work, env=env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("fault", ["down", "frozen"])
+def test_run_fails_in_seconds_naming_a_server_that_does_not_answer(tmp_path, fault):
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        if fault == "frozen":
+            listener.listen(8)  # the kernel accepts connections; nobody ever answers
+        else:
+            listener.close()    # nothing listens: connections are refused
+        uri = f"http://127.0.0.1:{port}"
+        (tmp_path / "spec.yaml").write_text(GAUSSIAN.format(seed=0, uri=uri, experiment="x"))
+
+        started = time.monotonic()
+        done = run(tmp_path, timeout=120)  # MLflow's retries alone took 256 s
+        seconds = time.monotonic() - started
+
+    print(f"{fault} server: exit {done.returncode} after {seconds:.1f} s")
+    assert done.returncode == 1
+    reason = "no answer within 5 s" if fault == "frozen" else "Connection refused"
+    assert f"error: the MLflow tracking server at {uri} does not answer (" in done.stderr
+    assert reason in done.stderr and "tracking.enabled: false" in done.stderr
+    assert "Traceback" not in done.stderr and "unexpected" not in done.stderr
+
+
+@pytest.fixture(scope="module")
+def killed_then_rerun(tmp_path_factory, mlflow_server):
+    """Kill a first run (SIGKILL, its whole process group) once its parent run is open; rerun."""
+    work = tmp_path_factory.mktemp("killed")
+    experiment = f"faults-{uuid.uuid4().hex[:8]}"
+    (work / "spec.yaml").write_text(GAUSSIAN.format(seed=SEED, uri=mlflow_server,
+                                                    experiment=experiment))
+    client = MlflowClient(mlflow_server)
+    first = subprocess.Popen([PFLPIPE, "run", "spec.yaml"], cwd=work, env=env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not _runs(client, experiment) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=60)
+    [killed] = _runs(client, experiment)
+    assert killed.info.status == "RUNNING"
+    second = run(work)
+    assert second.returncode == 0, second.stdout + second.stderr
+    return work, client, experiment, killed.info.run_id, second
+
+
+def _runs(client, experiment: str) -> list:
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    return client.search_runs([found.experiment_id], "tags.pflpipe_pid != ''")
+
+
+def test_next_run_marks_the_killed_run_killed(killed_then_rerun):
+    work, client, experiment, killed_id, second = killed_then_rerun
+
+    parents = {run.info.run_id: run.info.status for run in _runs(client, experiment)}
+
+    assert parents.pop(killed_id) == "KILLED"
+    assert list(parents.values()) == ["FINISHED"]
+    assert f"MLflow run {killed_id} was left RUNNING by process" in second.stderr
+    leftovers = client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
+                                   f"tags.root_run_id = '{killed_id}'")
+    assert all(run.info.status != "RUNNING" for run in leftovers)
+
+
+def test_regression_run_reports_negative_mse_per_client(killed_then_rerun):
+    work, client, experiment, _, second = killed_then_rerun
+    report = json.loads((work / "results" / "report" / "report.json").read_text())
+    rows = list(csv.DictReader((work / "results" / f"seed-{SEED}" / "results.csv").open()))
+
+    assert report["unit"] == "neg_mse"
+    assert set(report["models"]) == {"local", "fedavg", "fedper"}
+    tests = {(r["model"], r["client"]): float(r["loss"]) for r in rows
+             if r["split"] == "test" and r["selection"] == "best_val"}
+    for model in ("local", "fedavg", "fedper"):
+        per_client = report["models"][model]["per_client"]
+        assert {c: v["accuracy"] for c, v in per_client.items()} == {
+            str(c): -tests[(model, str(c))] for c in range(4)}
+    qoi = report["models"]["fedper"]["per_client"]["0"]["qoi"]
+    assert qoi == pytest.approx(min(tests[("fedavg", "0")], tests[("local", "0")])
+                                - tests[("fedper", "0")], rel=1e-12)
+    assert "Best performing on test: fedper" in second.stdout
+
+
+def test_the_largest_seed_survives_the_pipeline_exactly(killed_then_rerun):
+    work, client, experiment, _, _ = killed_then_rerun
+    rows = list(csv.DictReader((work / "results" / f"seed-{SEED}" / "results.csv").open()))
+    report = json.loads((work / "results" / "report" / "report.json").read_text())
+
+    assert sorted(p.name for p in (work / "results").glob("seed-*")) == [f"seed-{SEED}"]
+    assert {row["seed"] for row in rows} == {str(SEED)}
+    assert report["splits"]["test"]["seeds"] == [SEED]
+    [parent] = [r for r in _runs(client, experiment) if r.info.status == "FINISHED"]
+    assert parent.data.tags["seeds"] == str(SEED)
