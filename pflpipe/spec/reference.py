@@ -16,9 +16,22 @@ from pflpipe.spec.spec import Spec
 _TAGS = ("name", "strategy", "architecture", "kind")
 
 
+PREAMBLE = (
+    "Types are strict: `true` is not 1, `\"0.05\"` is not a number (`1e-3` is), `2.0` is not an "
+    "integer, and numbers are finite. No integer exceeds {max_count:,} except the seeds, which lie "
+    "in 0..4294967295. A spec file holds at most {max_bytes:,} bytes, nests "
+    "at most {max_depth} levels deep and holds at most {max_values:,} values once its YAML aliases "
+    "are expanded.\n"
+)
+
+
 def markdown_reference() -> str:
     """Markdown tables describing every section of the spec."""
-    out: list[str] = []
+    from pflpipe.spec.base import MAX_COUNT
+    from pflpipe.spec.loader import MAX_BYTES, MAX_DEPTH, MAX_VALUES
+
+    out: list[str] = [PREAMBLE.format(max_count=MAX_COUNT, max_bytes=MAX_BYTES,
+                                      max_depth=MAX_DEPTH, max_values=MAX_VALUES)]
     for name, field in Spec.model_fields.items():
         required = " (required)" if field.is_required() else ""
         variants = _variants(field.annotation)

@@ -145,7 +145,24 @@ def cifar_archive_escaping_root(tmp: Path) -> None:
                                    "{strategy: iid}\n")
 
 
+def newcomer_with_nan(tmp: Path) -> None:
+    from pflpipe.spec import parse_spec
+    from pflpipe.stages import partition_data
+
+    (tmp / "spec.yaml").write_text(BASE)
+    partition_data.run(parse_spec(BASE), 0, tmp / "partition")
+    (tmp / "checkpoints").mkdir()
+    x = RNG.integers(0, 17, (20, 64)).astype(np.float64)
+    x[3, 5] = np.nan
+    np.savez(tmp / "new.npz", x=x, y=np.arange(20) % 10)
+
+
 DATA += [
+    Case("data-newcomer-nan-features",
+         ("personalize-new", "{tmp}/spec.yaml", "--client-data", "{tmp}/new.npz", "--partition",
+          "{tmp}/partition", "--checkpoints", "{tmp}/checkpoints"),
+         ("{tmp}/new.npz: x holds NaN or infinite values", "first in sample 3"),
+         newcomer_with_nan),
     Case("data-unofficial-cifar-pickle", ("split", "{tmp}/spec.yaml"),
          ("{tmp}/cifar-10-batches-py/data_batch_1 is not the official file (md5",
           "expected c99cafc152244af753f735de768cd75f", "verify_checksums: false"),
