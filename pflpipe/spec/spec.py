@@ -6,7 +6,7 @@ import json
 from pydantic import Field, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-from pflpipe.spec.algorithms import Algorithm, LocalParams, PersFLParams
+from pflpipe.spec.algorithms import PERSONALIZE, Algorithm, LocalParams, PersFLParams
 from pflpipe.spec.base import Section
 from pflpipe.spec.dataset import (
     GROUPED,
@@ -209,7 +209,8 @@ def _algorithm_errors(spec: Spec):
     seen: dict[str, int] = {}
     for index, entry in enumerate(spec.personalization):
         name = entry.display_name
-        if entry.name in ("local", "persfl") and entry.label not in (None, entry.name):
+        fixed = entry.stage != "personalize"  # local and persfl: their stage names the results
+        if fixed and entry.label not in (None, entry.name):
             yield (("personalization", index, "label"),
                    f"a {entry.name} entry's results are always named {entry.name!r}; remove the "
                    "label", entry.label)
@@ -217,7 +218,7 @@ def _algorithm_errors(spec: Spec):
             yield (("personalization", index, "label"),
                    f"duplicates entry {seen[name]} ({name!r}); give one of them a distinct label",
                    entry.label)
-        elif entry.name not in ("local", "persfl") and name in STAGE_MODELS:
+        elif not fixed and name in STAGE_MODELS:
             yield (("personalization", index, "label" if entry.label else "name"),
                    f"{name!r} names the results of the {_stage_of(name)}; choose another label",
                    name)
@@ -225,15 +226,14 @@ def _algorithm_errors(spec: Spec):
     if spec.has_persfl and task_of(spec.dataset) == "regression":
         index = next(i for i, e in enumerate(spec.personalization) if e.name == "persfl")
         yield (("personalization", index, "name"), f"persfl distills class probabilities, but "
-               f"{spec.dataset.name!r} is a regression; choose among fedavg_ft, fedper, pfedme, "
-               "per_fedavg, ditto and apfl", "persfl")
+               f"{spec.dataset.name!r} is a regression; choose among {', '.join(PERSONALIZE)}",
+               "persfl")
     if sum(isinstance(e, PersFLParams) for e in spec.personalization) > 1:
         yield (("personalization",), "lists persfl more than once; PersFL is configured by the "
                "teachers and distillation sections", None)
     persfl = "persfl" if spec.distillation.objective == "kl" else "persfl_gd"
     produced = ["fedavg", "local", *([persfl] if spec.has_persfl else []),
-                *(e.display_name for e in spec.personalization
-                  if e.name not in ("local", "persfl"))]
+                *(e.display_name for e in spec.personalization if e.stage == "personalize")]
     baselines = spec.evaluation.baselines
     for key, value in (("local", baselines.local), ("global", baselines.global_)):
         if value not in produced:
