@@ -27,6 +27,8 @@ class StageFailed(PflpipeError):
 
     def __init__(self, task: TaskLog, others: tuple[TaskLog, ...] = ()):
         self.task, self.others = task, others
+        #: The stage refused its input (a data file, the spec): the CLI exits 2, not 1.
+        self.bad_input = task.error().startswith(("DataError:", "SpecError:"))
         more = (f"\n  {len(others)} more failed: {', '.join(t.title for t in others)} (logs in "
                 f"{task.path.parent})" if others else "")
         super().__init__(f"stage {task.title} failed:\n{_indent(task.error())}\n"

@@ -76,7 +76,7 @@ _PATH_ERRORS = (FileNotFoundError, FileExistsError, PermissionError, IsADirector
 
 def _report(err: Exception, debug: bool) -> int:
     """Print one clear message for `err`; return its exit code."""
-    if isinstance(err, SpecError | DataError | UsageError):
+    if isinstance(err, SpecError | DataError | UsageError) or getattr(err, "bad_input", False):
         _error(err, prefix="" if isinstance(err, SpecError) else "error: ")
         return EXIT_USAGE
     if isinstance(err, PflpipeError):  # DivergenceError, StorageError, TrackingError, a stage

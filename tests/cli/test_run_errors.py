@@ -64,3 +64,22 @@ def test_parent_run_is_failed_and_the_successful_stages_are_kept(failed):
     # the rerun takes the partition and the warm start from the cache, then fails the same way
     assert "↺ partition_data" in again.stdout and "↺ warm_start_fedavg" in again.stdout
     assert again.returncode == 1 and "DivergenceError" in again.stderr
+
+
+def test_a_stage_refusing_its_data_file_exits_2_naming_file_and_problem(tmp_path):
+    import numpy as np
+
+    x = np.random.default_rng(0).normal(size=(40, 3))
+    x[11, 2] = np.nan
+    np.savez(tmp_path / "d.npz", x=x, y=np.arange(40) % 2)
+    (tmp_path / "spec.yaml").write_text(
+        f"experiment: {{name: bad-data, output_dir: results}}\ndataset: {{name: arrays, root: "
+        f"{tmp_path}, path: d.npz}}\npartition: {{strategy: iid, n_clients: 2}}\n"
+        "tracking: {enabled: false}\n")
+
+    done = pflpipe("run", "spec.yaml", cwd=tmp_path)
+
+    assert done.returncode == 2, done.stderr
+    assert "error: stage partition_data · seed 0 failed:" in done.stderr
+    assert f"DataError: {tmp_path}/d.npz: x holds NaN or infinite values" in done.stderr
+    assert "first in sample 11" in done.stderr and "Traceback" not in done.stderr
