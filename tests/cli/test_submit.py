@@ -10,8 +10,8 @@ request is answered 404 and recorded, so a test notices a call it did not expect
 kfp.Client itself is not replaced: the CLI runs in-process and talks HTTP to the server.
 Tracking is off in most specs here (`tracking: {enabled: false}`). With it on, submit needs an
 MLflow server (a local store is refused, tested below); for that case the same server also
-answers the five MLflow REST calls submit makes (experiment by name, create experiment, create
-run, log-batch, get run), with the run's artifacts in a local folder.
+answers the MLflow REST calls submit makes (health, experiment by name, create experiment, search
+runs, create run, log-batch, get run), with the run's artifacts in a local folder.
 """
 
 import email.parser
@@ -180,6 +180,8 @@ class MlflowApi:
     def routes(self):
         base = "/api/2.0/mlflow"
         return [
+            ("GET", "/health", lambda req: (200, {})),
+            ("POST", f"{base}/runs/search", self.search_runs),
             ("GET", f"{base}/experiments/get-by-name", self.experiment_by_name),
             ("POST", f"{base}/experiments/create", self.create_experiment),
             ("POST", f"{base}/runs/create", self.create_run),
@@ -208,6 +210,17 @@ class MlflowApi:
             "artifact_uri": (self.artifact_root / run_id).as_uri()},
             "data": {"tags": [], "params": []}}
         return 200, {"run": self.runs[run_id]}
+
+    def search_runs(self, req):
+        """Runs of the experiments whose attributes and tags equal the filter's (`a = 'b' and`)."""
+        body = req.json()
+        clauses = re.findall(r"(attributes|tags)\.(\w+) = '([^']*)'", body.get("filter", ""))
+        found = [run for run in self.runs.values()
+                 if run["info"]["experiment_id"] in body["experiment_ids"]
+                 and all((run["info"].get(key) if kind == "attributes" else
+                          self.tags(run["info"]["run_id"]).get(key)) == value
+                         for kind, key, value in clauses)]
+        return 200, {"runs": found}
 
     def log_batch(self, req):
         body = req.json()
