@@ -78,7 +78,9 @@ def check_samples(path: Path, x: np.ndarray) -> np.ndarray:
         return x
     with np.errstate(over="ignore"):  # values beyond float32's range become inf, caught below
         x = x.astype(np.float32)
-    finite = np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+    rows = x.reshape(len(x), -1)
+    finite = np.concatenate([np.isfinite(rows[start:start + 4096]).all(axis=1)  # bounded memory
+                             for start in range(0, len(rows), 4096)])
     if not finite.all():
         bad = np.flatnonzero(~finite)
         raise DataError(
