@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from pflpipe.data.client_split import SPLITS
+from pflpipe.data.files import read_arrays
 from pflpipe.errors import DataError
 
 #: What a PFLlib file's pickle may build (numpy's array reconstruction, under either module name).
@@ -86,8 +87,9 @@ def _pfllib_file(path: Path) -> tuple[np.ndarray, np.ndarray]:
                 raise DataError(f"{path}: 'data' is a plain array; PFLlib files hold a dict "
                                 "{'x': ..., 'y': ...}")
             data = _ArrayUnpickler(handle).load()
-    except (OSError, zipfile.BadZipFile, KeyError, ValueError, EOFError,
-            pickle.UnpicklingError) as err:
+    except DataError:
+        raise
+    except Exception as err:  # noqa: BLE001 - parsing untrusted bytes raises anything
         raise DataError(f"{path}: not a PFLlib client file ({err.__class__.__name__}: {err}); "
                         "it must be an .npz holding data = {'x': array, 'y': array}") from err
     data = data.item() if isinstance(data, np.ndarray) and data.shape == () else data
@@ -142,11 +144,10 @@ def _flower(root: Path) -> list[Client]:
         for split in SPLITS:
             path = found[k] / f"{split}.npz"
             if path.is_file():
-                try:
-                    with np.load(path, allow_pickle=False) as data:
-                        client[split] = _arrays_of(data["x"], data["y"], path)
-                except (OSError, ValueError, KeyError) as err:
-                    raise DataError(f"{path}: cannot read arrays x, y ({err})") from err
+                data = read_arrays(path)
+                if "x" not in data or "y" not in data:
+                    raise DataError(f"{path}: needs arrays x and y (found {sorted(data)})")
+                client[split] = _arrays_of(data["x"], data["y"], path)
         if not {"train", "test"} <= set(client):
             raise DataError(f"{found[k]}: needs train.npz and test.npz")
         clients.append(client)

@@ -200,28 +200,28 @@ def _model_errors(spec: Spec):
                "feature vectors. Use mlp or logistic", arch)
 
 
-#: Model names of the results that stages other than `personalize` write: the warm start, the
-#: local baseline and PersFL (persfl_gd with distillation.objective 'ce').
-STAGE_MODELS = ("fedavg", "local", "persfl", "persfl_gd")
-
-
 def _algorithm_errors(spec: Spec):
+    # Results of the stages other than `personalize`: the warm start, the local baseline (its
+    # entry's label, "local" by default) and PersFL (distillation.model_name).
+    stage_models = {"fedavg": "FedAvg warm start (the global baseline)",
+                    spec.local_params.display_name: "local-only baseline"}
+    if spec.has_persfl:
+        stage_models[spec.distillation.model_name] = "PersFL distillation stage"
     seen: dict[str, int] = {}
     for index, entry in enumerate(spec.personalization):
         name = entry.display_name
-        fixed = entry.stage != "personalize"  # local and persfl: their stage names the results
-        if fixed and entry.label not in (None, entry.name):
-            yield (("personalization", index, "label"),
-                   f"a {entry.name} entry's results are always named {entry.name!r}; remove the "
-                   "label", entry.label)
+        if isinstance(entry, PersFLParams) and entry.label not in (None, entry.name):
+            yield (("personalization", index, "label"), f"PersFL's results are named after "
+                   f"distillation.objective ({spec.distillation.model_name!r}); remove the label",
+                   entry.label)
         elif name in seen:
             yield (("personalization", index, "label"),
                    f"duplicates entry {seen[name]} ({name!r}); give one of them a distinct label",
                    entry.label)
-        elif not fixed and name in STAGE_MODELS:
+        elif entry.stage == "personalize" and name in stage_models:
             yield (("personalization", index, "label" if entry.label else "name"),
-                   f"{name!r} names the results of the {_stage_of(name)}; choose another label",
-                   name)
+                   f"{name!r} names the results of the {stage_models[name]}; choose another "
+                   "label", name)
         seen.setdefault(name, index)
     if spec.has_persfl and task_of(spec.dataset) == "regression":
         index = next(i for i, e in enumerate(spec.personalization) if e.name == "persfl")
@@ -231,16 +231,18 @@ def _algorithm_errors(spec: Spec):
     if sum(isinstance(e, PersFLParams) for e in spec.personalization) > 1:
         yield (("personalization",), "lists persfl more than once; PersFL is configured by the "
                "teachers and distillation sections", None)
-    persfl = "persfl" if spec.distillation.objective == "kl" else "persfl_gd"
-    produced = ["fedavg", "local", *([persfl] if spec.has_persfl else []),
-                *(e.display_name for e in spec.personalization if e.stage == "personalize")]
+    yield from _baseline_errors(spec, [*stage_models, *(
+        e.display_name for e in spec.personalization if e.stage == "personalize")])
+
+
+def _baseline_errors(spec: Spec, produced: list[str]):
+    """Each baseline must name a model the spec trains (local only when something is compared)."""
+    if not spec.runs_local:
+        produced = ["fedavg"]
     baselines = spec.evaluation.baselines
     for key, value in (("local", baselines.local), ("global", baselines.global_)):
-        if value not in produced:
+        if value not in produced and (key == "global" or spec.runs_local):
             yield (("evaluation", "baselines", key), f"no stage of this spec produces a model "
                    f"named {value!r}; choose one of {', '.join(produced)}", value)
 
 
-def _stage_of(model: str) -> str:
-    return {"fedavg": "FedAvg warm start (the global baseline)",
-            "local": "local-only baseline"}.get(model, "PersFL distillation stage")

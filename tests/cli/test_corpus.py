@@ -5,6 +5,7 @@ message (what is named, what is wrong) and what must never show: a traceback, "u
 numpy's / torch's advice to load a file unsafely. The malformed specs are `test_validate.CORPUS`.
 """
 
+import json
 import os
 import pickle
 import tarfile
@@ -145,6 +146,37 @@ def cifar_archive_escaping_root(tmp: Path) -> None:
                                    "{strategy: iid}\n")
 
 
+def client_files(layout: str, make: Callable[[Path], None]) -> Callable[[Path], None]:
+    def files(tmp: Path) -> None:
+        make(tmp / "data")
+        (tmp / "spec.yaml").write_text(
+            f"experiment: {{name: t, output_dir: {tmp}/out}}\ndataset: {{name: client_files, "
+            f"root: {tmp}, path: data, layout: {layout}}}\npartition: {{strategy: predefined}}\n")
+
+    return files
+
+
+def flower_truncated(data: Path) -> None:
+    (data / "partition_0").mkdir(parents=True)
+    np.savez(data / "partition_0" / "train.npz", x=X, y=Y)
+    whole = (data / "partition_0" / "train.npz").read_bytes()
+    (data / "partition_0" / "test.npz").write_bytes(whole[:len(whole) // 2])
+
+
+def pfllib_random(data: Path) -> None:
+    for split in ("train", "test"):
+        (data / split).mkdir(parents=True)
+        (data / split / "0.npz").write_bytes(RNG.bytes(500))
+
+
+def leaf_nan(data: Path) -> None:
+    for split in ("train", "test"):
+        (data / split).mkdir(parents=True)
+        rows = [[0.5, float("nan")] if split == "test" else [0.5, 1.0]] * 6
+        (data / split / "u.json").write_text(json.dumps(
+            {"users": ["u"], "user_data": {"u": {"x": rows, "y": [0, 1] * 3}}}))
+
+
 def newcomer_with_nan(tmp: Path) -> None:
     from pflpipe.spec import parse_spec
     from pflpipe.stages import partition_data
@@ -158,6 +190,15 @@ def newcomer_with_nan(tmp: Path) -> None:
 
 
 DATA += [
+    Case("data-client-files-flower-truncated", ("split", "{tmp}/spec.yaml"),
+         ("{tmp}/data/partition_0/test.npz: not a readable .npz archive (a damaged or truncated",),
+         client_files("flower", flower_truncated)),
+    Case("data-client-files-pfllib-random", ("split", "{tmp}/spec.yaml"),
+         ("{tmp}/data/train/0.npz: not a PFLlib client file (",),
+         client_files("pfllib", pfllib_random)),
+    Case("data-client-files-leaf-nan", ("split", "{tmp}/spec.yaml"),
+         ("{tmp}/data: x holds NaN or infinite values", "in 6 of 12 samples, first in sample 6"),
+         client_files("leaf", leaf_nan)),
     Case("data-newcomer-nan-features",
          ("personalize-new", "{tmp}/spec.yaml", "--client-data", "{tmp}/new.npz", "--partition",
           "{tmp}/partition", "--checkpoints", "{tmp}/checkpoints"),

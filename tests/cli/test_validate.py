@@ -187,10 +187,15 @@ CORPUS = [
      ["personalization[0].label: 'local' names the results of the local-only baseline"]),
     ("label-fedavg", BASE + "personalization:\n  - {name: fedper, label: fedavg}\n",
      ["personalization[0].label: 'fedavg' names the results of the FedAvg warm start"]),
-    ("label-persfl", BASE + "personalization:\n  - {name: apfl, label: persfl}\n",
-     ["personalization[0].label: 'persfl' names the results of the PersFL distillation"]),
-    ("label-on-local", BASE + "personalization:\n  - {name: local, label: mine}\n",
-     ["personalization[0].label: a local entry's results are always named 'local'"]),
+    ("label-persfl", BASE + "distillation: {objective: ce}\npersonalization:\n"
+     "  - {name: apfl, label: persfl_gd}\n  - name: persfl\n",
+     ["personalization[0].label: 'persfl_gd' names the results of the PersFL distillation"]),
+    ("label-on-persfl", BASE + "personalization:\n  - {name: persfl, label: mine}\n",
+     ["personalization[0].label: PersFL's results are named after distillation.objective "
+      "('persfl'); remove the label"]),
+    ("local-label-without-baseline", BASE + "personalization:\n  - {name: local, label: solo}\n"
+     "  - name: fedper\n", ["evaluation.baselines.local: no stage of this spec produces a model "
+                           "named 'local'; choose one of fedavg, solo, fedper"]),
     ("unknown-baseline", BASE + "evaluation:\n  baselines: {local: solo}\n",
      ["evaluation.baselines.local: no stage of this spec produces a model named 'solo'; choose "
       "one of fedavg, local, persfl"]),
