@@ -45,8 +45,11 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
                         "again with np.savez(path, x=..., y=...)") from None
 
 
-def load_tensors(path: Path, what: str, map_location="cpu"):
-    """Return ``torch.load(path, weights_only=True)``; a refused or damaged file is a DataError."""
+def load_tensors(path, what: str, map_location="cpu", name: str | None = None):
+    """Return ``torch.load(path, weights_only=True)``; a refused or damaged file is a DataError.
+
+    `path` may be a file object; `name` then says in errors where its bytes came from.
+    """
     import torch
 
     try:
@@ -55,6 +58,7 @@ def load_tensors(path: Path, what: str, map_location="cpu"):
             return torch.load(path, map_location=map_location, weights_only=True)
     except _READ_ERRORS as err:
         found = _GLOBAL.search(str(err))
+        path = name or path
         if found:
             raise DataError(f"{path}: holds a Python object ({found.group(1)}), not only tensors "
                             f"and numbers; pflpipe reads {what} (saved with torch.save) and never "

@@ -24,6 +24,7 @@ from torch import Tensor
 from torch.func import vmap
 
 from pflpipe.algorithms.base import Algorithm, Phase, Round
+from pflpipe.data.files import load_tensors
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.noise import step_keys
@@ -295,6 +296,11 @@ class Federation:
                   and key != f"round_{round_idx:04d}.pt"):
                 _delete(store, key)
 
+    def _load(self, key: str):
+        """A checkpoint of the store; a damaged or tampered one is a DataError naming it."""
+        return load_tensors(io.BytesIO(self.store.get_bytes(key)), "a checkpoint the engine "
+                            "wrote", self.all_clients.device, f"{self.store.uri}/{key}")
+
     def _resume(self) -> dict | None:
         if self.store is None or not self.store.exists("progress.json"):
             return None
@@ -305,9 +311,8 @@ class Federation:
                 f"({progress.get('fingerprint')!r}, expected {self.fingerprint!r}); "
                 "move them away or point the storage elsewhere")
         round_idx = progress["rounds_completed"]
-        device = self.all_clients.device
-        snap = _load(self.store.get_bytes(f"state_{round_idx:04d}.pt"), device)
-        snap["global"] = _load(self.store.get_bytes(f"round_{round_idx:04d}.pt"), device)
+        snap = self._load(f"state_{round_idx:04d}.pt")
+        snap["global"] = self._load(f"round_{round_idx:04d}.pt")
         log.info("resuming from round %d of %s", round_idx, self.store.uri)
         return snap
 
@@ -331,8 +336,7 @@ def _dump(obj) -> bytes:
     return buffer.getvalue()
 
 
-def _load(data: bytes, device: torch.device):
-    return torch.load(io.BytesIO(data), weights_only=True, map_location=device)
+
 
 
 def _to_cpu(obj):

@@ -106,3 +106,21 @@ def test_divergence_names_client_round_and_learning_rate_and_keeps_checkpoints(d
     for round_idx in range(done + 1):
         state = torch.load(tmp_path / f"round_{round_idx:04d}.pt", weights_only=True)
         assert all(torch.isfinite(v).all() for v in state.values())
+
+
+def test_resume_from_a_tampered_checkpoint_is_a_data_error_naming_it(ds3, tmp_path):
+    # Prepare: one finished round, then its state file replaced by a pickled object
+    import pickle
+
+    from pflpipe.errors import DataError
+
+    _, s = ds3
+    plan = Plan(rounds=2, local_epochs=1, batch_size=16, lr=0.05, seed=0)
+    store = LocalStore(tmp_path / "store")
+    _fedavg(s, BatchedTrainer, Plan(**{**plan.__dict__, "rounds": 1}), store)
+    (tmp_path / "store" / "state_0001.pt").write_bytes(pickle.dumps(DataError("x")))
+
+    # Execute / Assert: no unpickling, the file named, not torch's weights_only advice
+    with pytest.raises(DataError, match=r"store/state_0001\.pt: not a readable torch file") as err:
+        _fedavg(s, BatchedTrainer, plan, store)
+    assert "weights_only" not in str(err.value)
