@@ -1,4 +1,8 @@
-"""Component `evaluate_fairness`: the performance and fairness report over every seed."""
+"""Component `evaluate_fairness`: the performance and fairness report over every seed.
+
+It logs the report on the MLflow parent run; given no parent run id (a pipeline started in the
+KFP UI) but a tracking URI, it opens the parent run itself and logs every seed into it.
+"""
 
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, Input, Markdown, Model, Output
@@ -8,18 +12,18 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 
 @dsl.component(base_image=PFLPIPE_IMAGE, install_kfp_package=False)
 def evaluate_fairness(spec_json: str, tracking_uri: str, experiment: str, parent_run_id: str,
-                      results: Input[list[Model]], report: Output[Artifact],
+                      kfp_run_id: str, results: Input[list[Model]], report: Output[Artifact],
                       html: Output[HTML], summary: Output[Markdown]):
-    """Evaluate every seed's results; write the report and log its metrics on the parent run."""
+    """Evaluate every seed's results; write the report and log it on the parent run."""
     import shutil
     from pathlib import Path
 
     from pflpipe.spec import Spec
     from pflpipe.stages import evaluate_fairness as stage
-    from pflpipe.tracking import parent_tracker
 
     spec = Spec.model_validate_json(spec_json)
-    tracker = parent_tracker(spec.tracking, tracking_uri, parent_run_id, experiment)
-    result = stage.run(spec, [Path(r.path) for r in results], Path(report.path), tracker=tracker)
+    result = stage.run_in_pipeline(
+        spec, [Path(r.path) for r in results], Path(report.path), tracking_uri=tracking_uri,
+        experiment=experiment, parent_run_id=parent_run_id, kfp_run_id=kfp_run_id)
     shutil.copyfile(Path(report.path) / "report.html", html.path)
     Path(summary.path).write_text(result.to_markdown())

@@ -1,11 +1,13 @@
-"""What the cached stages see of the spec.
+"""What each cached stage sees of the spec.
 
-`partition_data` and `warm_start_fedavg` are deterministic given a few spec sections and the seed,
-so the pipeline caches them. KFP derives a task's cache key from its inputs (kfp.local hashes the
-arguments, a cluster fingerprints the input values), so these two tasks receive only the sections
-that decide their result: adding an algorithm, changing the evaluation or the tracking server
-leaves their key, and so their cached outputs, unchanged. They take no run id either; a new MLflow
-run on every pipeline run would defeat the cache.
+Every training stage is deterministic given its inputs (the spec, the seed and its input
+artifacts), so the pipeline caches each of them. KFP derives a task's cache key from its inputs
+(kfp.local hashes the arguments, input artifacts by URI; a cluster fingerprints the input values),
+so each task receives only the spec settings it reads, every other one at its default: adding an
+algorithm, changing the evaluation or the tracking server leaves the keys of the stages that
+already ran, and so their cached outputs, unchanged. A `personalize` task sees only its own entry.
+They take no MLflow run id either (a new one on every pipeline run would defeat the cache):
+`collect_results`, which runs every time, logs their results into the run's parent.
 
 A custom `cache_key` cannot do this: it is a constant of the compiled pipeline, the same for every
 iteration of the seeds loop.
@@ -13,24 +15,41 @@ iteration of the seeds loop.
 
 from pflpipe.spec import Spec
 
-#: Stages whose outputs are reused across runs; every other stage runs every time.
-CACHED = ("partition_data", "warm_start_fedavg")
+#: Stages whose outputs are reused across runs; the two that track run every time.
+CACHED = ("partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",
+          "distill_grid_search")
 
-#: The spec sections each cached stage reads (pflpipe.stages and what they call).
-SECTIONS = {
-    "partition_data": ("dataset", "partition", "storage"),
-    "warm_start_fedavg": ("dataset", "partition", "model", "federation", "engine", "storage"),
+_TRAINING = ("model", "federation", "engine", "storage")
+#: The spec settings each cached stage reads (pflpipe.stages and what they call), as dotted
+#: paths; dataset and partition are always kept (a spec needs them), the experiment keeps only
+#: its name and output directory (checkpoints go under the results directory).
+READS = {
+    "partition_data": ("storage",),
+    "warm_start_fedavg": _TRAINING,
+    "train_local": _TRAINING,          # and the local baseline's entry, if the spec has one
+    "personalize": _TRAINING,          # and its own entry
+    "select_teachers": ("teachers", "distillation.teacher"),
+    "distill_grid_search": ("model", "federation", "engine", "teachers", "distillation"),
 }
 
 
-def scoped_spec_json(spec: Spec, stage: str) -> str:
-    """Return the spec as `stage` needs it: its sections, every other one at its default.
+def scoped_spec_json(spec: Spec, stage: str, label: str | None = None) -> str:
+    """Return the spec as `stage` needs it: what it reads, every other setting at its default.
 
-    The experiment keeps only its name and output directory (checkpoints go under the results
-    directory), so a different seed list or description does not invalidate the cache.
+    `label` names the personalization entry of a `personalize` task.
     """
     data = spec.model_dump(mode="json", by_alias=True)
     data["engine"]["parallel_tasks"] = None  # how many tasks run at once decides no result
-    kept = {name: data[name] for name in SECTIONS[stage]}
-    kept["experiment"] = {"name": spec.experiment.name, "output_dir": spec.experiment.output_dir}
+    kept = {"experiment": {"name": spec.experiment.name, "output_dir": spec.experiment.output_dir},
+            "dataset": data["dataset"], "partition": data["partition"], "personalization": []}
+    for path in READS[stage]:
+        section, _, field = path.partition(".")
+        if field:
+            kept.setdefault(section, {})[field] = data[section][field]
+        else:
+            kept[section] = data[section]
+    kept["personalization"] = [
+        entry for entry, parsed in zip(data["personalization"], spec.personalization, strict=True)
+        if (stage == "personalize" and parsed.display_name == label)
+        or (stage == "train_local" and parsed.name == "local")]
     return Spec.model_validate(kept).model_dump_json(by_alias=True)

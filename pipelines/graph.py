@@ -1,15 +1,18 @@
 """The pipeline graph of one spec.
 
 ```
-ParallelFor seed:
+for each seed:
   partition_data ─► warm_start_fedavg ─► select_teachers ─► distill_grid_search ─┐
-        │                  └─► ParallelFor label: personalize[label] ──────────┤
+        │                  └─► for each algorithm: personalize[label] ──────────┤
         └─► train_local ─────────────────────────────────────────────────────────┴─► collect_results
 evaluate_fairness(Collected(collect_results))      one report, mean ± std over the seeds
 ```
-Loop bodies receive only loop items, constants (the spec as JSON) and pipeline parameters (the
-tracking settings), never a parameter output of a task outside the loop: kfp.local replaces such
-a value with the loop item (docs/kfp-local.md). Artifacts cross loop boundaries unharmed.
+Every task but collect_results and evaluate_fairness is cached on the spec settings it reads
+(`pflpipe.pipelines.cache`); those two track into MLflow. Loop bodies receive only loop items
+(a personalize task's label and scoped spec), constants (the spec as JSON) and pipeline
+parameters (the tracking settings), never a parameter output of a task outside the loop:
+kfp.local replaces such a value with the loop item (docs/kfp-local.md). Artifacts cross loop
+boundaries unharmed.
 """
 
 from kfp import dsl
@@ -23,7 +26,7 @@ from pflpipe.components.personalize import personalize
 from pflpipe.components.select_teachers import select_teachers
 from pflpipe.components.train_local import train_local
 from pflpipe.components.warm_start_fedavg import warm_start_fedavg
-from pflpipe.pipelines.cache import scoped_spec_json
+from pflpipe.pipelines.cache import CACHED, scoped_spec_json
 from pflpipe.pipelines.platform import configure
 from pflpipe.spec import Spec
 from pflpipe.spec.algorithms import PERSONALIZE
@@ -59,12 +62,15 @@ def build_pipeline(spec: Spec):
     """Return the KFP pipeline of `spec` (call it under kfp.local, or compile it).
 
     Its parameters are the tracking settings, so one compiled file serves any MLflow setup:
-    `tracking_uri`, `experiment` and `parent_run_id` (empty: the stages track nothing), and
-    `resume`: which checkpoints of an earlier run the training stages resume from (all,
-    unfinished or none; `pflpipe.stages.common.RESUME`). Its output is the report directory.
+    `tracking_uri`, `experiment` and `parent_run_id` (empty: `evaluate_fairness` opens a parent
+    run when a tracking URI is known, else nothing is tracked), and `resume`: which checkpoints
+    of an earlier run the training stages resume from (all, unfinished or none;
+    `pflpipe.stages.common.RESUME`). Its output is the report directory.
     """
     spec_json = spec.model_dump_json(by_alias=True)
-    labels = personalize_labels(spec)
+    scoped = {stage: scoped_spec_json(spec, stage) for stage in CACHED if stage != "personalize"}
+    entries = [{"label": label, "spec_json": scoped_spec_json(spec, "personalize", label)}
+               for label in personalize_labels(spec)]
     seeds_at_once, labels_at_once = parallelism(spec)
 
     @dsl.pipeline(name=spec.experiment.name,
@@ -74,43 +80,51 @@ def build_pipeline(spec: Spec):
                  parent_run_id: str = "", resume: str = "all") -> Artifact:
         tracking = {"tracking_uri": tracking_uri, "experiment": experiment,
                     "parent_run_id": parent_run_id}
-        with dsl.ParallelFor(spec.experiment.seeds, parallelism=seeds_at_once) as seed:
-            part = configure(partition_data(
-                spec_json=scoped_spec_json(spec, "partition_data"), seed=seed, resume=resume),
-                spec, "partition_data")
-            partition = part.outputs["partition"]
-            warm = configure(warm_start_fedavg(
-                spec_json=scoped_spec_json(spec, "warm_start_fedavg"), seed=seed,
-                resume=resume, partition=partition), spec, "warm_start_fedavg")
-            checkpoints = warm.outputs["checkpoints"]
-            gathered = {"fedavg": warm.outputs["results"]}
-            if spec.runs_local:
-                local = configure(train_local(spec_json=spec_json, seed=seed, resume=resume,
-                                              partition=partition, **tracking),
-                                  spec, "train_local")
-                gathered["local"] = local.outputs["results"]
-            if spec.has_persfl:
-                teachers = configure(select_teachers(
-                    spec_json=spec_json, seed=seed, checkpoints=checkpoints, **tracking),
-                    spec, "select_teachers")
-                distill = configure(distill_grid_search(
-                    spec_json=spec_json, seed=seed, partition=partition,
-                    checkpoints=checkpoints, teachers=teachers.outputs["teachers"],
-                    **tracking), spec, "distill_grid_search")
-                gathered["persfl"] = distill.outputs["results"]
-            if labels:
-                with dsl.ParallelFor(labels, parallelism=labels_at_once) as label:
-                    personal = configure(personalize(
-                        spec_json=spec_json, seed=seed, label=label, resume=resume,
-                        partition=partition, checkpoints=checkpoints, **tracking),
-                        spec, "personalize")
-                gathered["personalized"] = dsl.Collected(personal.outputs["results"])
-            collect = configure(collect_results(spec_json=spec_json, seed=seed, **gathered,
-                                                **tracking),
-                                spec, "collect_results")
+        with dsl.ParallelFor(spec.experiment.seeds, name="for each seed",
+                             parallelism=seeds_at_once) as seed:
+            collect = _seed_tasks(spec, seed, spec_json, scoped, (entries, labels_at_once),
+                                  tracking, resume)
         report = configure(evaluate_fairness(
-            spec_json=spec_json, results=dsl.Collected(collect.outputs["results"]), **tracking),
-            spec, "evaluate_fairness")
+            spec_json=spec_json, results=dsl.Collected(collect.outputs["results"]),
+            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, **tracking), spec, "evaluate_fairness")
         return report.outputs["report"]
 
     return pipeline
+
+
+def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
+                personalizing: tuple[list[dict], int], tracking: dict, resume):
+    """The tasks of one seed: the training stages, then collect_results (returned).
+
+    `personalizing` holds the personalize loop's items and its parallelism.
+    """
+    partition = configure(partition_data(
+        spec_json=scoped["partition_data"], seed=seed, resume=resume), spec, "partition_data"
+    ).outputs["partition"]
+    warm = configure(warm_start_fedavg(
+        spec_json=scoped["warm_start_fedavg"], seed=seed, resume=resume, partition=partition),
+        spec, "warm_start_fedavg")
+    checkpoints = warm.outputs["checkpoints"]
+    gathered = {"fedavg": warm.outputs["results"]}
+    if spec.runs_local:
+        gathered["local"] = configure(train_local(
+            spec_json=scoped["train_local"], seed=seed, resume=resume, partition=partition),
+            spec, "train_local").outputs["results"]
+    if spec.has_persfl:
+        teachers = configure(select_teachers(
+            spec_json=scoped["select_teachers"], seed=seed, checkpoints=checkpoints),
+            spec, "select_teachers")
+        gathered["persfl"] = configure(distill_grid_search(
+            spec_json=scoped["distill_grid_search"], seed=seed, partition=partition,
+            checkpoints=checkpoints, teachers=teachers.outputs["teachers"]),
+            spec, "distill_grid_search").outputs["results"]
+    entries, at_once = personalizing
+    if entries:
+        with dsl.ParallelFor(entries, name="for each algorithm", parallelism=at_once) as entry:
+            personal = configure(personalize(
+                spec_json=entry.spec_json, seed=seed, label=entry.label, resume=resume,
+                partition=partition, checkpoints=checkpoints), spec, "personalize")
+        gathered["personalized"] = dsl.Collected(personal.outputs["results"])
+    return configure(collect_results(
+        spec_json=spec_json, seed=seed, partition=partition, checkpoints=checkpoints,
+        **gathered, **tracking), spec, "collect_results")

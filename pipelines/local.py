@@ -3,17 +3,20 @@
 Every task runs as a Python subprocess of the current interpreter (`use_venv=False`), so the
 project and its dependencies must be installed here; nothing is installed at run time. kfp.local
 keeps every task's outputs under `pipeline_root`; `publish` copies the report and each seed's
-results to stable names in the experiment's results directory.
+results into a folder of their own per run (``runs/<time>-<MLflow run>/``) and points
+``latest`` at it, so a rerun never overwrites what an earlier run published.
 """
 
 import contextlib
 import json
 import logging
+import os
 import shutil
 import sys
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from pflpipe.errors import PflpipeError
@@ -90,20 +93,33 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
     return LocalRun(run_dir, report, _seed_dirs(run_dir), tuple(router.tasks))
 
 
-def publish(run: LocalRun, results_dir: Path) -> dict[str, Path]:
-    """Copy the report to ``results_dir/report`` and seed s's results to ``results_dir/seed-s``.
+#: The folder of every published run, and the link to the newest one.
+RUNS, LATEST = "runs", "latest"
 
-    Returns the copies by name (``report``, ``seed-0``, ...). Earlier copies are replaced.
+
+def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, dict[str, Path]]:
+    """Copy the report and each seed's results into a new ``results_dir/runs/<name>/``.
+
+    The folder is named by the time and the MLflow run (``20261123-140512-1a2b3c4d``); earlier
+    runs' folders are kept, and ``results_dir/latest`` is pointed at the new one. Returns the
+    folder and its copies by name (``report``, ``seed-0``, ...).
     """
+    results_dir = Path(results_dir)
+    name = f"{datetime.now():%Y%m%d-%H%M%S}" + (f"-{run_id[:8]}" if run_id else "")
+    folder = results_dir / RUNS / name
+    suffix = 1
+    while folder.exists():
+        suffix += 1
+        folder = results_dir / RUNS / f"{name}-{suffix}"
     copies = {"report": run.report, **{f"seed-{s}": d for s, d in sorted(run.seeds.items())}}
     out = {}
-    for name, source in copies.items():
-        target = Path(results_dir) / name
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(source, target)
-        out[name] = target
-    return out
+    for key, source in copies.items():
+        out[key] = Path(shutil.copytree(source, folder / key))
+    link = results_dir / f".{LATEST}.tmp"
+    link.unlink(missing_ok=True)
+    link.symlink_to(folder.relative_to(results_dir), target_is_directory=True)
+    os.replace(link, results_dir / LATEST)
+    return folder, out
 
 
 def _seed_dirs(run_dir: Path) -> dict[int, Path]:

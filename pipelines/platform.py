@@ -10,9 +10,9 @@ from pflpipe.pipelines.cache import CACHED
 
 #: The resources a stage without a section of its own in `resources` uses.
 RESOURCE_STAGE = {"collect_results": "evaluate_fairness"}
-#: The variables an S3 secret is mounted as (the keys boto3 reads).
-S3_SECRET_ENV = {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
-                 "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}
+#: The variable each credential of an S3 secret is mounted as (what boto3 reads).
+S3_SECRET_ENV = {"access_key_id": "AWS_ACCESS_KEY_ID",
+                 "secret_access_key": "AWS_SECRET_ACCESS_KEY"}
 
 
 def configure(task, spec, stage: str):
@@ -37,5 +37,7 @@ def configure(task, spec, stage: str):
                                   value=toleration.value, effect=toleration.effect)
     secret = getattr(spec.storage, "secret_name", None)
     if secret:
-        kubernetes.use_secret_as_env(task, secret, S3_SECRET_ENV)
+        keys = spec.storage.secret_keys
+        kubernetes.use_secret_as_env(task, secret, {getattr(keys, field): variable
+                                                    for field, variable in S3_SECRET_ENV.items()})
     return task

@@ -14,6 +14,8 @@ def register(subparsers) -> None:
     parser.add_argument("spec", type=Path, metavar="SPEC")
     parser.add_argument("-o", "--output", type=Path, metavar="FILE",
                         help="Output file (default: <experiment name>.yaml).")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                        help="Override a spec setting, validated like the file (repeatable).")
     parser.set_defaults(handler=run)
 
 
@@ -22,11 +24,13 @@ def run(args) -> int:
     from pflpipe.pipelines.compile import compile_pipeline
     from pflpipe.pipelines.graph import personalize_labels
     from pflpipe.spec import load_spec
+    from pflpipe.spec.overrides import parse_assignments
 
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, parse_assignments(args.set))
     path = compile_pipeline(spec, args.output or Path(f"{spec.experiment.name}.yaml"))
     labels = personalize_labels(spec)
     print(f"{path}: pipeline {spec.experiment.name!r}, seeds {spec.experiment.seeds}, "
           f"personalize {labels or 'none'}, image {spec.resources.image}")
-    print("parameters: tracking_uri, experiment, parent_run_id (empty: no MLflow tracking)")
+    print("parameters: tracking_uri, experiment, parent_run_id (empty: the pipeline opens its "
+          "own parent run when a tracking URI is known)")
     return 0

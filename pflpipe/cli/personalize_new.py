@@ -19,11 +19,11 @@ def register(subparsers) -> None:
     parser.add_argument("--client-data", type=Path, required=True, metavar="FILE",
                         help=".npz (or .pt) with arrays x and y in the dataset's raw format.")
     parser.add_argument("--partition", type=Path, metavar="DIR",
-                        help="The experiment's partition directory (default: "
-                        "<results>/seed-<seed>/partition).")
+                        help="The experiment's partition directory (default: the one the "
+                        "latest `pflpipe run` used, from <results>/latest/seed-<seed>/"
+                        "sources.json).")
     parser.add_argument("--checkpoints", type=Path, metavar="DIR",
-                        help="The warm start's checkpoint directory (default: "
-                        "<results>/seed-<seed>/checkpoints).")
+                        help="The warm start's checkpoint directory (default: as --partition).")
     parser.add_argument("--seed", type=seed_argument, default=None,
                         help="Seed (the spec's first).")
     parser.add_argument("-o", "--output", type=Path, help="Output directory.")
@@ -36,19 +36,36 @@ def run(args) -> int:
 
     spec = load_spec(args.spec)
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
-    base = Path(spec.experiment.results_dir) / f"seed-{seed}"
-    partition = args.partition or base / "partition"
-    checkpoints = args.checkpoints or base / "checkpoints"
+    partition, checkpoints = args.partition, args.checkpoints
+    if partition is None or checkpoints is None:
+        found = _sources(Path(spec.experiment.results_dir), seed)
+        partition, checkpoints = partition or found[0], checkpoints or found[1]
     for what, path in (("--client-data", args.client_data), ("--partition", partition),
                        ("--checkpoints", checkpoints)):
         if not path.exists():
             raise UsageError(f"{what}: {path} does not exist" + (
-                "; run `pflpipe run SPEC` first or pass the directory" if what != "--client-data"
-                else ""))
+                "; run `pflpipe run SPEC` again or pass the directory"
+                if what != "--client-data" else ""))
     from pflpipe.stages import personalize_new
 
     out = args.output or Path(spec.experiment.results_dir) / "newcomer" / args.client_data.stem
     result = personalize_new.run(spec, args.client_data, partition, checkpoints, out, seed)
-    print(result.to_markdown().strip())
+    print(result.to_text())
     print(f"wrote {out}/ (teacher.json, grid.csv, model.pt)")
     return 0
+
+
+def _sources(results_dir: Path, seed: int) -> tuple[Path, Path]:
+    """The partition and checkpoints the latest `pflpipe run` used for `seed`."""
+    import json
+
+    from pflpipe.pipelines.local import LATEST
+    from pflpipe.stages.collect_results import SOURCES
+
+    file = results_dir / LATEST / f"seed-{seed}" / SOURCES
+    if not file.is_file():
+        raise UsageError(f"no finished `pflpipe run` of this spec with seed {seed} in "
+                         f"{results_dir} ({file} is missing); run `pflpipe run SPEC` first, or "
+                         "pass --partition and --checkpoints")
+    sources = json.loads(file.read_text())
+    return Path(sources["partition"]), Path(sources["checkpoints"])

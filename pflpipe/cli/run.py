@@ -2,14 +2,16 @@
 
 The CLI opens the MLflow parent run, runs the pipeline under kfp.local's SubprocessRunner (one
 Python subprocess per task, in this environment), shows each stage as it finishes, copies the
-report and every seed's results to stable names and says where everything is. kfp itself is
-imported by `pflpipe.pipelines`, inside the handler.
+report and every seed's results into a folder of the run's own (``runs/<time>-<run>/``, with
+``latest`` pointing at it) and says where everything is. `execute` is also what `pflpipe.run`
+calls. kfp itself is imported by `pflpipe.pipelines`, inside the handler.
 """
 
 import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -19,8 +21,9 @@ def register(subparsers) -> None:
         "run", help="Run the whole pipeline on the local kfp runner (MLflow tracking).",
         description="Run every stage of the spec's pipeline on kfp.local (SubprocessRunner, "
         "no Docker), track it in MLflow and write the report and every seed's models into the "
-        "results directory. Deterministic stages (partition_data, warm_start_fedavg) are cached: "
-        "a rerun with more algorithms reuses them. Exit 1 if a stage fails, 2 on a bad spec.")
+        "results directory (a folder per run; latest points at the newest). Every training stage "
+        "is cached on the settings it reads: a rerun with one more algorithm runs only that "
+        "algorithm's stage. Exit 1 if a stage fails, 2 on a bad spec.")
     parser.add_argument("spec", type=Path, metavar="SPEC")
     parser.add_argument("--results", type=Path, metavar="DIR",
                         help="Results directory (default: experiment.output_dir, else "
@@ -39,30 +42,56 @@ def register(subparsers) -> None:
     parser.add_argument("--parallel", type=int, metavar="N",
                         help="Tasks (seeds, algorithms) run at once (engine.parallel_tasks; "
                         "default 2, kfp.local's most per loop).")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                        help="Override a spec setting, validated like the file, e.g. --set "
+                        "federation.rounds=50 or --set personalization.ditto.lam=0.2 "
+                        "(repeatable; values are YAML).")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
     """Run the pipeline; finish the MLflow parent run FINISHED, FAILED or KILLED."""
-    import logging
-
     from rich.console import Console
 
-    from pflpipe.pipelines.local import publish, run_local
     from pflpipe.spec import load_spec
-    from pflpipe.tracking import open_parent_run
+    from pflpipe.spec.overrides import parse_assignments
 
-    spec = with_run_control(with_results_dir(load_spec(args.spec), args.results),
-                            threads=args.threads, parallel=args.parallel)
+    spec = with_run_control(
+        with_results_dir(load_spec(args.spec, parse_assignments(args.set)), args.results),
+        threads=args.threads, parallel=args.parallel)
     resume = "none" if args.fresh else "unfinished" if args.no_cache else "all"
-    results_dir = Path(spec.experiment.results_dir)
     # kfp.local swaps sys.stdout during the run; the console keeps the real one.
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    execute(spec, args.spec.read_text(encoding="utf-8"), console, resume=resume)
+    return 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one run did and wrote: its stages, the published copies by name, the parent run."""
+
+    run_dir: Path
+    copies: dict[str, Path]
+    parent: object
+    tasks: tuple = ()
+
+
+def execute(spec, spec_yaml: str | None, console, *, resume: str = "all") -> Outcome:
+    """Open the parent run, run the pipeline, publish its results; show it on `console`.
+
+    `resume` is the pipeline's: "all" reuses cached stages and checkpoints, "unfinished"
+    (``--no-cache``) recomputes finished stages, "none" (``--fresh``) everything.
+    """
+    import logging
+
+    from pflpipe.pipelines.local import StageFailed, publish, run_local
+    from pflpipe.tracking import open_parent_run, record_failure
+
+    results_dir = Path(spec.experiment.results_dir)
     import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
-    parent = open_parent_run(spec, spec_yaml=args.spec.read_text(encoding="utf-8"),
-                             owner_pid=os.getpid())
+    parent = open_parent_run(spec, spec_yaml=spec_yaml, owner_pid=os.getpid())
     _header(console, spec, parent, resume)
     progress = Progress(console)
     started = time.monotonic()
@@ -71,13 +100,17 @@ def run(args) -> int:
             local = run_local(spec, parent.pipeline_parameters() | {"resume": resume},
                               results_dir=results_dir, use_cache=resume == "all",
                               on_event=progress.event)
-        copies = publish(local, results_dir)
+        run_dir, copies = publish(local, results_dir, parent.run_id)
     except BaseException as err:
+        for task in (err.task, *err.others) if isinstance(err, StageFailed) else ():
+            record_failure(parent, task.title, task.stage, task.error(), task.path,
+                           {"algorithm": task.label or "",
+                            "seed": "" if task.seed is None else str(task.seed)})
         parent.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         raise
     parent.finish("FINISHED")
-    _summary(console, copies, parent, results_dir, time.monotonic() - started)
-    return 0
+    _summary(console, run_dir, copies, parent, results_dir, time.monotonic() - started)
+    return Outcome(run_dir, copies, parent, local.tasks)
 
 
 def with_results_dir(spec, results: Path | None):
@@ -183,13 +216,14 @@ def _header(console, spec, parent, resume: str) -> None:
                       f"{parent.experiment!r}")
 
 
-def _summary(console, copies: dict[str, Path], parent, results_dir: Path, seconds: float
-             ) -> None:
+def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_dir: Path,
+             seconds: float) -> None:
     import json
 
     report = copies["report"]
     answer = json.loads((report / "report.json").read_text(encoding="utf-8")).get("answer", "")
     console.print(f"\n[bold green]done[/] in {seconds:.0f} s")
+    console.print(f"  results  {run_dir}/  (also {results_dir / 'latest'}/)")
     console.print(f"  report   {report / 'report.html'}  (report.md, report.json, figures/)")
     for name, path in copies.items():
         if name.startswith("seed-"):
@@ -199,8 +233,8 @@ def _summary(console, copies: dict[str, Path], parent, results_dir: Path, second
     console.print(f"  logs     {results_dir / 'logs'}/")
     if parent.run_id:
         console.print(f"  MLflow   run {parent.run_id} in experiment {parent.experiment!r}")
-        console.print(f"           mlflow ui --backend-store-uri {parent.tracking_uri}"
-                      if parent.tracking_uri.startswith("sqlite:")
-                      else f"           {parent.tracking_uri}")
+        if parent.tracking_uri.startswith("sqlite:"):
+            console.print(f"           mlflow ui --backend-store-uri {parent.tracking_uri}")
+        console.print(f"           {parent.ui_url()}")
     if answer:
         console.print(f"\n{answer}")

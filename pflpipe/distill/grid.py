@@ -66,19 +66,7 @@ def run_grid(ctx: Context, trainer, data: FederatedData, teachers: Group, config
     clients = torch.arange(n_clients, device=device).repeat_interleave(len(pairs))
     hp = {"lam": torch.tensor([p[0] for p in pairs], device=device).repeat(n_clients),
           "temperature": torch.tensor([p[1] for p in pairs], device=device).repeat(n_clients)}
-    members = len(clients)
-    job = Job(
-        state={"model": {k: v.repeat_interleave(len(pairs), 0) for k, v in teachers.items()}},
-        train=("model",), objective=distill_objective(config.objective),
-        data=data.train.with_extra(teacher_logits=teacher_logits(ctx, teachers, data.train)),
-        clients=clients,
-        steps=steps_for_epochs(data.train.counts.cpu()[clients.cpu()], config.batch_size,
-                               config.epochs),
-        lr={"model": torch.full((members,), config.lr, device=device)},
-        batch_size=config.batch_size,
-        # one mini-batch order per client, shared by its grid points: pairs differ only in (λ, T)
-        seeds=[member_seed(config.seed, config.stream, c) for c in clients.tolist()],
-        hp=hp, optimizer=config.optimizer)
+    job = _job(ctx, data, teachers, clients, hp, torch.full_like(clients, config.epochs), config)
     result = trainer.train(job)
     _check_finite(result.bad_step, clients, hp, config.lr)
     students = result.state["model"]
@@ -90,6 +78,47 @@ def run_grid(ctx: Context, trainer, data: FederatedData, teachers: Group, config
             for m, c in enumerate(clients.tolist())]
     chosen = [grid[int(m)] for m in chosen_index]
     return GridResult(grid, chosen, {k: v[chosen_index] for k, v in students.items()})
+
+
+def _job(ctx: Context, data: FederatedData, teachers: Group, clients: Tensor,
+         hp: dict[str, Tensor], epochs: Tensor, config: GridConfig) -> Job:
+    """Students of `clients` (one per member) starting from their client's teacher."""
+    counts = data.train.counts.cpu()[clients.cpu()]
+    return Job(
+        state={"model": {k: v[clients] for k, v in teachers.items()}},
+        train=("model",), objective=distill_objective(config.objective),
+        data=data.train.with_extra(teacher_logits=teacher_logits(ctx, teachers, data.train)),
+        clients=clients, steps=steps_for_epochs(counts, config.batch_size, epochs.cpu()),
+        lr={"model": torch.full((len(clients),), config.lr, device=clients.device)},
+        batch_size=config.batch_size,
+        # one mini-batch order per client, shared by its grid points: pairs differ only in (λ, T)
+        seeds=[member_seed(config.seed, config.stream, c) for c in clients.tolist()],
+        hp=hp, optimizer=config.optimizer)
+
+
+def chosen_history(ctx: Context, trainer, data: FederatedData, teachers: Group,
+                   config: GridConfig, chosen: list[dict]) -> list[dict]:
+    """Per-epoch scores of each client's chosen student (epoch 0: its teacher).
+
+    The grid's training is replayed for 0, 1, …, E epochs with the chosen (λ, T): member (c, e)
+    starts from client c's teacher with the grid's seed, so its mini-batches are the first e
+    epochs of the grid's own and at e = E it is the chosen student. One job for every client and
+    epoch, about (E + 1) / (2 |λ| |T|) of the grid's work. Rows: client, round (= epoch), split,
+    loss, accuracy (none on train: the federated stages record a training loss only).
+    """
+    device = data.train.x.device
+    n_epochs = config.epochs + 1
+    clients = torch.arange(data.n_clients, device=device).repeat_interleave(n_epochs)
+    epochs = torch.arange(n_epochs, device=device).repeat(data.n_clients)
+    hp = {name: torch.tensor([chosen[c][name] for c in clients.tolist()], device=device)
+          for name in ("lam", "temperature")}
+    result = trainer.train(_job(ctx, data, teachers, clients, hp, epochs, config))
+    scores = _score(ctx, result.state["model"], data, clients)
+    return [{"client": int(c), "round": int(e), "split": split,
+             "loss": float(scores[f"{split}_loss"][m]),
+             "accuracy": "" if split == "train" else float(scores[f"{split}_accuracy"][m])}
+            for m, (c, e) in enumerate(zip(clients.tolist(), epochs.tolist(), strict=True))
+            for split in ("train", "val", "test")]
 
 
 def _score(ctx: Context, students: Group, data: FederatedData,

@@ -1,4 +1,4 @@
-"""The report's figures as PNG bytes: QoI density (thesis Fig. 6.8), fairness bars (Fig. 6.9).
+"""The report's figures as PNG bytes: QoI per client (thesis Fig. 6.8), fairness bars (Fig. 6.9).
 
 matplotlib is imported inside each function and used through `Figure` with the Agg canvas, so
 importing this module is cheap and no global backend or pyplot state is touched.
@@ -28,58 +28,48 @@ def colors(models: list[str]) -> dict[str, tuple]:
     return {model: palette(i % 10) for i, model in enumerate(models)}
 
 
-def gaussian_density(values: np.ndarray, grid: np.ndarray, bandwidth: float) -> np.ndarray:
-    """Return a Gaussian kernel density estimate of `values` on `grid` (area 1)."""
-    z = (grid[:, None] - values[None, :]) / bandwidth
-    return np.exp(-0.5 * z**2).sum(axis=1) / (values.size * bandwidth * math.sqrt(2 * math.pi))
+def qoi_strip_png(summary: SplitSummary, seed: int = 0) -> bytes:
+    """Plot every personalized model's QoI as a box with each client (and seed) as a dot.
 
-
-def _bandwidth(values: np.ndarray, span: float) -> float:
-    # Scott's rule; equal values (or a single client) get 5 % of the plotted span instead.
-    scott = float(np.std(values)) * values.size ** (-1 / 5)
-    return scott if scott > 0 else 0.05 * span
-
-
-def qoi_density_png(summary: SplitSummary) -> bytes:
-    """Plot the density of every personalized model's QoI, pooled over clients and seeds."""
+    A density estimate over ten clients would invent a shape; the dots are the data. Dots are
+    jittered sideways only (with a fixed `seed`), never in value.
+    """
     from matplotlib.figure import Figure
 
     personalized = {m: r.qoi for m, r in summary.models.items() if r.is_personalized}
-    fig = Figure(figsize=(7, 4))
-    fig.subplots_adjust(left=0.1, right=0.97, top=0.92, bottom=0.13)
+    fig = Figure(figsize=(max(6.5, 1.3 * len(personalized) + 3.0), 4.2))
+    fig.subplots_adjust(left=0.14, right=0.97, top=0.86, bottom=0.17)
     ax = fig.add_subplot()
     if not personalized:
         ax.text(0.5, 0.5, "no personalized model in the table", ha="center", va="center")
         return _png(fig)
-    pooled = np.concatenate(list(personalized.values()))
-    low, high = float(pooled.min()), float(pooled.max())
-    span = (high - low) or max(abs(high), 1.0 if summary.unit == "percent" else 0.01)
-    grid = np.linspace(low - 0.25 * span, high + 0.25 * span, 400)
     palette = colors(list(summary.models))
-    for model, qoi in personalized.items():
-        if np.ptp(qoi) <= 1e-6 * span:
-            # No spread to estimate a density from: mark the common value instead.
-            ax.axvline(float(qoi.mean()), color=palette[model], linewidth=2,
-                       label=f"{model} (n={qoi.size}, all ≈ {qoi.mean():.4g})")
-            continue
-        density = gaussian_density(qoi, grid, _bandwidth(qoi, span))
-        ax.plot(grid, density, color=palette[model], label=f"{model} (n={qoi.size})")
-        ax.fill_between(grid, density, color=palette[model], alpha=0.12)
-        ax.plot(qoi, np.zeros_like(qoi), "|", color=palette[model], markersize=12)
-    ax.axvline(0, color="0.3", linestyle="--", linewidth=1)
-    ax.set_xlabel(f"QoI = P − max(G, L)  ({summary.unit})")
-    ax.set_ylabel("density")
-    ax.set_title(f"QoI density, split {summary.split} (clients × {len(summary.seeds)} seed(s))")
-    ax.legend(frameon=False)
+    rng = np.random.default_rng(seed)
+    names = list(personalized)
+    ax.boxplot([personalized[m] for m in names], positions=range(len(names)), widths=0.5,
+               showfliers=False, medianprops={"color": "0.2"})
+    for x, model in enumerate(names):
+        qoi = personalized[model]
+        ax.scatter(x + rng.uniform(-0.15, 0.15, qoi.size), qoi, s=18, color=palette[model],
+                   alpha=0.8, zorder=3, edgecolors="none")
+    ax.axhline(0, color="0.3", linestyle="--", linewidth=1)
+    ax.set_xticks(range(len(names)),
+                  [f"{m}\n(n={personalized[m].size})" for m in names], fontsize=8)
+    ax.set_ylabel(f"QoI = P − max(G, L)  ({summary.unit})")
+    ax.set_title(f"QoI per client, split {summary.split} ({len(summary.clients)} clients × "
+                 f"{len(summary.seeds)} seed(s))\nabove the dashed line: better than max(G, L)",
+                 fontsize=10)
     return _png(fig)
 
 
 def fairness_bars_png(summary: SplitSummary, metrics: tuple[str, ...] = FAIRNESS) -> bytes:
     """Plot one bar per model for each fairness metric (columns) and group (rows).
 
-    Error bars are the std over seeds; the fairest bar of each panel (by the registry's
-    `higher_is_better`) is hatched; an undefined value is written as "n/a". The y axes of the
-    higher-is-fairer metrics are zoomed onto the bars (they need not start at 0).
+    Every axis starts at 0 and ends at the metric's bound where it has one (CS and JI: 1,
+    Entropy: ln of the number of clients), so small differences look small; each bar carries its
+    value. Error bars are the std over seeds, cut at 0 below; the fairest bar of each panel (by
+    the registry's `higher_is_better`) is hatched; a zero bar is drawn as a line at 0, an
+    undefined value is written as "n/a".
     """
     from matplotlib.figure import Figure
 
@@ -121,27 +111,38 @@ def _bar_panel(ax, summary: SplitSummary, models: list[str], path: str, palette:
                 transform=ax.transAxes)
         return
     means = [summary.models[m].mean[path] for m in models]
-    spread = [summary.models[m].std[path] for m in models]
-    stds = [s or 0.0 for s in spread]
+    stds = [summary.models[m].std[path] or 0.0 for m in models]
     defined = [v for v in means if v is not None]
     best = (max if metric.higher_is_better else min)(defined) if defined else None
     x = np.arange(len(models))
     heights = [0.0 if v is None else v for v in means]
-    bars = ax.bar(x, heights, yerr=None if all(s is None for s in spread) else stds,
+    below = [min(s, h) for s, h in zip(stds, heights, strict=True)]  # never below 0
+    bars = ax.bar(x, heights, yerr=[below, stds] if any(stds) else None,
                   color=[palette[m] for m in models], capsize=3)
-    for bar, value in zip(bars, means, strict=True):
-        if value is None:
-            ax.text(bar.get_x() + bar.get_width() / 2, 0.03, "n/a", ha="center", va="bottom",
-                    fontsize=8, transform=ax.get_xaxis_transform())
-        elif best is not None and math.isclose(value, best, rel_tol=1e-9, abs_tol=1e-12):
+    top = _ceiling(metric.name, len(summary.clients), [h + s for h, s in zip(heights, stds,
+                                                                             strict=True)])
+    for bar, value, height, model in zip(bars, means, heights, models, strict=True):
+        label = "n/a" if value is None else f"{value:.4g}"
+        if value == 0:
+            ax.hlines(0, bar.get_x(), bar.get_x() + bar.get_width(), color=palette[model],
+                      linewidth=3)
+        ax.text(bar.get_x() + bar.get_width() / 2, height + 0.02 * top, label, ha="center",
+                va="bottom", fontsize=7)
+        if value is not None and best is not None and math.isclose(
+                value, best, rel_tol=1e-9, abs_tol=1e-12):
             bar.set_hatch("//")
             bar.set_edgecolor("black")
     ax.set_xticks(x, models, rotation=30, ha="right", fontsize=8)
-    if metric.higher_is_better and defined and min(defined) > 0:
-        # CS, Entropy and JI of similar models differ in the 2nd or 3rd decimal: zoom in.
-        low, high = min(defined), max(defined)
-        span = (high - low) + max(stds) or 0.05 * high
-        ax.set_ylim(max(0.0, low - 1.5 * span), high + max(stds) + 0.5 * span)
+    ax.set_ylim(0, top)
+
+
+def _ceiling(name: str, n_clients: int, tops: list[float]) -> float:
+    """The top of a fairness axis: the metric's bound, or above the highest bar."""
+    bound = {"CS": 1.0, "JI": 1.0, "Entropy": math.log(max(n_clients, 2))}.get(name)
+    highest = max(tops, default=0.0)
+    if bound is not None:
+        return max(bound, highest) * 1.08
+    return highest * 1.25 if highest > 0 else 1e-3
 
 
 def _png(fig) -> bytes:

@@ -1,7 +1,9 @@
 """The report's content as a list of blocks, rendered once to Markdown and once to HTML.
 
 A block is a tuple: ``("h1" | "h2" | "h3" | "p", text)``, ``("list", items)``,
-``("table", header, rows)`` or ``("figure", name, caption)`` where `name` is the PNG file name.
+``("links", [(text, href), ...])``, ``("table", header, rows[, best])`` where `best` holds the
+(row, column) cells to highlight, or ``("figure", name, caption)`` where `name` is the PNG file
+name.
 """
 
 import base64
@@ -33,6 +35,11 @@ NULL_RULE = (
     "\"reasons\" mapping gives the reason at the metric's dotted path (e.g. "
     "\"performance.MPD\": \"U⁻ is empty: ...\"). Baselines have no QoI metrics."
 )
+ROUNDS_CAPTION = ("Accuracy over rounds, one panel per model: the mean over clients and seeds "
+                  "with a band of ± 1 std (local: epochs alone; PersFL: distillation epochs from "
+                  "each client's teacher, epoch 0 being the teacher).")
+CLIENTS_CAPTION = ("Each client's accuracy under every model (mean over seeds; error bars: std "
+                   "over seeds).")
 SEED_RULE = (
     "Each metric is computed per seed on that seed's clients, then reported as mean ± sample "
     "std (K − 1) over seeds; with one seed there is no ±. Clients weigh equally."
@@ -67,6 +74,27 @@ def heading(name: str) -> str:
     return f"{name} {REGISTRY[name].direction}"
 
 
+def metric_table(summary: SplitSummary, models: list[str], paths: list[str]) -> Block:
+    """Rows of metrics × columns of models; each row's best value (registry direction) marked."""
+    rows, best = [], set()
+    for i, path in enumerate(paths):
+        name = path.rsplit(".", 1)[1]
+        rows.append([heading(name), *(cell(summary, m, path) for m in models)])
+        best |= {(i, j + 1) for j in _best(
+            [summary.models[m].mean[path] for m in models], REGISTRY[name].higher_is_better)}
+    return ("table", ["Metric", *models], rows, best)
+
+
+def _best(values: Sequence[float | None], higher: bool) -> list[int]:
+    """Indices of the best defined values (ties included); none when all are equal."""
+    defined = [v for v in values if v is not None and not math.isnan(v)]
+    if len(set(defined)) < 2:
+        return []
+    top = max(defined) if higher else min(defined)
+    return [i for i, v in enumerate(values) if v is not None
+            and math.isclose(v, top, rel_tol=1e-9, abs_tol=1e-12)]
+
+
 def split_blocks(summary: SplitSummary, metrics: Sequence[str],
                  figures: Mapping[str, str]) -> list[Block]:
     """Return the blocks of one split: answers, tables, figures and notes."""
@@ -79,32 +107,32 @@ def split_blocks(summary: SplitSummary, metrics: Sequence[str],
         ("h3", "Per-client accuracy (thesis Table 6.2 style; mean over seeds)"),
         _client_table(summary),
     ]
+    for key, caption in (("rounds", ROUNDS_CAPTION), ("clients", CLIENTS_CAPTION)):
+        if key in figures:
+            out.append(("figure", figures[key], caption))
     perf = [m for m in PERFORMANCE if m in metrics]
     if perf and personalized:
         out += [("h3", "Performance on the QoI (thesis Table 6.8 style)"),
-                ("table", ["Metric", *personalized],
-                 [[heading(m), *(cell(summary, p, f"performance.{m}") for p in personalized)]
-                  for m in perf])]
+                metric_table(summary, personalized, [f"performance.{m}" for m in perf])]
     fair = [m for m in FAIRNESS if m in metrics]
     for group in GROUPS if fair else ():
         models = everyone if group == "accuracy" else personalized
         if models:
             out += [("h3", f"Fairness on {GROUP_NAMES[group]}"),
-                    ("table", ["Metric", *models],
-                     [[heading(m), *(cell(summary, p, f"fairness.{group}.{m}") for p in models)]
-                      for m in fair])]
+                    metric_table(summary, models, [f"fairness.{group}.{m}" for m in fair])]
     acc = [m for m in ACCURACY if m in metrics]
     if acc:
         out += [("h3", "Accuracy summaries"),
-                ("table", ["Metric", *everyone],
-                 [[heading(m), *(cell(summary, p, f"accuracy.{m}") for p in everyone)]
-                  for m in acc])]
-    if "qoi_density" in figures:
-        out.append(("figure", figures["qoi_density"], "Density of QoI per personalized model, "
-                    "pooled over clients and seeds; ticks mark clients (thesis Fig. 6.8)."))
+                metric_table(summary, everyone, [f"accuracy.{m}" for m in acc])]
+    if "qoi" in figures:
+        out.append(("figure", figures["qoi"], "QoI per personalized model: a box over clients "
+                    "and seeds, one dot per client and seed; above the dashed line the client "
+                    "improved on max(G, L) (thesis Fig. 6.8)."))
     if "fairness" in figures:
         out.append(("figure", figures["fairness"], "Fairness metrics per model (thesis Fig. "
-                    "6.9); the fairest bar of each panel is hatched; error bars: std over seeds."))
+                    "6.9); axes start at 0 and end at the metric's bound (CS, JI: 1; Entropy: ln "
+                    "of the number of clients); the fairest bar of each panel is hatched; error "
+                    "bars: std over seeds."))
     notes = _notes(summary, personalized)
     if notes:
         out += [("h3", "Undefined metrics"), ("list", notes)]
@@ -112,18 +140,25 @@ def split_blocks(summary: SplitSummary, metrics: Sequence[str],
 
 
 def _client_table(summary: SplitSummary) -> Block:
+    """Each client's accuracy per model, the mean and std; each row's best value marked."""
     models = list(summary.models)
-    rows = [[f"Client {c}", *(fmt(summary.models[m].per_client_accuracy.get(c), "AA",
-                                  summary.unit) for m in models)] for c in summary.clients]
-    means, stds = ["Avg Acc"], ["Std Dev"]
+    values = [[summary.models[m].per_client_accuracy.get(c) for m in models]
+              for c in summary.clients]
+    rows = [[f"Client {c}", *(fmt(v, "AA", summary.unit) for v in row)]
+            for c, row in zip(summary.clients, values, strict=True)]
+    best = {(i, j + 1) for i, row in enumerate(values) for j in _best(row, True)}
+    mean_of, std_of = [], []
     for model in models:
-        values = np.array(list(summary.models[model].per_client_accuracy.values()))
-        mean = fsum(values) / values.size
-        means.append(fmt(mean, "AA", summary.unit))
-        std = (math.sqrt(fsum((values - mean) ** 2) / (values.size - 1))
-               if values.size > 1 else None)
-        stds.append(fmt(std, "std", summary.unit))
-    return ("table", ["Client", *models], [*rows, means, stds])
+        array = np.array(list(summary.models[model].per_client_accuracy.values()))
+        mean = fsum(array) / array.size
+        mean_of.append(mean)
+        std_of.append(math.sqrt(fsum((array - mean) ** 2) / (array.size - 1))
+                      if array.size > 1 else None)
+    best |= {(len(rows), j + 1) for j in _best(mean_of, True)}
+    best |= {(len(rows) + 1, j + 1) for j in _best(std_of, False)}
+    return ("table", ["Client", *models],
+            [*rows, ["Avg Acc", *(fmt(v, "AA", summary.unit) for v in mean_of)],
+             ["Std Dev", *(fmt(v, "std", summary.unit) for v in std_of)]], best)
 
 
 def _notes(summary: SplitSummary, personalized: list[str]) -> list[str]:
@@ -161,12 +196,16 @@ def to_markdown(blocks: Sequence[Block]) -> str:
             lines += [block[1], ""]
         elif kind == "list":
             lines += [f"- {item}" for item in block[1]] + [""]
+        elif kind == "links":
+            lines += [f"- [{text}]({href})" for text, href in block[1]] + [""]
         elif kind == "table":
-            header, rows = block[1], block[2]
+            header, rows, best = block[1], block[2], block[3] if len(block) > 3 else set()
             lines.append("| " + " | ".join(header) + " |")
             lines.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header)))
                          + "|")
-            lines += ["| " + " | ".join(row) + " |" for row in rows]
+            lines += ["| " + " | ".join(f"**{c}**" if (i, j) in best else c
+                                        for j, c in enumerate(row)) + " |"
+                      for i, row in enumerate(rows)]
             lines.append("")
         elif kind == "figure":
             lines += [f"![{block[2]}]({block[1]})", "", f"*{block[2]}*", ""]
@@ -180,6 +219,7 @@ table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; }
 td:not(:first-child) { text-align: right; font-variant-numeric: tabular-nums; }
 th { background: #f3f3f3; }
+td.best { background: #e6f4ea; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; }
 figcaption { font-size: 0.9em; color: #555; }
 """
@@ -196,10 +236,16 @@ def to_html(blocks: Sequence[Block], images: Mapping[str, bytes], title: str) ->
             parts.append(f"<{kind}>{esc(block[1])}</{kind}>")
         elif kind == "list":
             parts.append("<ul>" + "".join(f"<li>{esc(i)}</li>" for i in block[1]) + "</ul>")
+        elif kind == "links":
+            parts.append("<ul>" + "".join(f"<li><a href=\"{esc(href)}\">{esc(text)}</a></li>"
+                                          for text, href in block[1]) + "</ul>")
         elif kind == "table":
             head = "".join(f"<th>{esc(h)}</th>" for h in block[1])
-            body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
-                           for row in block[2])
+            best = block[3] if len(block) > 3 else set()
+            body = "".join("<tr>" + "".join(
+                f"<td class=\"best\"><strong>{esc(c)}</strong></td>" if (i, j) in best
+                else f"<td>{esc(c)}</td>" for j, c in enumerate(row)) + "</tr>"
+                for i, row in enumerate(block[2]))
             parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
         elif kind == "figure":
             data = base64.b64encode(images[block[1]]).decode("ascii")

@@ -29,10 +29,10 @@ Metric values are means over seeds; a null value has its reason in the model's "
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from pflpipe.metrics import figures, render
+from pflpipe.metrics import curves, figures, render
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
@@ -72,6 +72,25 @@ def protocol(selection: str, local: str, global_: str, validation: bool | None =
 
 
 @dataclass(frozen=True)
+class Context:
+    """What a pipeline run adds to the table: the run, the curves, the pictures, the tables.
+
+    Attributes:
+        run: Facts about the run, shown first (spec hash, MLflow run, rounds, ...).
+        history: history.csv rows of every model and seed (model, round, split, accuracy).
+        images: PNG files to show, by name: label heatmap, teacher rounds, λ–T; each with its
+            caption.
+        links: (text, relative href) of the per-seed results tables.
+
+    """
+
+    run: dict[str, str] = field(default_factory=dict)
+    history: tuple[dict, ...] = ()
+    images: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    links: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Report:
     """The evaluated table: one `SplitSummary` per split, plus how it was made."""
 
@@ -83,6 +102,7 @@ class Report:
     metrics: tuple[str, ...] = ALL_METRICS
     sources: tuple[str, ...] = ()
     validation: bool | None = None   # False: the run had no validation split (see protocol)
+    context: Context = field(default_factory=Context)
 
     @property
     def primary(self) -> SplitSummary:
@@ -107,14 +127,21 @@ class Report:
             "rules": {"best": BEST_RULE, "fairest": FAIREST_RULE, "seeds": render.SEED_RULE,
                       "nulls": render.NULL_RULE},
             "protocol": protocol(self.selection, self.local, self.global_, self.validation),
-            "sources": list(self.sources),
+            "sources": list(self.sources), "run": dict(self.context.run),
+            "tables": dict(self.context.links),
         }
 
     def blocks(self, figure_files: dict[str, dict[str, str]] | None = None) -> list[tuple]:
         """Return the report's content as render blocks (see `pflpipe.metrics.render`)."""
         unit = render.UNIT_TEXT[self.unit]
-        out: list[tuple] = [
-            ("h1", TITLE),
+        out: list[tuple] = [("h1", TITLE)]
+        if self.context.run:
+            out += [("h2", "Run"), ("table", ["", "value"], [[k, v] for k, v in
+                                                         self.context.run.items()])]
+        if self.context.links:
+            out += [("p", "Per-client results tables (every model, split and selection):"),
+                    ("links", list(self.context.links))]
+        out += [
             ("p", f"Accuracy unit: {unit}. QoI, MPI, API, MPD, APD, AA, std, min and the "
                   f"bottom-decile mean are in this unit; PUI and PUD are % of clients; AV is in "
                   f"unit²; CS, Entropy and JI have no unit. Baselines: local {self.local!r}, "
@@ -125,6 +152,10 @@ class Report:
         ]
         for name, summary in self.splits.items():
             out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}))
+        pictures = [(f"figures/{n}", caption) for n, (_, caption) in self.context.images.items()]
+        if pictures:
+            out += [("h2", "The split and PersFL"),
+                    *(("figure", name, caption) for name, caption in pictures)]
         return out + render.rule_blocks()
 
     def to_markdown(self, figure_files: dict[str, dict[str, str]] | None = None) -> str:
@@ -144,10 +175,11 @@ def _split_json(summary: SplitSummary, figure_files: dict[str, str]) -> dict:
 
 def build_report(table: ResultsTable, *, local: str = "local", global_: str = "fedavg",
                  selection: str = "best_val", metrics: Sequence[str] = ALL_METRICS,
-                 validation: bool | None = None) -> Report:
+                 validation: bool | None = None, context: Context | None = None) -> Report:
     """Evaluate a results table (see `summarize`); `metrics` chooses what md/html show.
 
-    `validation` False states in the protocol that the run had no validation split.
+    `validation` False states in the protocol that the run had no validation split; `context`
+    adds a pipeline run's facts, curves and pictures.
 
     Raises:
         DataError: the table cannot be evaluated (a baseline or a client is missing).
@@ -158,7 +190,7 @@ def build_report(table: ResultsTable, *, local: str = "local", global_: str = "f
         raise ValueError(f"unknown metric(s) {unknown}; choose among {', '.join(ALL_METRICS)}")
     splits = summarize(table, local=local, global_=global_, selection=selection)
     return Report(splits, table.unit, selection, local, global_, tuple(metrics), table.sources,
-                  validation)
+                  validation, context or Context())
 
 
 @dataclass(frozen=True)
@@ -178,13 +210,20 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     images: dict[str, bytes] = {}
     figure_files: dict[str, dict[str, str]] = {}
+    history = list(report.context.history)
     for name, summary in report.splits.items():
         slug = re.sub(r"[^A-Za-z0-9_-]+", "_", name)
-        files = {"qoi_density": f"figures/qoi_density_{slug}.png",
-                 "fairness": f"figures/fairness_{slug}.png"}
-        images[files["qoi_density"]] = figures.qoi_density_png(summary)
+        files = {"clients": f"figures/client_accuracy_{slug}.png",
+                 "qoi": f"figures/qoi_{slug}.png", "fairness": f"figures/fairness_{slug}.png"}
+        if history and name == report.primary.split:  # the curves of the reported split
+            files["rounds"] = f"figures/accuracy_rounds_{slug}.png"
+            images[files["rounds"]] = curves.accuracy_rounds_png(history, name,
+                                                                 list(summary.models))
+        images[files["clients"]] = curves.client_bars_png(summary)
+        images[files["qoi"]] = figures.qoi_strip_png(summary)
         images[files["fairness"]] = figures.fairness_bars_png(summary, report.metrics)
         figure_files[name] = files
+    images |= {f"figures/{n}": data for n, (data, _) in report.context.images.items()}
     for relative, data in images.items():
         (out_dir / relative).write_bytes(data)
     paths = ReportFiles(out_dir, out_dir / "report.json", out_dir / "report.md",

@@ -25,6 +25,9 @@ from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE, quantum_of_improvement
 from pflpipe.metrics.table import ResultsTable, Scores, client_key, scores_by_seed, select_rows
 
+#: A verdict resting on fewer clients than this is flagged in the answer (fairness over one or
+#: two values is trivially high: AV 0, JI 1).
+MIN_CLIENTS = 3
 #: Groups of fairness values: QoI over U⁺, |QoI| over U⁻, per-client accuracies.
 GROUPS = ("improved", "decreased", "accuracy")
 PATHS = (
@@ -64,6 +67,7 @@ class ModelResult:
     per_client_accuracy: dict[str, float]
     per_client_qoi: dict[str, float] | None = None
     qoi: np.ndarray | None = field(default=None, repr=False)
+    per_client_seeds: dict[str, tuple[float, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def is_personalized(self) -> bool:
@@ -135,9 +139,17 @@ class SplitSummary:
         elif best and best == fairest:
             lines.append(f"{best} is both the best performing and the fairest.")
         pui = self.models[fairest].mean["performance.PUI"] if fairest else None
-        if pui is not None and pui < 50:
+        improved = None if pui is None else pui / 100 * len(self.clients)
+        if improved is not None and improved < MIN_CLIENTS:
+            lines.append(f"Caution: the fairness verdict rests on {improved:.3g} improved "
+                         f"client(s) of {len(self.clients)} ({fairest}'s U⁺, mean over seeds); "
+                         f"fairness over fewer than {MIN_CLIENTS} clients is trivially high, so "
+                         "it says little. Read PUI and the accuracy fairness instead.")
+        elif pui is not None and pui < 50:
             lines.append(f"Note: {fairest} improved only {pui:.1f}% of clients; its fairness "
                          f"describes how evenly those few improvements are shared.")
+        if len(self.clients) < MIN_CLIENTS:
+            lines.append(f"Caution: {len(self.clients)} client(s) only; no verdict is reliable.")
         return " ".join(lines)
 
 
@@ -190,10 +202,12 @@ def _model_result(model: str, per_seed: list[Scores], local: str, global_: str,
         qois.append(qoi)
     mean, std, reasons = _aggregate(scored, [s.seed for s in per_seed])
     per_client_qoi = None if role != "personalized" else _per_client(per_seed, qois)
+    accuracies = [s.accuracy[model] for s in per_seed]
     return ModelResult(
         model, role, mean, std, reasons, tuple(s.seed for s in per_seed),
-        _per_client(per_seed, [s.accuracy[model] for s in per_seed]), per_client_qoi,
+        _per_client(per_seed, accuracies), per_client_qoi,
         None if role != "personalized" else np.concatenate(qois),
+        _per_client(per_seed, accuracies, reduce=tuple),
     )
 
 
@@ -257,13 +271,14 @@ def _aggregate(scored: Sequence[tuple[dict, dict]], seeds: Sequence[int]
     return mean, std, reasons
 
 
-def _per_client(per_seed: Sequence[Scores], arrays: Sequence[np.ndarray]) -> dict[str, float]:
+def _per_client(per_seed: Sequence[Scores], arrays: Sequence[np.ndarray],
+                reduce=lambda v: math.fsum(v) / len(v)) -> dict:
+    """Each client's values over the seeds, reduced (the mean by default)."""
     values: dict[str, list[float]] = {}
     for scores, array in zip(per_seed, arrays, strict=True):
         for client, value in zip(scores.clients, array.tolist(), strict=True):
             values.setdefault(client, []).append(value)
-    return {c: math.fsum(v) / len(v) for c, v in sorted(values.items(),
-                                                         key=lambda kv: client_key(kv[0]))}
+    return {c: reduce(v) for c, v in sorted(values.items(), key=lambda kv: client_key(kv[0]))}
 
 
 def decide(question: str, models: Mapping[str, ModelResult], candidates: Sequence[str],

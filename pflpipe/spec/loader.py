@@ -35,8 +35,8 @@ _Loader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def load_spec(path: str | Path) -> Spec:
-    """Load and validate a spec file; raise SpecError listing every problem."""
+def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
+    """Load and validate a spec file (with `overrides`); raise SpecError listing every problem."""
     path = Path(path)
     try:
         with path.open("rb") as handle:
@@ -47,12 +47,21 @@ def load_spec(path: str | Path) -> Spec:
         raise SpecError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise SpecError(f"{path}: cannot read the spec ({err.__class__.__name__}: {err})") from None
-    return parse_spec(text, str(path))
+    return parse_spec(text, str(path), overrides)
 
 
-def parse_spec(text: str, filename: str = "<spec>") -> Spec:
-    """Validate spec text; raise SpecError listing every problem with its line."""
+def parse_spec(text: str, filename: str = "<spec>", overrides: dict[str, Any] | None = None,
+               source: str = "--set") -> Spec:
+    """Validate spec text; raise SpecError listing every problem with its line.
+
+    `overrides` (dotted path → value, see `pflpipe.spec.overrides`) are applied first; errors
+    about them name the override.
+    """
     data, lines = parse_yaml(text, filename)
+    if overrides:
+        from pflpipe.spec.overrides import apply_overrides
+
+        data = apply_overrides(data, overrides, lines, source)
     try:
         return Spec.model_validate(data)
     except ValidationError as err:
@@ -323,5 +332,7 @@ def format_errors(err: ValidationError, data: Any, lines: dict[Loc, int],
             continue
         loc, message = _message(error, _data_loc(error["loc"], data), data)
         line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
-        out.append((line, f"{filename}:{line}: {_dotted(loc) or 'spec'}: {message}"))
+        where = f"{filename}:{line}" if isinstance(line, int) else f"{filename} ({line})"
+        out.append((line if isinstance(line, int) else 10**9,
+                    f"{where}: {_dotted(loc) or 'spec'}: {message}"))
     return [text for _, text in sorted(out, key=lambda item: item[0])]

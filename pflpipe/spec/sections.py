@@ -199,6 +199,20 @@ class LocalStorage(_Storage):
     path: str | None = Field(None, description="Directory; experiment.output_dir when omitted.")
 
 
+class SecretKeys(Section):
+    """Which keys of the Kubernetes secret `storage.secret_name` hold the S3 credentials.
+
+    KFP's own MinIO secret, mlpipeline-minio-artifact, names them accesskey and secretkey.
+    """
+
+    access_key_id: str = Field(
+        "AWS_ACCESS_KEY_ID", description="Key holding the access key id (mounted as "
+        "AWS_ACCESS_KEY_ID); 'accesskey' in KFP's mlpipeline-minio-artifact.")
+    secret_access_key: str = Field(
+        "AWS_SECRET_ACCESS_KEY", description="Key holding the secret access key (mounted as "
+        "AWS_SECRET_ACCESS_KEY); 'secretkey' in KFP's mlpipeline-minio-artifact.")
+
+
 class S3Storage(_Storage):
     """An S3-compatible object store (AWS, MinIO, Ceph)."""
 
@@ -209,9 +223,13 @@ class S3Storage(_Storage):
     region: str | None = Field(None, description="Region name.")
     secret_name: str | None = Field(
         None,
-        description="Kubernetes secret holding AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, mounted "
-        "as environment variables on the cluster (never read by pflpipe itself).",
+        description="Kubernetes secret holding the S3 credentials, mounted as the environment "
+        "variables AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY on the cluster (never read by pflpipe "
+        "itself); its keys are named in secret_keys.",
     )
+    secret_keys: SecretKeys = Field(
+        default_factory=SecretKeys, description="The keys of secret_name holding the "
+        "credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY unless given).")
     max_attempts: int = Field(
         5, ge=1, le=20, description="Attempts per request on transient errors."
     )

@@ -8,7 +8,14 @@ per seed. The output is itself a results directory (docs/contracts.md):
 results.csv       the rows of every input's results.csv
 collected.json    {"seed": 0, "models": ["fedavg", "local", ...]}
 <model>/          each input directory as it was (results.csv, history.csv, models/, ...)
+partition/        the partition's manifest.json and label heatmap (not its samples)
+sources.json      where the partition and the warm start's checkpoints are
+                  (`pflpipe personalize-new` reads them from there)
 ```
+
+The training stages are cached and take no MLflow run id, so this stage logs each of them into
+the pipeline's parent run (`pflpipe.stages.track_results`), and tags the parent with the
+partition's content hash.
 """
 
 import csv
@@ -19,11 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.errors import DataError
+from pflpipe.stages import track_results
 from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 RESULTS = "results.csv"
 MANIFEST = "collected.json"
+SOURCES = "sources.json"
+#: What of the partition directory is kept with the results (the samples are not).
+PARTITION_FILES = ("manifest.json", "label_distribution.png")
 
 
 @dataclass(frozen=True)
@@ -51,8 +62,12 @@ class CollectedResults:
 
 
 def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
+        partition_dir: Path | None = None, checkpoints_dir: Path | None = None,
         tracker: Tracker = NULL_TRACKER) -> CollectedResults:
-    """Copy each directory to `out_dir/<model>/` and write the concatenated results.csv."""
+    """Copy each directory to `out_dir/<model>/`, write the concatenated results.csv; track.
+
+    `tracker` is the parent run: each model gets its runs under it (see `track_results`).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
@@ -80,9 +95,34 @@ def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
     column = "loss" if score == "mse" else "accuracy"
     result = CollectedResults(seed, selection, {m: _mean(rows, m, selection, column)
                                                 for m in models}, score)
-    tracker.log_metrics(result.metrics())
+    if partition_dir is not None:
+        _keep_sources(out, Path(partition_dir), checkpoints_dir)
+        track(spec, out, tracker)
     upload_results(spec, out, f"seed-{seed}")
     return result
+
+
+def track(spec, out_dir: Path, tracker: Tracker) -> None:
+    """Log a collected seed into the parent run `tracker`: its partition hash, every model."""
+    if tracker is NULL_TRACKER:
+        return
+    out = Path(out_dir)
+    collected = json.loads((out / MANIFEST).read_text())
+    manifest = json.loads((out / "partition" / "manifest.json").read_text())
+    tracker.set_tags({f"partition_hash.seed-{collected['seed']}": manifest["content_hash"]})
+    for model in reversed(collected["models"]):  # the runs table lists the newest first
+        track_results.track_model(tracker, spec, collected["seed"], out / model,
+                                  out / "partition")
+
+
+def _keep_sources(out: Path, partition_dir: Path, checkpoints_dir: Path | None) -> None:
+    (out / "partition").mkdir(exist_ok=True)
+    for name in PARTITION_FILES:
+        if (partition_dir / name).is_file():
+            shutil.copyfile(partition_dir / name, out / "partition" / name)
+    sources = {"partition": str(partition_dir.absolute()),
+               "checkpoints": str(Path(checkpoints_dir).absolute()) if checkpoints_dir else None}
+    (out / SOURCES).write_text(json.dumps(sources, indent=2) + "\n")
 
 
 def _read(directory: Path) -> tuple[list[dict], list[str]]:

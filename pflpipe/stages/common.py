@@ -24,7 +24,7 @@ from pflpipe.errors import DataError
 from pflpipe.models import build_model, head_keys
 from pflpipe.stages.notice import note
 from pflpipe.storage import Store, open_store
-from pflpipe.tracking import Tracker
+from pflpipe.tracking import Tracker, vocabulary
 
 log = logging.getLogger(__name__)
 RESULT_FIELDS = ("seed", "client", "model", "split", "selection", "round", "accuracy", "loss",
@@ -265,23 +265,32 @@ def mean_by_round(rows: list[dict], split: str, key: str, data: FederatedData) -
 
 def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],
                 history: list[dict], extra: Callable[[int], dict] | None = None,
-                models: dict[str, dict] | None = None) -> None:
-    """One MLflow child run per client.
+                models: dict[str, dict] | None = None, *, seed: int | None = None,
+                template: torch.nn.Module | None = None) -> None:
+    """One MLflow child run per client, in the metric vocabulary of `pflpipe.tracking.vocabulary`.
 
-    Each run holds the per-round history (step = round), final scores and, when given, the
-    client's personalized state_dict (`models["client_0000"]`).
+    Each run (named ``client 3 · fedper``, `seed` appended when given) holds the per-round
+    history (step = round), the final ``best.*`` and ``last.*`` values, `extra` params and, when
+    given, the client's model (`models["client_0000"]`): an MLflow model loaded into `template`,
+    or a state_dict artifact without one. `tracker` itself gets the mean over clients of every
+    metric, so the algorithms' runs compare on one chart.
     """
-    for client in sorted({row["client"] for row in results}):
+    per_client_rounds, per_client_final = [], []
+    # newest first in the runs table: created last to first, client 0 is listed first
+    for client in sorted({int(row["client"]) for row in results}, reverse=True):
         tags = {"client_id": str(client), "algorithm": model, "stage": stage}
-        with tracker.child(f"{stage}/{model}/client-{client}", tags) as run:
-            run.log_history([
-                {"round": row["round"], f"{row['split']}_loss": row["loss"],
-                 **({f"{row['split']}_accuracy": row["accuracy"]}
-                    if row.get("accuracy") not in ("", None) else {})}
-                for row in history if row["client"] == client])
-            run.log_metrics({f"{row['selection']}.{row['split']}_accuracy": row["accuracy"]
-                             for row in results if row["client"] == client})
-            if extra is not None:
-                run.log_params(extra(client))
-            if models is not None:
-                run.log_state_dict(models[f"client_{client:04d}"], f"{model}-client-{client}")
+        rounds = vocabulary.round_rows(r for r in history if int(r["client"]) == client)
+        final = vocabulary.final_metrics(r for r in results if int(r["client"]) == client)
+        with tracker.child(vocabulary.run_name(model, client, seed), tags) as run:
+            state, model_id = (models or {}).get(f"client_{client:04d}"), None
+            if state is not None and template is not None:
+                # the network's own keys; other state groups are prefixed "<group>/"
+                template.load_state_dict({k: v for k, v in state.items() if "/" not in k})
+                model_id = run.log_model(template, f"{model}-client-{client}")
+            elif state is not None:
+                run.log_state_dict(state, f"{model}-client-{client}")
+            run.log_batch(rounds, final, extra(client) if extra else None, model_id=model_id)
+        per_client_rounds.append(rounds)
+        per_client_final.append(final)
+    (means,) = vocabulary.mean_over_clients(per_client_final) or [{}]
+    tracker.log_batch(vocabulary.mean_over_clients(per_client_rounds, "round"), means)

@@ -5,20 +5,24 @@ the pair best on the selection split.
 """
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from pflpipe.distill import GridConfig, run_grid
+from pflpipe.distill import GridConfig, chosen_history, run_grid
 from pflpipe.distill.figures import lambda_t_figure
-from pflpipe.stages import common
+from pflpipe.stages import common, track_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 #: Where (λ, T) is chosen when the partition has no validation split.
 NO_VALIDATION_SPLIT = "train"
 GRID_FIELDS = ("client", "lam", "temperature", "train_loss", "train_accuracy", "val_loss",
                "val_accuracy", "test_loss", "test_accuracy")
+CHOSEN_FIELDS = ("client", "teacher_round", *GRID_FIELDS[1:])
+#: The figures of a PersFL results directory: λ–T interaction, teacher rounds (copied).
+FIGURES = ("lambda_t.png", "teacher_rounds.png")
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,12 @@ def model_name(spec) -> str:
 
 def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_dir: Path,
         results_dir: Path, *, tracker: Tracker = NULL_TRACKER) -> DistillResult:
-    """Distil every client's teacher over the grid; write results, grid and figures."""
+    """Distil every client's teacher over the grid; write results, grid and figures.
+
+    history.csv holds each client's chosen student per epoch (epoch 0: the teacher); the
+    teachers' table and figure are copied from `teachers_dir`, so the results directory tells
+    the whole of PersFL.
+    """
     s = common.setup(spec, seed, partition_dir)
     dist = spec.distillation
     teachers = json.loads((Path(teachers_dir) / "teachers.json").read_text())["teachers"]
@@ -80,20 +89,13 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
                             selection_split, s.has_validation)
     out = Path(results_dir)
     models = common.client_models(grid.params)
-    common.write_results(out, results, [], models, summary.to_markdown())
+    history = common.history_rows(
+        chosen_history(s.ctx, s.trainer, s.data, params, config, grid.chosen), model, seed)
+    common.write_results(out, results, history, models, summary.to_markdown())
     common.write_csv(out / "grid.csv", GRID_FIELDS, grid.grid)
-    common.write_csv(out / "chosen.csv", ("client", "teacher_round", *GRID_FIELDS[1:]),
-                     list(chosen))
-    figure = lambda_t_figure(grid.grid, grid.chosen, out / "lambda_t.png")
-    tracker.log_params({"lambdas": list(dist.lambdas), "temperatures": list(dist.temperatures),
-                        "epochs": dist.epochs, "objective": dist.objective,
-                        "teacher": dist.teacher, "selection_split": selection_split})
-    tracker.log_metrics({"test_accuracy": summary.test_accuracy})
-    tracker.log_artifact(figure, "figures")
-    tracker.log_artifact(out / "grid.csv", "distillation")
-    common.log_clients(tracker, "distill_grid_search", model, results, [],
-                       extra=lambda c: {"lam": chosen[c]["lam"],
-                                        "temperature": chosen[c]["temperature"],
-                                        "teacher_round": chosen[c]["teacher_round"]},
-                       models=models if spec.tracking.log_models else None)
+    common.write_csv(out / "chosen.csv", CHOSEN_FIELDS, list(chosen))
+    lambda_t_figure(grid.grid, grid.chosen, out / FIGURES[0])
+    for name in ("teachers.csv", FIGURES[1]):
+        shutil.copyfile(Path(teachers_dir) / name, out / name)
+    track_results.track_model(tracker, spec, seed, out, Path(partition_dir))
     return summary

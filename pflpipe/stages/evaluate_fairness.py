@@ -2,21 +2,35 @@
 
 Concatenates the `results.csv` of each results directory, evaluates it with the spec's
 `evaluation` settings (baselines, selection, metrics) and writes report.json, report.md,
-report.html and figures/*.png into the output directory (see `pflpipe.metrics.report`).
+report.html and figures/*.png into the output directory (see `pflpipe.metrics.report`). A
+results directory of `collect_results` (one seed) also gives the report its curves, pictures and
+links (`context`).
 """
 
+import json
 import logging
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.errors import DataError
+from pflpipe.stages import common
 from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 log = logging.getLogger(__name__)
 RESULTS = "results.csv"
+#: Pictures of the first seed shown in the report: (directory, file) → caption.
+PICTURES = {
+    ("partition", "label_distribution.png"): "The split: samples per client and class (first "
+    "seed; the other seeds' are in their seed-N/partition/).",
+    ("persfl", "teacher_rounds.png"): "PersFL: each client's optimal teacher round, chosen on "
+    "its validation loss (thesis Fig. 6.1; first seed).",
+    ("persfl", "lambda_t.png"): "PersFL: test accuracy of every (λ, T) student per client, the "
+    "chosen pair ringed (thesis Figs. 6.2-6.7; first seed).",
+}
 
 
 @dataclass(frozen=True)
@@ -45,9 +59,12 @@ def results_tables(results_dirs: list[Path]) -> list[Path]:
     return paths
 
 
-def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NULL_TRACKER
-        ) -> ReportResult:
-    """Evaluate the results of `results_dirs` and write the fairness report into `out_dir`."""
+def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NULL_TRACKER,
+        run_info: dict[str, str] | None = None) -> ReportResult:
+    """Evaluate the results of `results_dirs` and write the fairness report into `out_dir`.
+
+    `run_info` is shown first in the report (spec hash, MLflow run, ...).
+    """
     from pflpipe.metrics import read_table
     from pflpipe.metrics.report import build_report, write_report
     from pflpipe.spec.dataset import task_of
@@ -57,7 +74,8 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     table = read_table(results_tables(results_dirs), unit=unit)
     report = build_report(table, local=evaluation.baselines.local,
                           global_=evaluation.baselines.global_, selection=evaluation.selection,
-                          metrics=tuple(evaluation.metrics), validation="val" in table.splits)
+                          metrics=tuple(evaluation.metrics), validation="val" in table.splits,
+                          context=context(spec, list(map(Path, results_dirs)), run_info or {}))
     files = write_report(report, Path(out_dir))
     log.info("evaluate_fairness: %s", report.answers())
     tracker.log_params({"evaluation.selection": evaluation.selection,
@@ -70,6 +88,10 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     for path in (files.json, files.markdown, files.html):
         tracker.log_artifact(path, "report")
     tracker.log_artifact(files.out_dir / "figures", "report/figures")
+    for directory in map(Path, results_dirs):  # the report links ../seed-N/results.csv
+        seed = _seed_of(directory)
+        if seed is not None:
+            tracker.log_artifact(directory / RESULTS, f"seed-{seed}")
     upload_results(spec, files.out_dir, "report")
     return ReportResult(
         out_dir=files.out_dir, files=(files.json, files.markdown, files.html, *files.figures),
@@ -77,6 +99,93 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
         fairest={s: r.fairest.model for s, r in report.splits.items()},
         answers=report.answers(), markdown=files.markdown.read_text(encoding="utf-8"),
     )
+
+
+def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_uri: str,
+                    experiment: str, parent_run_id: str, kfp_run_id: str = "") -> ReportResult:
+    """`run` as the pipeline's last task: into the given parent run, or one it opens.
+
+    With no parent run id (a pipeline uploaded and started in the KFP UI) and a tracking URI (the
+    pipeline parameter, the spec's or $MLFLOW_TRACKING_URI), this task opens the parent run
+    (tagged ``kfp_run_id``), logs every seed's results into it (`collect_results` could not)
+    and finishes it.
+    """
+    from pflpipe.stages import collect_results
+    from pflpipe.tracking import open_parent_run, parent_tracker
+
+    opened = None
+    known_uri = tracking_uri or spec.tracking.uri or os.environ.get("MLFLOW_TRACKING_URI")
+    if not parent_run_id and spec.tracking.enabled and known_uri:
+        opened = open_parent_run(spec, tracking_uri=tracking_uri or None,
+                                 experiment=experiment or None, tags={"kfp_run_id": kfp_run_id})
+        tracker, parent_run_id = opened.tracker(), opened.run_id
+    else:
+        tracker = parent_tracker(spec.tracking, tracking_uri, parent_run_id, experiment)
+    info = {"MLflow run": f"{parent_run_id} in experiment {experiment!r}"} if parent_run_id \
+        else {}
+    info |= {"KFP run": kfp_run_id} if kfp_run_id else {}
+    try:
+        for directory in results_dirs if opened else ():
+            collect_results.track(spec, Path(directory), tracker)
+        result = run(spec, results_dirs, out_dir, tracker=tracker, run_info=info)
+    except BaseException:
+        if opened:
+            opened.finish("FAILED")
+        raise
+    if opened:
+        opened.finish()
+    return result
+
+
+def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
+    """The report's context from one `collect_results` directory per seed.
+
+    Curves from every model's history.csv, the first seed's pictures, and a link to each seed's
+    table as published next to the report (``../seed-N/results.csv``).
+    """
+    from pflpipe.metrics.report import Context
+
+    seeds = {_seed_of(d): d for d in results_dirs if _seed_of(d) is not None}
+    history = tuple(row for directory in seeds.values() for model in _models(directory)
+                    if (directory / model / "history.csv").is_file()
+                    for row in common.read_csv(directory / model / "history.csv"))
+    images = {}
+    if seeds:
+        first = seeds[min(seeds)]
+        persfl = next((m for m in _models(first) if m.startswith("persfl")), "persfl")
+        for (folder, name), caption in PICTURES.items():
+            path = first / (persfl if folder == "persfl" else folder) / name
+            if path.is_file():
+                images[name] = (path.read_bytes(), caption)
+    info = {"experiment": spec.experiment.name, "spec hash": spec.content_hash(), **run_info,
+            "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
+                    f"{spec.partition.n_clients} clients",
+            "rounds": _rounds(spec), "seeds": ", ".join(map(str, spec.experiment.seeds))}
+    links = tuple((f"seed {s}: results.csv", f"../seed-{s}/{RESULTS}") for s in sorted(seeds))
+    return Context(info, history, images, links)
+
+
+def _rounds(spec) -> str:
+    """How long each model trained, e.g. ``fedavg 30 rounds, local 20 epochs, ...``."""
+    parts = [f"fedavg {spec.federation.rounds} rounds",
+             f"local {spec.local_params.epochs} epochs"]
+    for entry in spec.personalization:
+        if entry.name == "persfl":
+            parts.append(f"{entry.display_name} {spec.distillation.epochs} distillation epochs")
+        elif entry.name != "local":
+            epochs = getattr(entry, "epochs", None)
+            parts.append(f"{entry.display_name} {epochs} epochs" if epochs else
+                         f"{entry.display_name} {entry.rounds or spec.federation.rounds} rounds")
+    return ", ".join(parts)
+
+
+def _seed_of(directory: Path) -> int | None:
+    manifest = Path(directory) / "collected.json"
+    return json.loads(manifest.read_text())["seed"] if manifest.is_file() else None
+
+
+def _models(directory: Path) -> list[str]:
+    return json.loads((Path(directory) / "collected.json").read_text())["models"]
 
 
 def tracked_metrics(report) -> dict[str, float]:

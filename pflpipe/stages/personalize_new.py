@@ -29,6 +29,17 @@ class NewcomerResult:
     teacher_test_accuracy: float
     sizes: tuple[int, int, int]
 
+    def to_text(self) -> str:
+        """A few plain lines for the terminal."""
+        c = self.chosen
+        return (f"newcomer: {self.sizes[0]} train, {self.sizes[1]} val, {self.sizes[2]} test "
+                f"samples\n"
+                f"teacher:  round {self.teacher_round} of the warm start, chosen on the "
+                f"newcomer's validation split; its test accuracy "
+                f"{self.teacher_test_accuracy:.4f}\n"
+                f"student:  λ = {c['lam']:g}, T = {c['temperature']:g} (best on validation): "
+                f"val accuracy {c['val_accuracy']:.4f}, test accuracy {c['test_accuracy']:.4f}")
+
     def to_markdown(self) -> str:
         """A short summary."""
         c = self.chosen

@@ -68,13 +68,6 @@ def run(spec, checkpoints_dir: Path, teachers_dir: Path, *, tracker: Tracker = N
     result = TeachersResult(teachers, criterion, rounds[-1])
     tracker.log_params({"criterion": criterion, "teacher": spec.distillation.teacher})
     tracker.log_artifact(figure, "figures")
-    for t in teachers:
-        with tracker.child(f"select_teachers/client-{t['client']}",
-                           {"client_id": str(t["client"]), "algorithm": "persfl",
-                            "stage": "select_teachers"}) as run:
-            run.log_metrics({name: value for name, value in (
-                ("teacher_round", t["round"]), ("teacher_val_loss", t["val_loss"]),
-                ("teacher_val_accuracy", t["val_accuracy"])) if value is not None})
     return result
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from pflpipe.algorithms import FedAvg
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.errors import DataError
-from pflpipe.stages import common
+from pflpipe.stages import common, track_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 log = logging.getLogger(__name__)
@@ -85,41 +85,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
         "global": result.global_params,
         "global_best_val": common.load_round(checkpoints_dir, best_round, s.device)},
         summary.to_markdown())
-    _log(tracker, fed, seed, results, history)
+    track_results.track_model(tracker, spec, seed, results_dir, partition_dir)
     return summary
-
-
-def track(spec, seed: int, results_dir: Path, tracker: Tracker) -> None:
-    """Log a warm start's results directory: its settings, summary and a run per client.
-
-    The pipeline caches this stage and gives it no MLflow run id (a new id on every run would
-    defeat the cache), so `collect_results` logs the warm start into each pipeline run.
-    """
-    results, history = (
-        [{key: _parse(key, value) for key, value in row.items()}
-         for row in common.read_csv(Path(results_dir) / name)]
-        for name in ("results.csv", "history.csv"))
-    _log(tracker, spec.federation, seed, results, history)
-
-
-def _parse(key: str, value: str) -> int | float | str:
-    if key in ("seed", "client", "round", "n_samples"):
-        return int(value)
-    if key in ("loss", "accuracy") and value != "":
-        return float(value)
-    return value
-
-
-def _log(tracker: Tracker, fed, seed: int, results: list[dict], history: list[dict]) -> None:
-    round_of = {row["selection"]: row["round"] for row in results}
-    tracker.log_params({"rounds": fed.rounds, "local_epochs": fed.local_epochs, "lr": fed.lr,
-                        "batch_size": fed.batch_size, "optimizer": fed.optimizer,
-                        "client_fraction": fed.client_fraction, "seed": seed})
-    tracker.log_metrics({"rounds_completed": round_of["last_round"],
-                         "best_round": round_of["best_val"],
-                         "test_accuracy": _mean(results, "last_round"),
-                         "best_val.test_accuracy": _mean(results, "best_val")})
-    common.log_clients(tracker, "warm_start_fedavg", MODEL, results, history)
 
 
 def _write_checkpoints(store, out_dir: Path, rows: list[dict], data) -> None:

@@ -11,10 +11,11 @@ from pflpipe.tracking.runs import (
     finish_parent,
     open_parent_run,
     parent_tracker,
+    record_failure,
     resolve_tracking_uri,
 )
 
 __all__ = [
     "NULL_TRACKER", "ParentRun", "Tracker", "child_run", "finish_parent", "open_parent_run",
-    "parent_tracker", "resolve_tracking_uri",
+    "parent_tracker", "record_failure", "resolve_tracking_uri",
 ]

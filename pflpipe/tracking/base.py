@@ -48,5 +48,23 @@ class Tracker:
     def log_state_dict(self, state_dict: dict[str, Any], name: str) -> None:
         """Upload a model's state_dict as ``models/<name>.pt`` (load with weights_only=True)."""
 
+    def log_model(self, module: Any, name: str) -> str | None:
+        """Log a torch module as an MLflow model of this run; return its id (None: not logged)."""
+        return None
+
+    def log_batch(self, rows: list[dict[str, float]] = (), metrics: dict[str, float] | None = None,
+                  params: dict[str, Any] | None = None, *, step_key: str = "round",
+                  model_id: str | None = None) -> None:
+        """Record history rows, final metrics and params at once (one request where possible).
+
+        `model_id` links the final `metrics` to a model of `log_model` (its Models tab).
+        """
+        if rows:
+            self.log_history(list(rows), step_key)
+        if metrics:
+            self.log_metrics(metrics)
+        if params:
+            self.log_params(params)
+
 
 NULL_TRACKER = Tracker()

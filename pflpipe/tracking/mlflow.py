@@ -6,7 +6,7 @@ inside functions only, so ``import pflpipe.tracking`` stays light.
 
 The entry points that create these trackers live in `pflpipe.tracking.runs`; a stage only sees
 the `Tracker` interface: ``tracker.child("client-3", {"client_id": "3"})`` per client,
-``log_history`` for per-round metrics, ``log_state_dict`` for models.
+``log_history`` for per-round metrics, ``log_model`` for models.
 """
 
 import json
@@ -72,8 +72,13 @@ def _client(tracking_uri: str):
     processes doing that at once fail ("duplicate column name: step"). The lock makes them take
     turns: the first creates the tables, the others find them.
     """
+    import os
+
     from mlflow import MlflowClient
 
+    # MLflow prints (and fetches) a "View run" link at the end of every run on a server; we
+    # end hundreds of client runs and print one link of our own.
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     if tracking_uri.startswith(("http://", "https://")) and tracking_uri not in _READY:
         check_server(tracking_uri)
         _READY.add(tracking_uri)
@@ -195,16 +200,7 @@ class MlflowTracker(Tracker):
 
     def log_history(self, rows: list[dict[str, float]], step_key: str = "round") -> None:
         """Record metric rows in batches; each row's `step_key` is the step, the rest metrics."""
-        from mlflow.entities import Metric
-
-        stamp = int(time.time() * 1000)
-        entries = []
-        for row in rows:
-            if step_key not in row:
-                raise KeyError(f"metric row {row!r} has no step column {step_key!r}")
-            step = int(row[step_key])
-            entries += [Metric(k, _number(k, v, step), stamp, step)
-                        for k, v in row.items() if k != step_key and v is not None]
+        entries = _history_metrics(rows, step_key, int(time.time() * 1000))
         for chunk in _chunks(entries, _MAX_METRICS):
             self._call("log_metrics", self.client.log_batch, self.run_id, metrics=chunk)
 
@@ -216,11 +212,7 @@ class MlflowTracker(Tracker):
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f"artifact {path} does not exist")
-        files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
-        for file in files:
-            if name := find_secret(file.read_bytes()):
-                raise TrackingError(f"refusing to upload {file} to MLflow: it contains the value "
-                                    f"of ${name}")
+        self._refuse_secrets(path)
         if path.is_file():
             self._call("log_artifact", self.client.log_artifact, self.run_id, str(path),
                        artifact_path)
@@ -257,3 +249,90 @@ class MlflowTracker(Tracker):
             file = Path(tmp) / relative.name
             torch.save(state_dict, file)
             self.log_artifact(file, relative.parent.as_posix())
+
+    def log_model(self, module: Any, name: str) -> str | None:
+        """Log `module` as an MLflow model (flavor pytorch) of this run; return its id.
+
+        The model is pickled with its pflpipe class, so ``mlflow.pytorch.load_model`` needs pflpipe
+        installed; it is an MLflow 3 LoggedModel whose source run is this one (the runs table's
+        Models column, the experiment's Models tab). Skipped (None) when tracking.log_models is
+        false.
+        """
+        if not self.log_models:
+            return None
+        from mlflow.entities import LoggedModelOutput
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model"
+            _save_torch_model(module, path)
+            self._refuse_secrets(path)
+            model = self._call("creation of a logged model", self.client.create_logged_model,
+                               self.experiment_id, name=scrub_text(name),
+                               source_run_id=self.run_id,
+                               tags=scrub_mapping(self.context_tags, "tag"))
+            self._call("upload of a logged model", self.client.log_model_artifacts,
+                       model.model_id, str(path))
+        self._call("finalize of a logged model", self.client.finalize_logged_model,
+                   model.model_id, "READY")
+        self._call("log_outputs", self.client.log_outputs, self.run_id,
+                   [LoggedModelOutput(model.model_id, step=0)])
+        return model.model_id
+
+    def log_batch(self, rows: list[dict[str, float]] = (), metrics: dict[str, float] | None = None,
+                  params: dict[str, Any] | None = None, *, step_key: str = "round",
+                  model_id: str | None = None) -> None:
+        """Record history rows, final metrics (linked to `model_id`) and params in one request."""
+        from mlflow.entities import Metric, Param
+
+        stamp = int(time.time() * 1000)
+        entries = _history_metrics(rows, step_key, stamp)
+        entries += [Metric(k, _number(k, v, 0), stamp, 0, model_id=model_id)
+                    for k, v in (metrics or {}).items() if v is not None]
+        clean = scrub_mapping(params or {}, "parameter")
+        values = [Param(k, v if len(v) <= _MAX_PARAM_LEN else v[:_MAX_PARAM_LEN - 3] + "...")
+                  for k, v in clean.items()]
+        while entries or values:
+            batch_params, values = values[:_MAX_PARAMS_TAGS], values[_MAX_PARAMS_TAGS:]
+            room = _MAX_METRICS - len(batch_params)
+            batch, entries = entries[:room], entries[room:]
+            self._call("log_batch", self.client.log_batch, self.run_id, metrics=batch,
+                       params=batch_params)
+
+    def _refuse_secrets(self, path: Path) -> None:
+        for file in [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]:
+            if name := find_secret(file.read_bytes()):
+                raise TrackingError(f"refusing to upload {file} to MLflow: it contains the value "
+                                    f"of ${name}")
+
+
+def _history_metrics(rows, step_key: str, stamp: int) -> list:
+    """MLflow metrics of history rows; each row's `step_key` is the step, the rest metrics."""
+    from mlflow.entities import Metric
+
+    entries = []
+    for row in rows:
+        if step_key not in row:
+            raise KeyError(f"metric row {row!r} has no step column {step_key!r}")
+        step = int(row[step_key])
+        entries += [Metric(k, _number(k, v, step), stamp, step)
+                    for k, v in row.items() if k != step_key and v is not None]
+    return entries
+
+
+def _save_torch_model(module: Any, path: Path) -> None:
+    """Save `module` in MLflow's pytorch format; pickled (pt2 export needs an input example)."""
+    import mlflow.pytorch
+    import torch
+
+    from pflpipe import __version__
+
+    quiet = logging.getLogger("mlflow.pytorch")  # warns on every pickled model
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        mlflow.pytorch.save_model(
+            module, str(path), serialization_format="pickle",
+            pip_requirements=[f"pflpipe=={__version__}",
+                              f"torch=={torch.__version__.split('+')[0]}"])
+    finally:
+        quiet.setLevel(level)

@@ -17,7 +17,6 @@ import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,10 @@ from pflpipe.tracking.scrub import scrub_text
 log = logging.getLogger(__name__)
 #: Tags of a run's owner process, which alone ends the run (see `close_abandoned_runs`).
 PID_TAG, HOST_TAG = "pflpipe_pid", "pflpipe_host"
+#: The experiment tag with which MLflow 3's UI opened an experiment on its runs ("model
+#: training") view instead of its GenAI overview. MLflow 3.17's UI decides by a switch of its
+#: own instead; `ParentRun.ui_url` gives an address that opens on the runs.
+KIND_TAG, KIND = "mlflow.experimentKind", "custom_model_development"
 
 
 def resolve_tracking_uri(tracking_spec=None) -> str:
@@ -104,7 +107,7 @@ def _experiment_id(client, name: str, tracking_uri: str) -> str:
     if experiment is None:
         try:
             return client.create_experiment(name, artifact_location=_artifact_location(
-                tracking_uri))
+                tracking_uri), tags={KIND_TAG: KIND})
         except MlflowException as err:  # another process created it first
             experiment = client.get_experiment_by_name(name)
             if experiment is None:
@@ -115,6 +118,9 @@ def _experiment_id(client, name: str, tracking_uri: str) -> str:
             f"MLflow experiment {name!r} is deleted at {scrub_text(tracking_uri)}; restore it "
             f"(mlflow experiments restore --experiment-id {experiment.experiment_id}) or set "
             "tracking.experiment to another name")
+    if experiment.tags.get(KIND_TAG) != KIND:
+        _retrying("tagging of the experiment", tracking_uri, client.set_experiment_tag,
+                  experiment.experiment_id, KIND_TAG, KIND)
     return experiment.experiment_id
 
 
@@ -145,24 +151,71 @@ class ParentRun:
         """End the parent run."""
         finish_parent(self.run_id, status, tracking_uri=self.tracking_uri)
 
+    def ui_url(self, server: str | None = None) -> str:
+        """The MLflow UI page of this run's experiment, on the runs (model training) view.
+
+        `server` is the UI's address (the tracking URI when it is an HTTP server). MLflow 3.17's
+        UI ignores the experiment's ``mlflow.experimentKind`` tag and opens on its GenAI view
+        unless the address says ``workflowType=machine_learning`` (or the user switched once).
+        """
+        base = server or (self.tracking_uri if self.tracking_uri.startswith("http")
+                          else "http://127.0.0.1:5000")
+        return (f"{base.rstrip('/')}/#/experiments/{self.experiment_id}"
+                f"?workflowType=machine_learning")
+
+
+def parent_run_name(spec) -> str:
+    """Name the parent run by the spec and what it holds.
+
+    E.g. ``persfl-digits · fedavg+persfl+fedper · seeds 0-2`` (the local baseline always runs).
+    """
+    models = "+".join(["fedavg", *(e.display_name for e in spec.personalization
+                                   if e.name != "local")])
+    seeds = sorted(spec.experiment.seeds)
+    if len(seeds) == 1:
+        which = f"seed {seeds[0]}"
+    elif seeds == list(range(seeds[0], seeds[-1] + 1)):
+        which = f"seeds {seeds[0]}-{seeds[-1]}"
+    else:
+        which = "seeds " + ",".join(map(str, seeds))
+    return f"{spec.experiment.name} · {models} · {which}"
+
+
+def describe(spec) -> str:
+    """The parent run's description: the spec's, else what was run (the MLflow UI shows it)."""
+    if spec.experiment.description:
+        return spec.experiment.description
+    part, fed = spec.partition, spec.federation
+    held = f", {part.classes_per_client} classes each" if hasattr(part, "classes_per_client") \
+        else ""
+    labels = ", ".join(e.display_name for e in spec.personalization if e.name != "local")
+    return (f"{spec.dataset.name}, {part.strategy} over {part.n_clients} clients{held}; FedAvg "
+            f"warm start of {fed.rounds} rounds, then {labels or 'no personalization'} against "
+            f"FedAvg and the local baseline; seeds {', '.join(map(str, spec.experiment.seeds))}."
+            " Child runs: one per algorithm (mean over clients, per round), under each one per "
+            "client.")
+
 
 def open_parent_run(spec, *, seed: int | None = None, tags: dict[str, str] | None = None,
                     spec_yaml: str | None = None, run_name: str | None = None,
+                    tracking_uri: str | None = None, experiment: str | None = None,
                     owner_pid: int | None = None) -> ParentRun:
     """Create the experiment if needed and the parent run of one pipeline run.
 
     Tags: ``spec_hash``, ``pflpipe_version``, ``git_commit`` (when in a repository), ``seed`` (or
-    ``seeds``), ``storage`` (the store's URI) plus `tags`; with `owner_pid` (the process that
-    will finish the run) ``pflpipe_pid`` and ``pflpipe_host``. Params: the flattened spec.
-    Artifacts: ``spec.yaml`` (the text as written, when given) and ``spec_resolved.yaml``.
+    ``seeds``), ``storage`` (the store's URI), the description plus `tags`; with `owner_pid`
+    (the process that will finish the run) ``pflpipe_pid`` and ``pflpipe_host``. Params: the
+    flattened spec. Artifacts: ``spec.yaml`` (the text as written, when given) and
+    ``spec_resolved.yaml`` (defaults filled). `tracking_uri` and `experiment` override the
+    spec's (the pipeline's parameters).
 
     First, every run of the experiment left RUNNING by an owner process of this host that is gone
     (killed) is marked KILLED, with its running descendants (`close_abandoned_runs`).
     """
-    experiment = spec.tracking.experiment or spec.experiment.name
+    experiment = experiment or spec.tracking.experiment or spec.experiment.name
     if not spec.tracking.enabled:
         return ParentRun("", "", experiment, log_models=False)
-    tracking_uri = resolve_tracking_uri(spec.tracking)
+    tracking_uri = resolve_tracking_uri(spec.tracking) if not tracking_uri else tracking_uri
     client = _client(tracking_uri)
     experiment_id = _experiment_id(client, experiment, tracking_uri)
     close_abandoned_runs(client, experiment_id, tracking_uri)
@@ -176,10 +229,9 @@ def open_parent_run(spec, *, seed: int | None = None, tags: dict[str, str] | Non
         run_tags["seeds"] = ",".join(map(str, spec.experiment.seeds))
     if commit := git_commit():
         run_tags |= {"git_commit": commit, "mlflow.source.git.commit": commit}
-    if spec.experiment.description:
-        run_tags["mlflow.note.content"] = spec.experiment.description
+    run_tags["mlflow.note.content"] = describe(spec)
     run_tags |= {k: str(v) for k, v in (tags or {}).items()}
-    name = run_name or f"{spec.experiment.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    name = run_name or parent_run_name(spec)
     run = _retrying("creation of the parent run", tracking_uri, client.create_run, experiment_id,
                     run_name=scrub_text(name))
     parent = ParentRun(run.info.run_id, tracking_uri, experiment, experiment_id,
@@ -253,6 +305,31 @@ def finish_parent(run_id: str, status: str = "FINISHED", *, tracking_uri: str | 
         return
     uri = tracking_uri or resolve_tracking_uri()
     _retrying("end of the parent run", uri, _client(uri).set_terminated, run_id, status)
+
+
+class _Failed(Exception):
+    """Ends a run FAILED (see `record_failure`)."""
+
+
+def record_failure(parent: ParentRun, name: str, stage: str, error: str,
+                   log_path: Path | None = None, tags: dict[str, str] | None = None) -> None:
+    """Leave a FAILED run under the parent for a stage that failed, with its error and log.
+
+    The training stages track nothing themselves (they are cached), so this is where MLflow
+    learns which stage failed and why.
+    """
+    if not parent.run_id:
+        return
+    tags = {"stage": stage, **(tags or {}), "mlflow.note.content": error}
+    try:
+        with parent.tracker().child(name, {k: v for k, v in tags.items() if v}) as run:
+            if log_path is not None and Path(log_path).is_file():
+                run.log_artifact(Path(log_path), "logs")
+            raise _Failed
+    except _Failed:
+        pass
+    except TrackingError as err:
+        log.warning("could not record the failure of %s in MLflow: %s", name, err)
 
 
 def parent_tracker(tracking_spec, tracking_uri: str, parent_run_id: str,

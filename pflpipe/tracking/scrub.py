@@ -27,7 +27,8 @@ CREDENTIAL_ENV = (
 _CREDENTIAL_NAME = re.compile(
     r"secret|passw|token|credential|access_?key|api_?key|private_?key", re.IGNORECASE)
 #: Keys that only *name* a credential's location, never hold one (a Kubernetes secret's name).
-_HARMLESS_NAME = re.compile(r"(^|[._])secret_name$|(^|[._])max_tokens$", re.IGNORECASE)
+_HARMLESS_NAME = re.compile(r"(^|[._])secret_name$|(^|[._])max_tokens$|(^|[._])secret_keys\.",
+                            re.IGNORECASE)
 _AWS_KEY_ID = re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b")
 _URL_PASSWORD = re.compile(r"(?P<head>[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+):[^/\s@]+@")
 _MIN_SECRET_LENGTH = 8  # shorter environment values ("1", "true") would redact everything
@@ -38,6 +39,8 @@ def is_credential_key(key: str) -> bool:
 
     >>> is_credential_key("storage.aws_secret_access_key"), is_credential_key("storage.secret_name")
     (True, False)
+    >>> is_credential_key("storage.secret_keys.secret_access_key")  # the name of a secret's key
+    False
     """
     return bool(_CREDENTIAL_NAME.search(key)) and not _HARMLESS_NAME.search(key)
 

@@ -43,8 +43,9 @@ def test_report_writes_the_report_and_prints_the_answers(tmp_path, capsys):
     assert (ours["performance"]["API"], ours["performance"]["APD"]) == (7.5, -5.0)
     assert ours["performance"]["AA"] == 215 / 3
     assert data["best"] == "ours" and data["fairest"] == "ours"
-    assert {p.name for p in (out / "figures").iterdir()} == {"qoi_density_test.png",
-                                                             "fairness_test.png"}
+    # a table alone has no per-round history: no accuracy-over-rounds figure
+    assert {p.name for p in (out / "figures").iterdir()} == {
+        "client_accuracy_test.png", "qoi_test.png", "fairness_test.png"}
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
 
 

@@ -60,6 +60,12 @@ def test_parent_run_is_failed_and_the_successful_stages_are_kept(failed):
     failed_stage = [r for r in runs if r.data.tags.get("stage") == "personalize"
                     and "client_id" not in r.data.tags]
     assert {r.info.status for r in failed_stage} == {"FAILED"}
+    # the cached stage tracks nothing itself: the CLI leaves its error and log in MLflow
+    (run, _) = failed_stage
+    assert run.info.run_name == "personalize[fedper] · seed 0"
+    assert "DivergenceError: client " in run.data.tags["mlflow.note.content"]
+    assert [a.path for a in client.list_artifacts(run.info.run_id, "logs")] == [
+        "logs/personalize_fedper_seed_0.log"]
     assert "✓ warm_start_fedavg · seed 0" in first.stdout
     # the rerun takes the partition and the warm start from the cache, then fails the same way
     assert "↺ partition_data" in again.stdout and "↺ warm_start_fedavg" in again.stdout

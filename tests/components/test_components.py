@@ -21,6 +21,7 @@ from pflpipe.components.personalize import personalize
 from pflpipe.components.select_teachers import select_teachers
 from pflpipe.components.train_local import train_local
 from pflpipe.components.warm_start_fedavg import warm_start_fedavg
+from pflpipe.pipelines import build_pipeline
 from pflpipe.pipelines.cache import scoped_spec_json
 from pflpipe.spec import Spec, parse_spec
 from pflpipe.tracking import open_parent_run
@@ -63,27 +64,35 @@ def chain(tmp_path_factory):
     md = {name: artifact(dsl.Markdown, tmp, f"{name}.md") for name in
           ("partition", "warm", "local", "fedper", "teachers", "persfl", "seed0", "report")}
     full = spec.model_dump_json(by_alias=True)
-    partition_data.python_func(spec_json=scoped_spec_json(spec, "partition_data"), seed=0,
+
+    def scoped(stage, label=None):
+        return scoped_spec_json(spec, stage, label)
+
+    partition_data.python_func(spec_json=scoped("partition_data"), seed=0,
                                partition=a["partition"], summary=md["partition"])
-    warm_start_fedavg.python_func(spec_json=scoped_spec_json(spec, "warm_start_fedavg"), seed=0,
+    warm_start_fedavg.python_func(spec_json=scoped("warm_start_fedavg"), seed=0,
                                   partition=a["partition"], checkpoints=a["checkpoints"],
                                   results=a["fedavg"], summary=md["warm"])
-    train_local.python_func(spec_json=full, seed=0, partition=a["partition"],
-                            results=a["local"], summary=md["local"], **track)
-    personalize.python_func(spec_json=full, seed=0, label="fedper", partition=a["partition"],
-                            checkpoints=a["checkpoints"], results=a["fedper"],
-                            summary=md["fedper"], **track)
-    select_teachers.python_func(spec_json=full, seed=0, checkpoints=a["checkpoints"],
-                                teachers=a["teachers"], summary=md["teachers"], **track)
-    distill_grid_search.python_func(spec_json=full, seed=0, partition=a["partition"],
-                                    checkpoints=a["checkpoints"], teachers=a["teachers"],
-                                    results=a["persfl"], summary=md["persfl"], **track)
-    collect_results.python_func(spec_json=full, seed=0, fedavg=a["fedavg"], local=a["local"],
-                                persfl=a["persfl"], personalized=[a["fedper"]],
+    train_local.python_func(spec_json=scoped("train_local"), seed=0, partition=a["partition"],
+                            results=a["local"], summary=md["local"])
+    personalize.python_func(spec_json=scoped("personalize", "fedper"), seed=0, label="fedper",
+                            partition=a["partition"], checkpoints=a["checkpoints"],
+                            results=a["fedper"], summary=md["fedper"])
+    select_teachers.python_func(spec_json=scoped("select_teachers"), seed=0,
+                                checkpoints=a["checkpoints"], teachers=a["teachers"],
+                                summary=md["teachers"])
+    distill_grid_search.python_func(spec_json=scoped("distill_grid_search"), seed=0,
+                                    partition=a["partition"], checkpoints=a["checkpoints"],
+                                    teachers=a["teachers"], results=a["persfl"],
+                                    summary=md["persfl"])
+    collect_results.python_func(spec_json=full, seed=0, partition=a["partition"],
+                                checkpoints=a["checkpoints"], fedavg=a["fedavg"],
+                                local=a["local"], persfl=a["persfl"], personalized=[a["fedper"]],
                                 results=a["seed0"], metrics=a["metrics"], summary=md["seed0"],
                                 **track)
     evaluate_fairness.python_func(spec_json=full, results=[a["seed0"]], report=a["report"],
-                                  html=a["html"], summary=md["report"], **track)
+                                  html=a["html"], summary=md["report"], kfp_run_id="run-1",
+                                  **track)
     parent.finish()
     return {"spec": spec, "parent": parent, "md": md,
             **{name: Path(x.path) for name, x in a.items()}, "metrics_artifact": a["metrics"]}
@@ -136,13 +145,14 @@ def test_evaluate_fairness_writes_the_report_and_an_html_artifact(chain):
     assert json.loads((chain["report"] / "report.json").read_text())["best"]
 
 
-def test_tracked_components_open_child_runs_under_the_parent(chain):
+def test_collect_results_logs_a_run_per_algorithm_under_the_parent(chain):
+    """The training stages take no run id (they are cached); collect_results logs them."""
     client = mlflow.MlflowClient(chain["parent"].tracking_uri)
     runs = client.search_runs([chain["parent"].experiment_id],
                               f"tags.mlflow.parentRunId = '{chain['parent'].run_id}'")
-    assert {r.data.tags["stage"] for r in runs} == {
-        "warm_start_fedavg", "train_local", "personalize", "select_teachers",
-        "distill_grid_search"}
+    assert {r.info.run_name: r.data.tags["stage"] for r in runs} == {
+        "fedavg": "warm_start_fedavg", "local": "train_local", "fedper": "personalize",
+        "persfl": "distill_grid_search"}
     parent = client.get_run(chain["parent"].run_id)
     assert any(key.startswith("fedper.test.") for key in parent.data.metrics)
     assert parent.data.tags["partition_hash.seed-0"] == json.loads(
@@ -150,17 +160,22 @@ def test_tracked_components_open_child_runs_under_the_parent(chain):
 
 
 def test_collect_results_logs_the_cached_warm_start_with_round_histories(chain):
-    """The warm start takes no run id (it is cached); collect_results logs it per run."""
     client = mlflow.MlflowClient(chain["parent"].tracking_uri)
     (warm,) = client.search_runs([chain["parent"].experiment_id],
                                  f"tags.mlflow.parentRunId = '{chain['parent'].run_id}' and "
                                  "tags.stage = 'warm_start_fedavg'")
-    assert warm.data.params["rounds"] == "3" and warm.data.metrics["rounds_completed"] == 3
+    assert warm.data.params["rounds"] == "3" and warm.data.metrics["last.round"] == 3
     clients = client.search_runs([chain["parent"].experiment_id],
                                  f"tags.mlflow.parentRunId = '{warm.info.run_id}'")
-    assert sorted(int(r.data.tags["client_id"]) for r in clients) == list(range(N_CLIENTS))
+    assert sorted(r.info.run_name for r in clients) == [f"client {c} · fedavg"
+                                                        for c in range(N_CLIENTS)]
     history = client.get_metric_history(clients[0].info.run_id, "val_accuracy")
     assert sorted(m.step for m in history) == [0, 1, 2, 3]
+    # the algorithm's run holds the mean over its clients at every round
+    means = client.get_metric_history(warm.info.run_id, "test_accuracy")
+    per_client = [client.get_metric_history(r.info.run_id, "test_accuracy") for r in clients]
+    assert [m.step for m in means] == [0, 1, 2, 3]
+    assert means[-1].value == pytest.approx(sum(h[-1].value for h in per_client) / N_CLIENTS)
 
 
 @pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.name)
@@ -182,3 +197,66 @@ def test_default_image_is_the_specs_default():
                          ids=lambda p: p.stem)
 def test_component_module_is_a_thin_shim(path):
     assert len(path.read_text().splitlines()) <= 40
+
+
+def test_persfl_history_runs_from_each_teacher_to_the_chosen_student(chain):
+    """history.csv replays the grid's training of each chosen (λ, T) epoch by epoch."""
+    rows = read_rows(chain["persfl"] / "history.csv")
+    results = {int(r["client"]): float(r["accuracy"])
+               for r in read_rows(chain["persfl"] / "results.csv")
+               if r["split"] == "test" and r["selection"] == "best_val"}
+    teachers = {int(r["client"]): int(r["teacher_round"])
+                for r in read_rows(chain["persfl"] / "chosen.csv")}
+    rounds = {(int(r["round"]), int(r["client"])): float(r["accuracy"])
+              for r in read_rows(chain["checkpoints"] / "round_metrics.csv")
+              if r["split"] == "test"}
+    test = {(int(r["client"]), int(r["round"])): float(r["accuracy"])
+            for r in rows if r["split"] == "test"}
+    assert sorted({e for _, e in test}) == [0, 1]          # distillation epochs: 1
+    for client in range(N_CLIENTS):
+        assert test[(client, 0)] == pytest.approx(rounds[(teachers[client], client)], abs=1e-6)
+        assert test[(client, 1)] == pytest.approx(results[client], abs=1e-6)
+
+
+def read_rows(path: Path) -> list[dict]:
+    import csv
+
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_a_pipeline_started_without_a_parent_run_opens_one_in_its_last_stage(chain, tmp_path):
+    """A compiled pipeline uploaded and started in the KFP UI has no parent run id: with a
+    tracking URI, evaluate_fairness opens the parent, logs every seed into it and finishes it."""
+    parent = chain["parent"]
+    outputs = {name: artifact(kind, tmp_path, name) for name, kind in [
+        ("report", dsl.Artifact), ("html", dsl.HTML), ("summary", dsl.Markdown)]}
+
+    evaluate_fairness.python_func(
+        spec_json=chain["spec"].model_dump_json(by_alias=True),
+        results=[dsl.Model(name="seed0", uri=str(chain["seed0"]))], kfp_run_id="kfp-ui-run",
+        tracking_uri=parent.tracking_uri, experiment=parent.experiment, parent_run_id="",
+        **outputs)
+
+    client = mlflow.MlflowClient(parent.tracking_uri)
+    (run,) = client.search_runs([parent.experiment_id], "tags.kfp_run_id = 'kfp-ui-run'")
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == "tiny · fedavg+persfl+fedper · seed 0"
+    assert any(key.startswith("persfl.test.") for key in run.data.metrics)
+    algorithms = client.search_runs([parent.experiment_id],
+                                    f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    assert sorted(r.info.run_name for r in algorithms) == ["fedavg", "fedper", "local", "persfl"]
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["run"]["MLflow run"].startswith(run.info.run_id)
+
+
+def test_the_compiled_pipeline_tracks_to_the_specs_server_by_default(tmp_path):
+    spec = parse_spec(TINY.format(out=tmp_path).replace(
+        f"sqlite:///{tmp_path}/mlflow.db", "http://mlflow.example:5000"))
+    path = tmp_path / "p.yaml"
+    compiler.Compiler().compile(build_pipeline(spec), str(path))
+
+    parameters = yaml.safe_load(path.read_text())["root"]["inputDefinitions"]["parameters"]
+
+    assert parameters["tracking_uri"]["defaultValue"] == "http://mlflow.example:5000"
+    assert parameters["parent_run_id"]["defaultValue"] == ""

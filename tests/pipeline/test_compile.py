@@ -25,6 +25,7 @@ import yaml
 from kfp import components as kfp_components
 
 from pflpipe.cli import main
+from pflpipe.pipelines.cache import scoped_spec_json
 from pflpipe.pipelines.compile import compile_pipeline
 from pflpipe.spec import load_spec, parse_spec
 
@@ -34,9 +35,12 @@ GOLDEN = Path(__file__).parent / "golden" / "persfl-digits.yaml"
 
 STAGES = ("partition_data", "warm_start_fedavg", "train_local", "personalize",
           "select_teachers", "distill_grid_search", "collect_results", "evaluate_fairness")
-CACHED = {"partition_data", "warm_start_fedavg"}
+# every deterministic stage; collect_results and evaluate_fairness track, so they run every time
+CACHED = {"partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",
+          "distill_grid_search"}
 S3_ENV = {"AWS_ACCESS_KEY_ID": "AWS_ACCESS_KEY_ID",
           "AWS_SECRET_ACCESS_KEY": "AWS_SECRET_ACCESS_KEY"}
+MINIO_ENV = {"accesskey": "AWS_ACCESS_KEY_ID", "secretkey": "AWS_SECRET_ACCESS_KEY"}
 
 CPU_IMAGE = "registry.example/team/pflpipe:0.1.0-cpu"
 CUDA_IMAGE = "registry.example/team/pflpipe:0.1.0-cuda"
@@ -247,7 +251,7 @@ def test_platform_spec_mounts_the_s3_secret_as_env_on_every_stage(explicit_ir):
         assert {m["secretKey"]: m["envVar"] for m in secret["keyToEnv"]} == S3_ENV, stage
 
 
-def test_ir_caches_exactly_partition_and_warm_start(explicit_ir):
+def test_ir_caches_every_stage_but_the_two_that_track(explicit_ir):
     ir, _ = explicit_ir
     caching = {stage: t["task"]["cachingOptions"] for stage, t in executor_tasks(ir).items()}
 
@@ -267,10 +271,14 @@ def test_gpu_example_spec_puts_gpus_on_its_gpu_stages_only(tmp_path):
 
     for stage, t in tasks.items():
         resources, k8s = t["container"]["resources"], platform.get(t["executor"], {})
-        assert t["container"]["image"] == "ghcr.io/pflpipe/pflpipe:0.1.0-cuda", stage
+        # the CPU-only stages run on the CPU image
+        kind = "cuda" if stage in gpu_stages else "cpu"
+        assert t["container"]["image"] == f"ghcr.io/pflpipe/pflpipe:0.1.0-{kind}", stage
         assert resources["resourceCpuRequest"] == "2", stage
-        secrets = [s["secretName"] for s in k8s.get("secretAsEnv", [])]
-        assert secrets == ["mlpipeline-minio-artifact"], stage
+        (secret,) = k8s["secretAsEnv"]
+        # KFP's MinIO secret holds accesskey/secretkey; they are mounted as boto3's variables
+        assert secret["secretName"] == "mlpipeline-minio-artifact", stage
+        assert {m["secretKey"]: m["envVar"] for m in secret["keyToEnv"]} == MINIO_ENV, stage
         assert t["task"]["cachingOptions"].get("enableCache", False) == (stage in CACHED), stage
         if stage in gpu_stages:
             assert resources["accelerator"]["resourceType"] == "nvidia.com/gpu", stage
@@ -319,13 +327,42 @@ def test_cached_stages_inputs_ignore_added_algorithms_but_not_partition_changes(
     ir_other, _ = compile_text(other_partition, tmp_path, "other.yaml")
 
     base_in, more_in, other_in = map(stage_inputs, (ir_base, ir_more, ir_other))
-    for stage in CACHED:
+    for stage in CACHED - {"personalize"}:
         assert more_in[stage] == base_in[stage], f"{stage}: an added algorithm changed its key"
         assert other_in[stage] != base_in[stage], f"{stage}: the partition did not reach it"
         assert '"fedper"' not in _spec_json(base_in[stage]), f"{stage} sees the algorithms"
+    # a personalize task's spec comes with its loop item and holds its own entry only
+    ditto = scoped_spec_json(parse_spec(more_algorithms), "personalize", "ditto")
+    assert loop_items(ir_more, "for each algorithm") == [
+        *loop_items(ir_base, "for each algorithm"), {"label": "ditto", "spec_json": ditto}]
+    fedper = json.loads(loop_items(ir_base, "for each algorithm")[0]["spec_json"])
+    assert [e["name"] for e in fedper["personalization"]] == ["fedper"]
     # The added algorithm does reach the stages that run every time.
-    assert more_in["train_local"] != base_in["train_local"]
-    assert "ditto" in _spec_json(more_in["train_local"])
+    assert more_in["collect_results"] != base_in["collect_results"]
+    assert "ditto" in _spec_json(more_in["collect_results"])
+
+
+def test_cached_stages_see_only_the_settings_they_read(tmp_path):
+    base = SCOPED.replace("CLASSES", "4")
+    ir_base, _ = compile_text(base, tmp_path, "base.yaml")
+    ir_eval, _ = compile_text(base + "evaluation: {selection: last_round}\n"
+                              "distillation: {epochs: 3}\n", tmp_path, "eval.yaml")
+
+    base_in, eval_in = map(stage_inputs, (ir_base, ir_eval))
+    # the evaluation is read by no training stage; the distillation by distill_grid_search only
+    for stage in CACHED - {"personalize", "distill_grid_search"}:
+        assert eval_in[stage] == base_in[stage], stage
+    assert eval_in["distill_grid_search"] != base_in["distill_grid_search"]
+
+
+def loop_items(ir: dict, name: str) -> list:
+    """The constant items of the ParallelFor called `name`."""
+    dags = [ir["root"]["dag"]] + [c["dag"] for c in ir["components"].values() if "dag" in c]
+    for dag in dags:
+        for task in dag["tasks"].values():
+            if task.get("taskInfo", {}).get("name") == name:
+                return json.loads(task["parameterIterator"]["items"]["raw"])
+    raise AssertionError(f"no loop {name!r}")
 
 
 def _spec_json(inputs: dict) -> str:
@@ -404,3 +441,15 @@ def test_golden_normalisation_hides_kfp_version_but_not_pflpipe_changes():
     assert normalise(other_kfp) == normalise(golden)
     assert other_image != golden
     assert normalise(other_image) != normalise(golden)
+
+
+def test_ir_names_the_loops_after_what_they_iterate(explicit_ir):
+    """The KFP UI shows each task's taskInfo.name: "for each seed", not "for-loop-2"."""
+    ir, _ = explicit_ir
+    dags = [ir["root"]["dag"]] + [c["dag"] for c in ir["components"].values() if "dag" in c]
+    names = {task["taskInfo"]["name"] for dag in dags for task in dag["tasks"].values()}
+
+    assert {"for each seed", "for each algorithm"} <= names
+    assert not [n for n in names if n.startswith("for-loop")]
+    assert loop_items(ir, "for each seed") == [0, 1]
+    assert [item["label"] for item in loop_items(ir, "for each algorithm")] == ["fedper", "ditto"]

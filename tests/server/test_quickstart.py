@@ -2,11 +2,13 @@
 
 One process per run of the CLI, the pipeline on kfp.local's SubprocessRunner (one subprocess per
 task), tracking into a real `mlflow server` on 127.0.0.1 (sqlite backend) through
-$MLFLOW_TRACKING_URI. The quickstart spec is taken unchanged from specs/: digits, DS-1, 10 clients,
+$MLFLOW_TRACKING_URI. The quickstart spec is taken unchanged from specs/: digits, DS-2, 10 clients,
 the FedAvg warm start, PersFL, FedPer, the local baseline and the fairness evaluation.
 
-A second run adds an algorithm to the same spec: the partition and the warm start come from the
-cache, the new algorithm runs and joins the report.
+A second run, through the Python API (`pflpipe.run`), adds an algorithm to the same spec: every
+stage that already ran comes from the cache, only the new algorithm's stage and the two stages
+that track and report run. The MLflow UI of these runs is then opened in headless Chromium
+(tests/server/test_mlflow_ui.py).
 """
 
 import csv
@@ -21,37 +23,50 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+import pflpipe
+
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "specs" / "persfl-digits.yaml"
 N_CLIENTS = 10
 MODELS = {"fedavg", "local", "persfl", "fedper"}
+ADDED = {"name": "fedavg_ft", "epochs": 2}
+#: The stages that run on every pipeline run: they track into the run's MLflow parent.
+ALWAYS = {"collect_results · seed 0", "evaluate_fairness"}
 
 
-def pflpipe(*args: str, cwd: Path, tracking_uri: str) -> subprocess.CompletedProcess:
+def pflpipe_cli(*args: str, cwd: Path, tracking_uri: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "COLUMNS": "200"}
     return subprocess.run([str(Path(sys.executable).with_name("pflpipe")), *args], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=600)
+                          env=env, capture_output=True, text=True, timeout=1200)
 
 
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory, mlflow_server):
-    """Run the quickstart, then the same spec with one more algorithm (fedavg_ft)."""
+    """Run the quickstart with the CLI, then the same spec plus fedavg_ft with `pflpipe.run`."""
     work = tmp_path_factory.mktemp("quickstart")
     (work / "specs").mkdir()
     shutil.copy(QUICKSTART, work / "specs" / QUICKSTART.name)
-    first = pflpipe("run", f"specs/{QUICKSTART.name}", cwd=work, tracking_uri=mlflow_server)
+    first = pflpipe_cli("run", f"specs/{QUICKSTART.name}", cwd=work, tracking_uri=mlflow_server)
     assert first.returncode == 0, first.stdout + first.stderr
 
     spec = yaml.safe_load(QUICKSTART.read_text())
-    spec["personalization"].append({"name": "fedavg_ft", "epochs": 2})
-    (work / "specs" / "more.yaml").write_text(yaml.safe_dump(spec))
-    second = pflpipe("run", "specs/more.yaml", cwd=work, tracking_uri=mlflow_server)
-    assert second.returncode == 0, second.stdout + second.stderr
+    cwd, uri = Path.cwd(), os.environ.get("MLFLOW_TRACKING_URI")
+    os.chdir(work)
+    os.environ["MLFLOW_TRACKING_URI"] = mlflow_server
+    try:
+        second = pflpipe.run(f"specs/{QUICKSTART.name}", quiet=True,
+                             personalization=[*spec["personalization"], ADDED])
+    finally:
+        os.chdir(cwd)
+        if uri is None:
+            os.environ.pop("MLFLOW_TRACKING_URI")
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = uri
     return work / "results" / spec["experiment"]["name"], first, second, spec
 
 
-def results_rows(results: Path) -> list[dict]:
-    with (results / "seed-0" / "results.csv").open(newline="") as handle:
+def results_rows(seed_dir: Path) -> list[dict]:
+    with (seed_dir / "results.csv").open(newline="") as handle:
         return list(csv.DictReader(handle))
 
 
@@ -64,11 +79,25 @@ def test_run_says_where_the_report_models_and_mlflow_run_are(quickstart):
         assert f"✓ {stage}" in out, stage
     assert "report.html" in out and "MLflow   run " in out
     assert "Best performing on test:" in out
+    # the UI link opens on the runs view (MLflow 3.17 ignores the experiment's kind tag)
+    assert "?workflowType=machine_learning" in out
+
+
+def test_adding_an_algorithm_runs_only_its_stage(quickstart):
+    """Every stage of the first run is cached; the new algorithm's stage runs, and the two
+    stages that track into the new MLflow parent run and write its report."""
+    _, _, second, _ = quickstart
+    ran = {title for title, status in second.stages if status == "SUCCESS"}
+    cached = [title for title, status in second.stages if status == "CACHED"]
+
+    assert ran == {"personalize[fedavg_ft] · seed 0"} | ALWAYS
+    assert sorted(cached) == ["distill_grid_search", "partition_data", "personalize",
+                              "select_teachers", "train_local", "warm_start_fedavg"]
 
 
 def test_every_client_of_every_model_is_scored_in_range(quickstart):
-    results, *_ = quickstart
-    rows = [row for row in results_rows(results) if row["split"] == "test"
+    results, _, second, _ = quickstart
+    rows = [row for row in results_rows(second.seed_dirs[0]) if row["split"] == "test"
             and row["selection"] == "best_val"]
     by_model = {}
     for row in rows:
@@ -77,56 +106,105 @@ def test_every_client_of_every_model_is_scored_in_range(quickstart):
     for model, accuracy in by_model.items():
         assert sorted(accuracy) == list(range(N_CLIENTS)), model
         assert all(0.0 <= a <= 1.0 for a in accuracy.values()), model
-        # 4 classes per client: chance is 0.25 on a client's own labels.
-        assert sum(accuracy.values()) / N_CLIENTS > 0.7, model
+        assert sum(accuracy.values()) / N_CLIENTS > 0.8, model
     mean = {m: sum(a.values()) / N_CLIENTS for m, a in by_model.items()}
-    assert mean["persfl"] > mean["fedavg"]
-    for model in MODELS:
-        models = sorted((results / "seed-0" / model / "models").glob("client_*.pt"))
-        if model != "fedavg":  # FedAvg's model is the one global model
-            assert len(models) == N_CLIENTS, model
+    assert mean["persfl"] > mean["local"] and mean["persfl"] > mean["fedavg"]
+    for model in MODELS - {"fedavg"}:  # FedAvg's model is the one global model
+        models = sorted((second.seed_dirs[0] / model / "models").glob("client_*.pt"))
+        assert len(models) == N_CLIENTS, model
 
 
-def test_report_covers_every_model_and_client(quickstart):
+def test_quickstart_shows_persfl_choosing_teachers_and_distillation(quickstart):
+    """Teachers are not all the last round and λ is not mostly 0 (issue 18, item 7)."""
     results, *_ = quickstart
-    report = json.loads((results / "report" / "report.json").read_text())
-    html = (results / "report" / "report.html").read_text()
-    figures = list((results / "report" / "figures").glob("*.png"))
-    assert figures and all(f.stat().st_size > 1000 for f in figures)
+    with (results / "latest" / "seed-0" / "persfl" / "chosen.csv").open(newline="") as handle:
+        chosen = list(csv.DictReader(handle))
+    rounds = yaml.safe_load(QUICKSTART.read_text())["federation"]["rounds"]
+    assert sum(int(c["teacher_round"]) < rounds for c in chosen) >= N_CLIENTS // 2
+    assert sum(float(c["lam"]) > 0 for c in chosen) >= 3
+
+
+def test_reruns_publish_into_folders_of_their_own(quickstart):
+    results, first, second, _ = quickstart
+    runs = sorted((results / "runs").iterdir())
+    assert len(runs) == 2 and runs[1] == second.run_dir
+    assert (results / "latest").resolve() == second.run_dir.resolve()
+    old = json.loads((runs[0] / "report" / "report.json").read_text())
+    new = second.report
+    assert "fedavg_ft" not in old["models"] and "fedavg_ft" in new["models"]
+    assert str(runs[0].relative_to(results.parent.parent)) in first.stdout
+
+
+def test_report_covers_every_model_client_and_the_run(quickstart):
+    _, _, second, _ = quickstart
+    report = second.report_dir
+    html = second.report_html.read_text()
+    figures = {f.name for f in (report / "figures").glob("*.png")}
+    assert {"accuracy_rounds_test.png", "client_accuracy_test.png", "qoi_test.png",
+            "fairness_test.png", "label_distribution.png", "teacher_rounds.png",
+            "lambda_t.png"} <= figures
     for model in MODELS | {"fedavg_ft"}:
         assert model in html
-    text = json.dumps(report)
-    assert all(f"Client {c}" in (results / "report" / "report.md").read_text()
-               for c in range(N_CLIENTS))
-    assert "persfl" in text and "fedavg_ft" in text
+    markdown = (report / "report.md").read_text()
+    assert all(f"Client {c}" in markdown for c in range(N_CLIENTS))
+    assert second.report["run"]["MLflow run"].startswith(second.mlflow_run_id)
+    assert second.report["run"]["spec hash"] == second.spec.content_hash()
+    # the link to the seed table resolves in the published run folder
+    assert (report / second.report["tables"]["seed 0: results.csv"]).resolve().is_file()
+    assert len(second.results) == 5 * 2 * 2 * N_CLIENTS  # models × splits × selections
+    assert second.best in MODELS | {"fedavg_ft"}
 
 
-def test_second_run_reuses_the_cached_partition_and_warm_start(quickstart):
-    _, first, second, _ = quickstart
-    assert "↺ partition_data" in second.stdout and "↺ warm_start_fedavg" in second.stdout
-    assert "✓ personalize[fedavg_ft]" in second.stdout
-    # not cached (it tracks into the new run), but its finished checkpoints are: nothing trains
-    local = next(line for line in second.stdout.splitlines() if "train_local" in line)
-    assert "↺ train_local" in local and "reused finished checkpoints" in local
-    assert "↺" not in first.stdout or "warm_start_fedavg" not in first.stdout.split("↺", 1)[1]
+def test_personalize_new_works_with_its_defaults_after_the_run(quickstart, mlflow_server):
+    results, *_ = quickstart
+    work = results.parent.parent
+    newcomer = subprocess.run([sys.executable, "-c", README_NEWCOMER], cwd=work,
+                              capture_output=True, text=True)
+    assert newcomer.returncode == 0, newcomer.stderr
+
+    joined = pflpipe_cli("personalize-new", f"specs/{QUICKSTART.name}", "--client-data",
+                         "newcomer.npz", cwd=work, tracking_uri=mlflow_server)
+
+    assert joined.returncode == 0, joined.stderr
+    assert "teacher:  round " in joined.stdout and "**" not in joined.stdout
+    assert (results / "newcomer" / "newcomer" / "model.pt").is_file()
+
+
+def _readme_block(marker: str) -> str:
+    readme = (REPO / "README.md").read_text()
+    return readme.split(f"<!-- {marker} -->")[1].split("```")[1].strip()
+
+
+README_NEWCOMER = _readme_block("newcomer-file").removeprefix("python -c ").strip('"')
 
 
 @pytest.fixture(scope="module")
 def server_runs(quickstart, mlflow_server):
-    _, _, _, spec = quickstart
+    _, _, second, spec = quickstart
     client = MlflowClient(mlflow_server)
     experiment = client.get_experiment_by_name(spec["experiment"]["name"])
     runs = client.search_runs([experiment.experiment_id], max_results=5000)
     parents = sorted((r for r in runs if "mlflow.parentRunId" not in r.data.tags),
                      key=lambda r: r.info.start_time)
-    assert len(parents) == 2
+    assert len(parents) == 2 and parents[1].info.run_id == second.mlflow_run_id
     first = parents[0].info.run_id
     mine = [r for r in runs if r.data.tags.get("root_run_id") == first]
-    return client, parents[0], mine
+    return client, experiment, parents, mine
+
+
+def test_experiment_and_parent_run_say_what_they_hold(server_runs):
+    _, experiment, parents, _ = server_runs
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    assert [p.info.run_name for p in parents] == [
+        "persfl-digits · fedavg+persfl+fedper · seed 0",
+        "persfl-digits · fedavg+persfl+fedper+fedavg_ft · seed 0"]
+    description = parents[0].data.tags["mlflow.note.content"]
+    assert "digits, ds2 over 10 clients" in description and "persfl, fedper" in description
 
 
 def test_server_holds_the_parent_run_with_tags_fairness_and_report(server_runs):
-    client, parent, _ = server_runs
+    client, _, parents, _ = server_runs
+    parent = parents[0]
     tags = parent.data.tags
     assert parent.info.status == "FINISHED"
     assert len(tags["spec_hash"]) == 16 and len(tags["partition_hash.seed-0"]) == 64
@@ -137,53 +215,185 @@ def test_server_holds_the_parent_run_with_tags_fairness_and_report(server_runs):
     assert {"persfl.test.accuracy.JI", "fedper.test.PUI",
             "fedavg.test.AA"} <= set(parent.data.metrics)
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"spec.yaml", "spec_resolved.yaml", "report"} <= artifacts
+    assert {"spec.yaml", "spec_resolved.yaml", "report", "seed-0"} <= artifacts
     report = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert "report/report.html" in report
 
 
-def test_server_holds_a_child_run_per_algorithm_and_per_client(server_runs):
-    client, parent, runs = server_runs
-    stages = [r for r in runs if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
-    assert {r.data.tags["stage"] for r in stages} == {
-        "warm_start_fedavg", "train_local", "select_teachers", "distill_grid_search",
-        "personalize"}
-    per_client = [r for r in runs if "client_id" in r.data.tags]
-    clients = {}
-    for run in per_client:
-        clients.setdefault(run.data.tags["algorithm"], set()).add(int(run.data.tags["client_id"]))
-    assert clients == {m: set(range(N_CLIENTS)) for m in MODELS}
+def test_server_holds_a_run_per_algorithm_and_under_it_per_client(server_runs):
+    _, _, parents, runs = server_runs
+    algorithms = {r.info.run_name: r for r in runs
+                  if r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id}
+    assert {name: r.data.tags["stage"] for name, r in algorithms.items()} == {
+        "fedavg": "warm_start_fedavg", "local": "train_local", "persfl": "distill_grid_search",
+        "fedper": "personalize"}
+    for name, run in algorithms.items():
+        clients = [r for r in runs if r.data.tags["mlflow.parentRunId"] == run.info.run_id]
+        assert sorted(r.info.run_name for r in clients) == sorted(
+            f"client {c} · {name}" for c in range(N_CLIENTS)), name
+        assert {r.data.tags["client_id"] for r in clients} == {str(c) for c in range(N_CLIENTS)}
     assert all(r.info.status == "FINISHED" for r in runs)
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "local", "fedper"])
-def test_client_runs_have_per_round_metric_histories(server_runs, algorithm):
-    client, _, runs = server_runs
-    (run,) = [r for r in runs if r.data.tags.get("algorithm") == algorithm
-              and r.data.tags.get("client_id") == "3"]
-    history = client.get_metric_history(run.info.run_id, "val_accuracy")
-    assert len(history) > 5 and len({m.step for m in history}) == len(history)
-    assert all(0 <= m.value <= 1 for m in history)
-    assert 0 <= run.data.metrics["best_val.test_accuracy"] <= 1
+def test_every_algorithm_logs_the_same_metric_vocabulary(server_runs):
+    """So the chart view and Compare put every algorithm on one chart."""
+    client, _, _, runs = server_runs
+    per_round = {"train_loss", "val_loss", "val_accuracy", "test_loss", "test_accuracy"}
+    final = {f"{s}.{m}" for s in ("best", "last")
+             for m in ("val_loss", "val_accuracy", "test_loss", "test_accuracy", "round")}
+    for algorithm in MODELS:
+        (run,) = [r for r in runs if r.data.tags.get("algorithm") == algorithm
+                  and r.data.tags.get("client_id") == "3"]
+        assert set(run.data.metrics) == per_round | final, algorithm
+        history = client.get_metric_history(run.info.run_id, "test_accuracy")
+        assert len(history) > 5 and len({m.step for m in history}) == len(history), algorithm
+        assert all(0 <= m.value <= 1 for m in history)
+        # the algorithm's own run holds the mean over its clients, per round
+        (mean_run,) = [r for r in runs if r.info.run_name == algorithm]
+        assert per_round | final <= set(mean_run.data.metrics), algorithm
 
 
-def test_persfl_client_runs_carry_the_teacher_round_and_chosen_lambda_t(server_runs):
-    client, _, runs = server_runs
-    teachers = [r for r in runs if r.data.tags.get("stage") == "select_teachers"
-                and "client_id" in r.data.tags]
-    assert len(teachers) == N_CLIENTS
-    assert all(0 <= r.data.metrics["teacher_round"] <= 30 for r in teachers)
-    distilled = [r for r in runs if r.data.tags.get("stage") == "distill_grid_search"
+def test_persfl_client_runs_carry_teacher_lambda_t_and_per_epoch_curves(server_runs):
+    client, _, _, runs = server_runs
+    distilled = [r for r in runs if r.data.tags.get("algorithm") == "persfl"
                  and "client_id" in r.data.tags]
     assert len(distilled) == N_CLIENTS
     for run in distilled:
+        assert 1 <= int(run.data.params["teacher_round"]) <= 40
         assert 0 <= float(run.data.params["lam"]) <= 1
         assert float(run.data.params["temperature"]) > 0
+    history = client.get_metric_history(distilled[0].info.run_id, "val_accuracy")
+    assert sorted(m.step for m in history) == list(range(11))  # the teacher, then 10 epochs
+
+
+def test_client_models_are_mlflow_models_of_their_runs(server_runs, quickstart, tmp_path,
+                                                       mlflow_server, monkeypatch):
+    import mlflow.pytorch
+    import torch
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)  # where models:/ URIs resolve
+    client, _, _, runs = server_runs
+    results, *_ = quickstart
+    (run,) = [r for r in runs if r.data.tags.get("algorithm") == "fedper"
+              and r.data.tags.get("client_id") == "3"]
+    (output,) = run.outputs.model_outputs
+
+    model = mlflow.pytorch.load_model(f"models:/{output.model_id}", dst_path=str(tmp_path))
+
+    first_run = sorted((results / "runs").iterdir())[0]
+    saved = torch.load(first_run / "seed-0" / "fedper" / "models" / "client_0003.pt",
+                       weights_only=True)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
+    logged = client.get_logged_model(output.model_id)
+    assert logged.name == "fedper-client-3" and logged.source_run_id == run.info.run_id
 
 
 def test_readme_quickstart_command_runs_this_spec():
     """The README's first command is the run these tests make (after installing the project)."""
-    readme = (REPO / "README.md").read_text()
-    command = readme.split("<!-- quickstart-command -->")[1].split("```")[1].strip()
+    command = _readme_block("quickstart-command")
     assert command.endswith(f"pflpipe run specs/{QUICKSTART.name}")
     assert " install . " in command  # non-editable: what a user gets
+
+
+# --- the MLflow UI in a real browser ------------------------------------------------------------
+
+#: Where the browser test leaves its screenshot (a CI artifact); PFLPIPE_TEST_ARTIFACTS moves it.
+ARTIFACTS = Path(os.environ.get("PFLPIPE_TEST_ARTIFACTS", REPO / "test-artifacts"))
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--window-size=2400,1400")
+NAME_CELL = "[col-id='attributes.`Run Name`']"
+EXPAND = "button[data-component-id$='runnamecellrenderer.tsx_46']"
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """Debian's headless Chromium through chromedriver, with a fresh profile."""
+    if not (Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file()):
+        message = ("Debian's chromium and chromium-driver are not installed (apt-get install "
+                   "chromium chromium-driver; .ci/run installs them)")
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+def test_mlflow_ui_lists_the_parent_and_its_client_runs_with_metrics(quickstart, browser):
+    """Open the link `pflpipe run` printed; expand the parent and an algorithm; show metrics."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    _, first, _, _ = quickstart
+    (url,) = [w for w in first.stdout.split() if "workflowType=machine_learning" in w]
+    wait = WebDriverWait(browser, 90)
+
+    def names() -> list[str]:
+        return [e.text for e in browser.find_elements(By.CSS_SELECTOR, f"{NAME_CELL} a span")]
+
+    def expand(name: str) -> None:
+        cell = next(c for c in browser.find_elements(By.CSS_SELECTOR, NAME_CELL)
+                    if [e.text for e in c.find_elements(By.CSS_SELECTOR, "a span")] == [name])
+        cell.find_element(By.CSS_SELECTOR, EXPAND).click()
+
+    browser.get(url)
+    first, latest = ("persfl-digits · fedavg+persfl+fedper · seed 0",
+                     "persfl-digits · fedavg+persfl+fedper+fedavg_ft · seed 0")
+    wait.until(lambda _: {first, latest} <= set(names()))
+    expand(latest)
+    wait.until(lambda _: "fedper" in names())
+    expand("fedper")
+    clients = [f"client {c} · fedper" for c in range(N_CLIENTS)]
+    wait.until(lambda _: set(clients) <= set(names()))
+    assert {"fedavg", "local", "persfl", "fedavg_ft"} <= set(names())
+    # each client run's model is in the Models column
+    models = "[col-id='attributes.`Models`']"
+    wait.until(lambda _: all(_column(browser, By, f"{NAME_CELL} a span", models).get(c, "")
+                             == f"fedper-client-{c.split()[1]}" for c in clients))
+
+    _show_column(browser, wait, "best.test_accuracy", By, Keys)
+    cells = "[col-id='metrics.`best.test_accuracy`']"
+    wait.until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, f".ag-row {cells}")) > 1)
+    shown = _column(browser, By, f"{NAME_CELL} a span", cells)
+    for client in clients:
+        assert 0.5 <= float(shown[client]) <= 1.0, (client, shown.get(client))
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert browser.save_screenshot(str(ARTIFACTS / "mlflow-runs.png"))
+
+
+def _column(browser, By, name_cell: str, value_cell: str) -> dict[str, str]:
+    """Run name → the text of one column, joining ag-grid's pinned and scrolled halves of rows."""
+    def by_row(container: str, selector: str) -> dict[str, str]:
+        rows = browser.find_elements(By.CSS_SELECTOR, f"{container} .ag-row")
+        return {row.get_attribute("row-index"): " ".join(
+            e.text for e in row.find_elements(By.CSS_SELECTOR, selector)) for row in rows}
+
+    names = by_row(".ag-pinned-left-cols-container", name_cell)
+    values = by_row(".ag-center-cols-container", value_cell)
+    return {names[i]: values.get(i, "") for i in names}
+
+
+def _show_column(browser, wait, metric: str, By, Keys) -> None:
+    """Tick a metric in the runs table's Columns menu (metric columns are hidden at first)."""
+    next(b for b in browser.find_elements(By.CSS_SELECTOR, "button")
+         if b.text.strip() == "Columns").click()
+    search = wait.until(lambda b: b.find_element(By.CSS_SELECTOR,
+                                                 "input[placeholder='Search columns']"))
+    search.send_keys(metric)
+    node = wait.until(lambda b: next(
+        (n for n in b.find_elements(By.CSS_SELECTOR, ".du-bois-light-tree-treenode")
+         if n.text.strip() == metric), None))
+    node.find_element(By.CSS_SELECTOR, ".du-bois-light-tree-checkbox").click()
+    search.send_keys(Keys.ESCAPE)

@@ -1,0 +1,147 @@
+"""pflpipe from Python: ``pflpipe.run``, ``pflpipe.load_spec``, ``pflpipe.compile``.
+
+    import pflpipe
+
+    result = pflpipe.run("specs/persfl-digits.yaml", federation={"rounds": 50})
+    result.results            # every seed's per-client table (pandas)
+    result.best, result.report_html, result.mlflow_run_id
+
+Overrides are keyword arguments: a section as a mapping merged into the spec's
+(``federation={"rounds": 50}``) or a dotted path (``**{"federation.rounds": 50}``), validated
+like the file (`pflpipe.spec.overrides`). Nothing heavy is imported until a function runs.
+"""
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pflpipe.spec import Spec
+from pflpipe.spec import load_spec as _load_file
+from pflpipe.spec.loader import parse_spec
+
+
+def load_spec(spec: "Spec | str | Path", **overrides: Any) -> Spec:
+    """Return the validated spec of a file (or a `Spec`) with `overrides` applied.
+
+    Raises:
+        SpecError: every problem, each naming its field and line (or its override).
+
+    """
+    if isinstance(spec, Spec):
+        if not overrides:
+            return spec
+        import yaml
+
+        return parse_spec(yaml.safe_dump(spec.model_dump(mode="json", by_alias=True)),
+                          "<spec>", overrides, source="override")
+    path = Path(spec)
+    if not overrides:
+        return _load_file(path)
+    from pflpipe.errors import SpecError
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read the spec ({err})") from None
+    return parse_spec(text, str(path), overrides, source="override")
+
+
+def compile(spec: "Spec | str | Path", output: "str | Path | None" = None,  # noqa: A001
+            **overrides: Any) -> Path:
+    """Write the spec's KFP pipeline (IR YAML) to `output` (default ``<name>.yaml``)."""
+    from pflpipe.pipelines.compile import compile_pipeline
+
+    resolved = load_spec(spec, **overrides)
+    return compile_pipeline(resolved, Path(output or f"{resolved.experiment.name}.yaml"))
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What `run` wrote: the run's folder, its report and tables, and its MLflow parent run."""
+
+    spec: Spec
+    run_dir: Path                 # results/<name>/runs/<time>-<run>/
+    report_dir: Path
+    seed_dirs: dict[int, Path]
+    mlflow_run_id: str            # empty when tracking is off
+    tracking_uri: str
+    experiment: str
+    stages: tuple[tuple[str, str], ...] = ()   # (task, SUCCESS | CACHED), in the order they ended
+
+    @property
+    def report_html(self) -> Path:
+        """The self-contained HTML report."""
+        return self.report_dir / "report.html"
+
+    @cached_property
+    def report(self) -> dict:
+        """report.json: every metric per split and model, the answers, the run's facts."""
+        return json.loads((self.report_dir / "report.json").read_text(encoding="utf-8"))
+
+    @property
+    def best(self) -> str | None:
+        """The best-performing personalized model on the primary split (test)."""
+        return self.report["best"]
+
+    @property
+    def fairest(self) -> str | None:
+        """The fairest personalized model on the primary split (test)."""
+        return self.report["fairest"]
+
+    @property
+    def results(self):
+        """Every seed's per-client table (results.csv) as one pandas DataFrame."""
+        return self._frame("results.csv")
+
+    @property
+    def history(self):
+        """Every model's per-round scores (history.csv of each model and seed) as a DataFrame."""
+        return self._frame("*/history.csv")
+
+    def _frame(self, pattern: str):
+        import pandas as pd
+
+        files = [f for d in self.seed_dirs.values() for f in sorted(d.glob(pattern))]
+        return pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+
+
+def run(spec: "Spec | str | Path", *, results: "str | Path | None" = None, resume: str = "all",
+        quiet: bool = False, **overrides: Any) -> RunResult:
+    """Run the spec's pipeline on the local kfp runner, as ``pflpipe run`` does.
+
+    Args:
+        spec: a spec file or a `Spec`.
+        results: the results directory (default: the spec's ``experiment.output_dir``).
+        resume: "all" reuses the cached stages and finished checkpoints of earlier runs;
+            "unfinished" recomputes finished stages (``--no-cache``); "none" recomputes
+            everything (``--fresh``).
+        quiet: print nothing (else a line per stage and where everything is, as the CLI).
+        **overrides: spec settings, e.g. ``federation={"rounds": 50}``.
+
+    Raises:
+        SpecError: the spec or an override is invalid.
+        StageFailed: a stage failed; the message carries its error and log file.
+
+    """
+    import io
+    import sys
+
+    from rich.console import Console
+
+    from pflpipe.cli.run import execute, with_results_dir, with_run_control
+
+    resolved = with_run_control(with_results_dir(load_spec(spec, **overrides),
+                                                 Path(results) if results is not None else None))
+    text = Path(spec).read_text(encoding="utf-8") if not isinstance(spec, Spec) else None
+    console = Console(file=io.StringIO() if quiet else sys.stdout, highlight=False,
+                      soft_wrap=True)
+    outcome = execute(resolved, text, console, resume=resume)
+    parent = outcome.parent
+    return RunResult(resolved, outcome.run_dir.absolute(),
+                     outcome.copies["report"].absolute(),
+                     {int(k.split("-", 1)[1]): v.absolute() for k, v in outcome.copies.items()
+                      if k.startswith("seed-")},
+                     parent.run_id, parent.tracking_uri, parent.experiment,
+                     tuple((task.title, task.status) for task in outcome.tasks))

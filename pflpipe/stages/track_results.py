@@ -1,0 +1,93 @@
+"""Log a training stage's results directory into MLflow.
+
+The training stages are cached and take no MLflow run id (a new id on every pipeline run would
+change their inputs and so defeat the cache), so `collect_results` logs each of them into the
+pipeline's parent run from its results directory; `evaluate_fairness` does it when no parent run
+was given (a pipeline started from the KFP UI). Under the parent, each algorithm gets a run named
+after it (``fedper``; ``fedper · seed 1`` with several seeds), and under that a run per client
+(``fedper · client 3``) holding the metrics of `pflpipe.tracking.vocabulary`, its settings and its
+model.
+"""
+
+import io
+from pathlib import Path
+
+import torch
+
+from pflpipe.stages import common
+from pflpipe.tracking import NULL_TRACKER, Tracker, vocabulary
+
+#: Stage of each model that is not trained by `personalize`.
+STAGES = {"fedavg": "warm_start_fedavg", "local": "train_local",
+          "persfl": "distill_grid_search", "persfl_gd": "distill_grid_search"}
+#: PersFL's figures and tables that its run carries (results directory → artifact folder).
+PERSFL_ARTIFACTS = {"lambda_t.png": "figures", "teacher_rounds.png": "figures",
+                    "grid.csv": "distillation", "chosen.csv": "distillation"}
+
+
+def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_dir: Path
+                ) -> None:
+    """Log one results directory: a run for its model (settings, means), a run per client."""
+    if tracker is NULL_TRACKER:
+        return
+    results_dir = Path(results_dir)
+    results, history = (common.read_csv(results_dir / name)
+                        for name in ("results.csv", "history.csv"))
+    model = results[0]["model"]
+    stage = STAGES.get(model, "personalize")
+    several = len(spec.experiment.seeds) > 1
+    tags = {"stage": stage, "algorithm": model, "seed": str(seed)}
+    template = _template(spec, seed, partition_dir)
+    extra = None
+    with tracker.child(vocabulary.run_name(model, seed=seed if several else None), tags) as run:
+        run.log_params({"seed": seed, **_settings(spec, model)})
+        if stage == "distill_grid_search":
+            chosen = {int(r["client"]): r for r in common.read_csv(results_dir / "chosen.csv")}
+            extra = lambda client: _teacher_and_pair(chosen[client])  # noqa: E731
+            for name, folder in PERSFL_ARTIFACTS.items():
+                if (results_dir / name).is_file():
+                    run.log_artifact(results_dir / name, folder)
+        if model == "fedavg" and (results_dir / "models" / "global_best_val.pt").is_file():
+            template.load_state_dict(_load(results_dir / "models" / "global_best_val.pt"))
+            run.log_model(template, "fedavg-global")
+        models = {path.stem: _load(path)
+                  for path in sorted((results_dir / "models").glob("client_*.pt"))}
+        common.log_clients(run, stage, model, results, history, extra, models or None,
+                           seed=seed if several else None, template=template)
+
+
+def _settings(spec, model: str) -> dict:
+    """What an algorithm's run records as params: the spec settings it ran with."""
+    if model == "fedavg":
+        fed = spec.federation
+        return {"rounds": fed.rounds, "local_epochs": fed.local_epochs, "lr": fed.lr,
+                "batch_size": fed.batch_size, "optimizer": fed.optimizer,
+                "client_fraction": fed.client_fraction}
+    if STAGES.get(model) == "distill_grid_search":
+        dist = spec.distillation
+        return {"lambdas": list(dist.lambdas), "temperatures": list(dist.temperatures),
+                "epochs": dist.epochs, "objective": dist.objective, "teacher": dist.teacher,
+                "selection_split": dist.selection_split, "criterion": spec.teachers.criterion}
+    entry = spec.local_params if model == "local" else spec.algorithm(model)
+    return {"algorithm": entry.name, **{k: v for k, v in entry.model_dump(mode="json").items()
+                                       if v is not None and k != "name"}}
+
+
+def _teacher_and_pair(chosen: dict) -> dict:
+    """A PersFL client's teacher round and chosen (λ, T), from its chosen.csv row."""
+    return {"teacher_round": int(chosen["teacher_round"]), "lam": float(chosen["lam"]),
+            "temperature": float(chosen["temperature"])}
+
+
+def _template(spec, seed: int, partition_dir: Path) -> torch.nn.Module:
+    """The spec's network, into which each client's weights are loaded before logging."""
+    from pflpipe.data import read_manifest
+    from pflpipe.models import build_model
+
+    dataset = read_manifest(partition_dir)["dataset"]
+    outputs = dataset["n_classes"] if dataset["task"] == "classification" else 1
+    return build_model(spec.model, tuple(dataset["input_shape"]), outputs, seed)
+
+
+def _load(path: Path) -> dict:
+    return torch.load(io.BytesIO(path.read_bytes()), weights_only=True, map_location="cpu")

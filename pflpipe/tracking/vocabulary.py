@@ -1,0 +1,113 @@
+"""The metric names every algorithm logs to MLflow: one vocabulary, so charts compare algorithms.
+
+Per round (MLflow step = round; epoch for the local baseline and PersFL's distillation):
+
+    train_loss, val_loss, val_accuracy, test_loss, test_accuracy       ({split}_{loss|accuracy})
+
+Final values of the model each client is scored with, chosen on validation (``best``) or the last
+round's (``last``):
+
+    best.test_accuracy, best.val_accuracy, best.test_loss, ..., best.round
+    last.test_accuracy, ..., last.round
+
+A client run holds its own values; an algorithm's run holds the unweighted mean over its clients
+(the report's "AA"), so selecting the algorithm runs in the chart view or in Compare puts every
+algorithm on one chart. An algorithm that also scores a second model of each client (e.g. the
+global model next to the personalized one) prefixes its names with the model's scope:
+``global.test_accuracy`` per round, ``best.global.test_accuracy`` at the end.
+"""
+
+import math
+from collections.abc import Iterable, Iterator
+
+#: results.csv's `selection` column → the prefix of the final values.
+SELECTIONS = {"best_val": "best", "last_round": "last"}
+#: The history and results columns that become metrics.
+MEASURES = ("loss", "accuracy")
+#: Second models of a client, scored next to the personalized one: a history or results column
+#: ``{scope}_{measure}`` (the engine's ``global_accuracy``) becomes ``{scope}.{split}_{measure}``.
+SCOPES = ("global",)
+
+
+def metric(split: str, measure: str, scope: str = "") -> str:
+    """Return the name of one measure on one split.
+
+    >>> metric("test", "accuracy"), metric("test", "accuracy", scope="global")
+    ('test_accuracy', 'global.test_accuracy')
+    """
+    return f"{scope}.{split}_{measure}" if scope else f"{split}_{measure}"
+
+
+def _values(row: dict) -> Iterator[tuple[str, float]]:
+    """(name, value) of every measure in a row of one split, the scoped ones too."""
+    for scope in ("", *SCOPES):
+        for measure in MEASURES:
+            value = row.get(f"{scope}_{measure}" if scope else measure)
+            if value not in ("", None) and not math.isnan(float(value)):  # NaN: no such split
+                yield metric(row["split"], measure, scope), float(value)
+
+
+def round_rows(history: Iterable[dict]) -> list[dict]:
+    """MLflow rows (step key ``round``) from history rows (round, split, loss, accuracy, ...).
+
+    >>> round_rows([{"round": 1, "split": "val", "loss": 0.5, "accuracy": 0.8,
+    ...              "global_accuracy": 0.7},
+    ...             {"round": 1, "split": "train", "loss": 0.4, "accuracy": ""}])
+    [{'round': 1, 'val_loss': 0.5, 'val_accuracy': 0.8, 'global.val_accuracy': 0.7, \
+'train_loss': 0.4}]
+    """
+    by_round: dict[int, dict] = {}
+    for row in history:
+        by_round.setdefault(int(row["round"]), {"round": int(row["round"])}).update(_values(row))
+    return [by_round[r] for r in sorted(by_round)]
+
+
+def final_metrics(results: Iterable[dict]) -> dict[str, float]:
+    """``best.*`` and ``last.*`` values from results.csv rows of one client.
+
+    >>> final_metrics([{"selection": "best_val", "split": "test", "round": 7, "accuracy": 0.9,
+    ...                 "loss": 0.3}])
+    {'best.test_loss': 0.3, 'best.test_accuracy': 0.9, 'best.round': 7.0}
+    """
+    out: dict[str, float] = {}
+    for row in results:
+        prefix = SELECTIONS[row["selection"]]
+        out |= {f"{prefix}.{name}": value for name, value in _values(row)}
+        out[f"{prefix}.round"] = float(row["round"])
+    return out
+
+
+def mean_over_clients(per_client: Iterable[dict], step_key: str | None = None) -> list[dict]:
+    """The unweighted mean over clients of every metric, per step (or of one final mapping each).
+
+    `per_client` holds one list of rows (with `step_key`) per client, or one mapping per client
+    when `step_key` is None.
+
+    >>> mean_over_clients([{"best.test_accuracy": 0.8}, {"best.test_accuracy": 0.6}])
+    [{'best.test_accuracy': 0.7}]
+    """
+    sums: dict[object, dict[str, list[float]]] = {}
+    for item in per_client:
+        for row in (item if step_key else [item]):
+            step = row[step_key] if step_key else None
+            for key, value in row.items():
+                if key != step_key:
+                    sums.setdefault(step, {}).setdefault(key, []).append(value)
+    out = []
+    for step in sorted(sums, key=lambda s: (s is None, s)):
+        means = {key: sum(values) / len(values) for key, values in sums[step].items()}
+        out.append({step_key: step, **means} if step_key else means)
+    return out
+
+
+def run_name(model: str, client: int | str | None = None, seed: int | None = None) -> str:
+    """The run name of an algorithm, or of one of its clients; the seed when there are several.
+
+    The client comes first: the runs table cuts long names, and a client run sits under its
+    algorithm's run anyway.
+
+    >>> run_name("fedper", 3), run_name("fedper", seed=1), run_name("fedper", 3, seed=1)
+    ('client 3 · fedper', 'fedper · seed 1', 'client 3 · fedper · seed 1')
+    """
+    parts = ([f"client {client}"] if client is not None else []) + [model]
+    return " · ".join(parts + ([f"seed {seed}"] if seed is not None else []))
