@@ -26,9 +26,14 @@ def trained(tmp_path_factory):
     path = root / "spec.yaml"
     path.write_text(SPEC.format(out=root / "results"))
     spec = load_spec(path)
-    base = root / "results" / "seed-0"
+    base = root / "work"
     partition_data.run(spec, 0, base / "partition")
     warm_start_fedavg.run(spec, 0, base / "partition", base / "checkpoints", base / "fedavg")
+    # where a finished `pflpipe run` says its partition and checkpoints are (docs/contracts.md)
+    latest = root / "results" / "latest" / "seed-0"
+    latest.mkdir(parents=True)
+    (latest / "sources.json").write_text(json.dumps(
+        {"partition": str(base / "partition"), "checkpoints": str(base / "checkpoints")}))
     return root, path
 
 
@@ -49,7 +54,8 @@ def test_personalize_new_picks_a_stored_round_and_distils_it(trained, capsys):
     grid = (root / "out" / "grid.csv").read_text().splitlines()
     assert len(grid) == 1 + 4                      # header + 2 λ × 2 T
     assert (root / "out" / "model.pt").is_file()
-    assert "chosen λ = " in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "student:  λ = " in out and "**" not in out  # plain text
 
 
 def test_personalize_new_rejects_samples_of_another_shape(trained, capsys):
@@ -71,3 +77,16 @@ def test_personalize_new_names_a_missing_checkpoint_directory(trained, tmp_path,
 
     assert code == 2
     assert "--checkpoints" in capsys.readouterr().err
+
+
+def test_personalize_new_without_a_finished_run_says_what_to_do(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(out=tmp_path / "results"))
+    np.savez(tmp_path / "client.npz", x=np.zeros((20, 8, 8), np.float32),
+             y=np.zeros(20, np.int64))
+
+    code = main(["personalize-new", str(spec), "--client-data", str(tmp_path / "client.npz")])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "no finished `pflpipe run` of this spec with seed 0" in err
+    assert "--partition and --checkpoints" in err

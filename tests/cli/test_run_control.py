@@ -99,8 +99,8 @@ def test_threads_and_parallel_tasks_are_set_and_shown(runs):
 def test_train_test_only_spec_reports_its_selection_rule(runs):
     work, first, _ = runs
 
-    report = json.loads((work / "results" / "report" / "report.json").read_text())
-    table = (work / "results" / "seed-0" / "results.csv").read_text()
+    report = json.loads((work / "results" / "latest" / "report" / "report.json").read_text())
+    table = (work / "results" / "latest" / "seed-0" / "results.csv").read_text()
 
     assert NO_VALIDATION in report["protocol"]
     assert list(report["splits"]) == ["test"] and ",val," not in table
