@@ -1,7 +1,8 @@
-"""The report's accuracy figures: accuracy over rounds per algorithm, accuracy per client.
+"""The report's score figures: the score over rounds per algorithm, the score per client.
 
-Both compare every algorithm at a glance. matplotlib is imported inside each function and used
-through `Figure` (no pyplot state).
+Both compare every algorithm at a glance. The score is the accuracy, or −MSE for a regression
+(unit ``neg_mse``: the history's `loss`, negated). matplotlib is imported inside each function
+and used through `Figure` (no pyplot state).
 """
 
 import math
@@ -11,25 +12,34 @@ import numpy as np
 
 from pflpipe.metrics.figures import _png, colors
 from pflpipe.metrics.summary import SplitSummary
+from pflpipe.metrics.table import measure
 
 #: Models whose history steps are epochs, not federated rounds.
 EPOCHS = {"local": "epochs", "persfl": "distillation epochs from the teacher",
           "persfl_gd": "distillation epochs from the teacher"}
 
 
-def round_bands(history: Iterable[dict], split: str) -> dict[str, tuple[np.ndarray, ...]]:
-    """Per model: (rounds, mean, std) of the accuracy over every client and seed at each round.
+def round_bands(history: Iterable[dict], split: str, unit: str = "fraction"
+                ) -> dict[str, tuple[np.ndarray, ...]]:
+    """Per model: (rounds, mean, std) of the score over every client and seed at each round.
+
+    The score is the accuracy, or with `unit` ``neg_mse`` the negated loss (−MSE).
 
     >>> bands = round_bands([{"model": "a", "split": "test", "round": 1, "accuracy": 0.5},
     ...                      {"model": "a", "split": "test", "round": 1, "accuracy": 0.7}], "test")
     >>> [round(float(v[0]), 3) for v in bands["a"]]
     [1.0, 0.6, 0.141]
+    >>> round_bands([{"model": "a", "split": "test", "round": 2, "accuracy": "nan",
+    ...               "loss": 0.25}], "test", "neg_mse")["a"][1]
+    array([-0.25])
     """
+    column, sign = ("loss", -1.0) if unit == "neg_mse" else ("accuracy", 1.0)
     values: dict[str, dict[int, list[float]]] = {}
     for row in history:
-        if row["split"] == split and row.get("accuracy") not in ("", None):
+        value = float(row.get(column) or "nan")
+        if row["split"] == split and not math.isnan(value):
             values.setdefault(row["model"], {}).setdefault(int(row["round"]), []).append(
-                float(row["accuracy"]))
+                sign * value)
     out = {}
     for model, by_round in values.items():
         rounds = np.array(sorted(by_round), dtype=float)
@@ -39,15 +49,17 @@ def round_bands(history: Iterable[dict], split: str) -> dict[str, tuple[np.ndarr
     return out
 
 
-def accuracy_rounds_png(history: list[dict], split: str, models: list[str]) -> bytes:
-    """One panel per model: mean accuracy over rounds, a band of ± 1 std over clients and seeds.
+def accuracy_rounds_png(history: list[dict], split: str, models: list[str],
+                        unit: str = "fraction") -> bytes:
+    """One panel per model: the mean score over rounds, a band of ± 1 std over clients and seeds.
 
-    The panels share the y axis (0 to 1) so the algorithms compare by eye; models without a
-    history (results given as a table only) are left out.
+    The panels share the y axis (0 to 1 for an accuracy) so the algorithms compare by eye;
+    models without a history (results given as a table only) are left out.
     """
     from matplotlib.figure import Figure
 
-    bands = round_bands(history, split)
+    bands = round_bands(history, split, unit)
+    name, accuracy = measure(unit), unit != "neg_mse"
     shown = [m for m in models if m in bands]
     palette = colors(models)
     cols = min(4, max(1, len(shown)))
@@ -59,27 +71,32 @@ def accuracy_rounds_png(history: list[dict], split: str, models: list[str]) -> b
     for ax, model in zip(axes.flat, shown, strict=False):
         rounds, mean, std = bands[model]
         ax.plot(rounds, mean, color=palette[model], linewidth=1.5)
-        ax.fill_between(rounds, np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1),
-                        color=palette[model], alpha=0.2, linewidth=0)
-        ax.set_title(f"{model}: {mean[-1]:.3f} at the end", fontsize=9)
+        low, high = (mean - std, mean + std) if not accuracy else \
+            (np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1))
+        ax.fill_between(rounds, low, high, color=palette[model], alpha=0.2, linewidth=0)
+        ax.set_title(f"{model}: {mean[-1]:.4g} at the end", fontsize=9)
         ax.set_xlabel(EPOCHS.get(model, "round"), fontsize=8)
-        ax.set_ylim(0, 1.02)
+        if accuracy:
+            ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(shown):]:
         ax.axis("off")
     for ax in axes[:, 0]:
-        ax.set_ylabel(f"{split} accuracy", fontsize=8)
+        ax.set_ylabel(f"{split} {name}", fontsize=8)
     if not shown:
         axes[0][0].text(0.5, 0.5, "no per-round history in the results", ha="center",
                         va="center", transform=axes[0][0].transAxes)
-    fig.suptitle(f"Mean {split} accuracy over rounds, band: ± 1 std over clients and seeds",
+    fig.suptitle(f"Mean {split} {name} over rounds, band: ± 1 std over clients and seeds",
                  fontsize=10)
     return _png(fig)
 
 
 def client_bars_png(summary: SplitSummary) -> bytes:
-    """Grouped bars: each client's accuracy under every model (mean over seeds, ± std)."""
+    """Grouped bars: each client's score under every model (mean over seeds, ± std).
+
+    An accuracy's axis spans 0 to 1 (or 100); a −MSE's runs from 0 down past the lowest bar.
+    """
     from matplotlib.figure import Figure
 
     models = list(summary.models)
@@ -87,8 +104,9 @@ def client_bars_png(summary: SplitSummary) -> bytes:
     palette = colors(models)
     top = 100.0 if summary.unit == "percent" else 1.0
     width = 0.8 / max(1, len(models))
-    fig = Figure(figsize=(min(18.0, 2.0 + 0.16 * len(clients) * len(models)), 3.8))
-    fig.subplots_adjust(left=0.07, right=0.99, top=0.88, bottom=0.2)
+    inches = min(18.0, max(6.0, 2.0 + 0.16 * len(clients) * len(models)))
+    fig = Figure(figsize=(inches, 3.8))
+    fig.subplots_adjust(left=0.8 / inches, right=0.99, top=0.88, bottom=0.2)  # room for labels
     ax = fig.add_subplot()
     x = np.arange(len(clients))
     for i, model in enumerate(models):
@@ -100,14 +118,19 @@ def client_bars_png(summary: SplitSummary) -> bytes:
     ticks = x if len(clients) <= 40 else x[:: math.ceil(len(clients) / 40)]
     ax.set_xticks(ticks, [clients[int(t)] for t in ticks], fontsize=7)
     ax.set_xlabel("client")
-    ax.set_ylabel(f"{summary.split} accuracy ({summary.unit})")
-    ax.set_ylim(0, top * 1.02)
+    ax.set_ylabel(f"{summary.split} {measure(summary.unit)} ({summary.unit})")
+    if summary.unit == "neg_mse":
+        lowest = min((v for r in summary.models.values() for v in r.per_client_accuracy.values()),
+                     default=-1.0)
+        ax.set_ylim(1.1 * min(lowest, -1e-12), 0)
+    else:
+        ax.set_ylim(0, top * 1.02)
     ax.legend(ncol=min(len(models), 6), fontsize=8, loc="lower center",
               bbox_to_anchor=(0.5, 1.0), frameon=False)
     return _png(fig)
 
 
 def _seed_std(summary: SplitSummary, model: str, client: str) -> float:
-    """The std over seeds of one client's accuracy (0 with one seed)."""
+    """The std over seeds of one client's score (0 with one seed)."""
     values = summary.models[model].per_client_seeds.get(client, ())
     return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0

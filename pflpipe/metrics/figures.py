@@ -12,11 +12,12 @@ import numpy as np
 from pflpipe.metrics.base import REGISTRY
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.summary import SplitSummary
+from pflpipe.metrics.table import measure
 
 GROUP_TITLES = {
     "improved": "QoI over U⁺ (improved clients)",
     "decreased": "|QoI| over U⁻ (decreased clients)",
-    "accuracy": "accuracy (all clients)",
+    "accuracy": "{measure} (all clients)",
 }
 
 
@@ -84,7 +85,8 @@ def fairness_bars_png(summary: SplitSummary, metrics: tuple[str, ...] = FAIRNESS
         else:
             reasons = {summary.models[m].reasons.get(paths[0], "") for m in models}
             why = "; ".join(sorted(r for r in reasons if r)) or "no personalized model"
-            skipped.append(f"{GROUP_TITLES[group]}: not plotted, undefined for every model ({why})")
+            title = GROUP_TITLES[group].format(measure=measure(summary.unit, fairness=True))
+            skipped.append(f"{title}: not plotted, undefined for every model ({why})")
     # Fixed margins in inches: a layout engine would double the drawing time.
     width, top, bottom = 3.2 * len(metrics), 0.8, 0.75 + 0.2 * len(skipped)
     height = top + bottom + 3.0 * len(rows)
@@ -95,7 +97,8 @@ def fairness_bars_png(summary: SplitSummary, metrics: tuple[str, ...] = FAIRNESS
     for row, (group, models, paths) in enumerate(rows):
         for col, path in enumerate(paths):
             _bar_panel(axes[row][col], summary, models, path, palette)
-        axes[row][0].set_ylabel(GROUP_TITLES[group])
+        axes[row][0].set_ylabel(GROUP_TITLES[group].format(
+            measure=measure(summary.unit, fairness=True)))
     fig.suptitle(f"Fairness metrics, split {summary.split}")
     if skipped:
         fig.text(0.01, 0.01, "\n".join(skipped), fontsize=9, ha="left", va="bottom")

@@ -17,6 +17,7 @@ from pflpipe.metrics.base import REGISTRY, fsum
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, GROUPS, SplitSummary
+from pflpipe.metrics.table import measure
 
 Block = tuple
 UNIT_TEXT = {
@@ -28,18 +29,21 @@ UNIT_TEXT = {
 GROUP_NAMES = {
     "improved": "QoI over U⁺ (how evenly the improvement is shared)",
     "decreased": "|QoI| over U⁻ (how evenly the loss is shared)",
-    "accuracy": "per-client accuracy",
+    "accuracy": "per-client {fair_measure}",
 }
 NULL_RULE = (
     "A metric without a value is shown as — and is null in report.json; the model's "
     "\"reasons\" mapping gives the reason at the metric's dotted path (e.g. "
     "\"performance.MPD\": \"U⁻ is empty: ...\"). Baselines have no QoI metrics."
 )
-ROUNDS_CAPTION = ("Accuracy over rounds, one panel per model: the mean over clients and seeds "
+#: Captions of the score figures; {measure} is the unit's score (accuracy, −MSE).
+ROUNDS_CAPTION = ("{Measure} over rounds, one panel per model: the mean over clients and seeds "
                   "with a band of ± 1 std (local: epochs alone; PersFL: distillation epochs from "
                   "each client's teacher, epoch 0 being the teacher).")
-CLIENTS_CAPTION = ("Each client's accuracy under every model (mean over seeds; error bars: std "
+CLIENTS_CAPTION = ("Each client's {measure} under every model (mean over seeds; error bars: std "
                    "over seeds).")
+#: The client table's row of means (thesis Table 6.2 calls it "Avg Acc").
+AVERAGE = {"accuracy": "Avg Acc", "−MSE": "Avg −MSE"}
 SEED_RULE = (
     "Each metric is computed per seed on that seed's clients, then reported as mean ± sample "
     "std (K − 1) over seeds; with one seed there is no ±. Clients weigh equally."
@@ -101,15 +105,18 @@ def split_blocks(summary: SplitSummary, metrics: Sequence[str],
     personalized = [m for m, r in summary.models.items() if r.is_personalized]
     everyone = list(summary.models)
     seeds = ", ".join(map(str, summary.seeds))
+    name = measure(summary.unit)
+    words = {"measure": name, "Measure": name[0].upper() + name[1:],
+             "fair_measure": measure(summary.unit, fairness=True)}
     out: list[Block] = [
         ("h2", f"Split: {summary.split}"),
         ("p", f"{len(summary.clients)} clients, seed(s) {seeds}. {summary.answer()}"),
-        ("h3", "Per-client accuracy (thesis Table 6.2 style; mean over seeds)"),
+        ("h3", f"Per-client {name} (thesis Table 6.2 style; mean over seeds)"),
         _client_table(summary),
     ]
     for key, caption in (("rounds", ROUNDS_CAPTION), ("clients", CLIENTS_CAPTION)):
         if key in figures:
-            out.append(("figure", figures[key], caption))
+            out.append(("figure", figures[key], caption.format(**words)))
     perf = [m for m in PERFORMANCE if m in metrics]
     if perf and personalized:
         out += [("h3", "Performance on the QoI (thesis Table 6.8 style)"),
@@ -118,11 +125,11 @@ def split_blocks(summary: SplitSummary, metrics: Sequence[str],
     for group in GROUPS if fair else ():
         models = everyone if group == "accuracy" else personalized
         if models:
-            out += [("h3", f"Fairness on {GROUP_NAMES[group]}"),
+            out += [("h3", f"Fairness on {GROUP_NAMES[group].format(**words)}"),
                     metric_table(summary, models, [f"fairness.{group}.{m}" for m in fair])]
     acc = [m for m in ACCURACY if m in metrics]
     if acc:
-        out += [("h3", "Accuracy summaries"),
+        out += [("h3", f"{words['Measure']} summaries"),
                 metric_table(summary, everyone, [f"accuracy.{m}" for m in acc])]
     if "qoi" in figures:
         out.append(("figure", figures["qoi"], "QoI per personalized model: a box over clients "
@@ -140,7 +147,7 @@ def split_blocks(summary: SplitSummary, metrics: Sequence[str],
 
 
 def _client_table(summary: SplitSummary) -> Block:
-    """Each client's accuracy per model, the mean and std; each row's best value marked."""
+    """Each client's score per model, the mean and std; each row's best value marked."""
     models = list(summary.models)
     values = [[summary.models[m].per_client_accuracy.get(c) for m in models]
               for c in summary.clients]
@@ -157,7 +164,8 @@ def _client_table(summary: SplitSummary) -> Block:
     best |= {(len(rows), j + 1) for j in _best(mean_of, True)}
     best |= {(len(rows) + 1, j + 1) for j in _best(std_of, False)}
     return ("table", ["Client", *models],
-            [*rows, ["Avg Acc", *(fmt(v, "AA", summary.unit) for v in mean_of)],
+            [*rows, [AVERAGE[measure(summary.unit)], *(fmt(v, "AA", summary.unit)
+                                                          for v in mean_of)],
              ["Std Dev", *(fmt(v, "std", summary.unit) for v in std_of)]], best)
 
 

@@ -36,7 +36,7 @@ from pflpipe.metrics import curves, figures, render
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
-from pflpipe.metrics.table import ResultsTable
+from pflpipe.metrics.table import ResultsTable, measure
 
 #: Every metric name the report knows (the spec's `evaluation.metrics` choose among them).
 ALL_METRICS = tuple(dict.fromkeys((*PERFORMANCE, *FAIRNESS, *ACCURACY)))
@@ -52,11 +52,14 @@ NO_VALIDATION = (
 )
 
 
-def protocol(selection: str, local: str, global_: str, validation: bool | None = None) -> str:
+def protocol(selection: str, local: str, global_: str, validation: bool | None = None,
+             unit: str = "fraction") -> str:
     """Describe how the per-client numbers were produced.
 
-    `validation` False says the run had no validation split and states the rule used instead.
+    `validation` False says the run had no validation split and states the rule used instead;
+    `unit` names the score (accuracy, or −MSE for a regression).
     """
+    score = measure(unit)
     chosen = {"best_val": "the model best on validation", "last_round": "the last-round model"}
     rule = (NO_VALIDATION if validation is False else
             "The per-client model (round or epoch) is chosen on the client's validation split, "
@@ -65,8 +68,8 @@ def protocol(selection: str, local: str, global_: str, validation: bool | None =
     return (
         f"Each client is scored on its own test split with its personalized model. {rule} "
         f"QoI_i = P_i − max(G_i, L_i) "
-        f"compares each client's personalized accuracy P with the better of its global ({global_!r}"
-        f", G) and local-only ({local!r}, L) accuracies (thesis eq. 5.2). A 'val' split, when "
+        f"compares each client's personalized {score} P with the better of its global ({global_!r}"
+        f", G) and local-only ({local!r}, L) {score} (thesis eq. 5.2). A 'val' split, when "
         f"present, is reported too but is the split the model was chosen on."
     )
 
@@ -126,7 +129,8 @@ class Report:
             "splits": splits,
             "rules": {"best": BEST_RULE, "fairest": FAIREST_RULE, "seeds": render.SEED_RULE,
                       "nulls": render.NULL_RULE},
-            "protocol": protocol(self.selection, self.local, self.global_, self.validation),
+            "protocol": protocol(self.selection, self.local, self.global_, self.validation,
+                                 self.unit),
             "sources": list(self.sources), "run": dict(self.context.run),
             "tables": dict(self.context.links),
         }
@@ -142,12 +146,13 @@ class Report:
             out += [("p", "Per-client results tables (every model, split and selection):"),
                     ("links", list(self.context.links))]
         out += [
-            ("p", f"Accuracy unit: {unit}. QoI, MPI, API, MPD, APD, AA, std, min and the "
-                  f"bottom-decile mean are in this unit; PUI and PUD are % of clients; AV is in "
+            ("p", f"Scores ({measure(self.unit)}): {unit}. QoI, MPI, API, MPD, APD, AA, std, "
+                  f"min and the bottom-decile mean are in this unit; PUI and PUD are % of "
+                  f"clients; AV is in "
                   f"unit²; CS, Entropy and JI have no unit. Baselines: local {self.local!r}, "
                   f"global {self.global_!r}. Tables: {', '.join(self.sources) or '(in memory)'}."),
             ("h2", "Protocol"),
-            ("p", protocol(self.selection, self.local, self.global_, self.validation)),
+            ("p", protocol(self.selection, self.local, self.global_, self.validation, self.unit)),
             ("h2", "Answers"), ("list", [s.answer() for s in self.splits.values()]),
         ]
         for name, summary in self.splits.items():
@@ -218,7 +223,8 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
         if history and name == report.primary.split:  # the curves of the reported split
             files["rounds"] = f"figures/accuracy_rounds_{slug}.png"
             images[files["rounds"]] = curves.accuracy_rounds_png(history, name,
-                                                                 list(summary.models))
+                                                                 list(summary.models),
+                                                                 report.unit)
         images[files["clients"]] = curves.client_bars_png(summary)
         images[files["qoi"]] = figures.qoi_strip_png(summary)
         images[files["fairness"]] = figures.fairness_bars_png(summary, report.metrics)

@@ -23,7 +23,14 @@ import numpy as np
 from pflpipe.metrics.base import REGISTRY, fsum
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE, quantum_of_improvement
-from pflpipe.metrics.table import ResultsTable, Scores, client_key, scores_by_seed, select_rows
+from pflpipe.metrics.table import (
+    ResultsTable,
+    Scores,
+    client_key,
+    measure,
+    scores_by_seed,
+    select_rows,
+)
 
 #: A verdict resting on fewer clients than this is flagged in the answer (fairness over one or
 #: two values is trivially high: AV 0, JI 1).
@@ -144,7 +151,8 @@ class SplitSummary:
             lines.append(f"Caution: the fairness verdict rests on {improved:.3g} improved "
                          f"client(s) of {len(self.clients)} ({fairest}'s U⁺, mean over seeds); "
                          f"fairness over fewer than {MIN_CLIENTS} clients is trivially high, so "
-                         "it says little. Read PUI and the accuracy fairness instead.")
+                         f"it says little. Read PUI and the "
+                         f"{measure(self.unit, fairness=True)} fairness instead.")
         elif pui is not None and pui < 50:
             lines.append(f"Note: {fairest} improved only {pui:.1f}% of clients; its fairness "
                          f"describes how evenly those few improvements are shared.")

@@ -39,6 +39,20 @@ SELECTIONS = ("best_val", "last_round")
 Unit = Literal["fraction", "percent", "neg_mse"]
 #: The units a caller may name; "auto" detects them.
 UNITS = ("auto", "fraction", "percent", "neg_mse")
+#: What the score of each unit is called in the report's headings, axes and captions.
+MEASURES = {"fraction": "accuracy", "percent": "accuracy", "neg_mse": "−MSE"}
+
+
+def measure(unit: str, *, fairness: bool = False) -> str:
+    """The name of a unit's score; with `fairness`, of the values whose fairness is measured.
+
+    A regression's fairness is that of the per-client MSEs (positive), its score is −MSE.
+
+    >>> measure("fraction"), measure("neg_mse"), measure("neg_mse", fairness=True)
+    ('accuracy', '−MSE', 'MSE')
+    """
+    name = MEASURES[unit]
+    return name.lstrip("−") if fairness else name
 
 
 @dataclass(frozen=True)

@@ -123,3 +123,30 @@ def test_report_without_personalized_models_still_renders(tmp_path):
     assert "no personalized model" in data["splits"]["test"]["decisions"]["best"]["reason"]
     assert data["unit"] == "percent"
     assert all(p.read_bytes().startswith(PNG) for p in files.figures)
+
+
+def test_regression_report_names_its_score_negative_mse(tmp_path):
+    """A regression's report says −MSE wherever a classification's says accuracy."""
+    from pflpipe.metrics import read_table
+    from pflpipe.metrics.report import Context
+
+    mse = {"local": [0.5, 0.25], "fedavg": [0.25, 1.0], "x": [0.125, 0.5]}
+    path = tmp_path / "results.csv"
+    path.write_text("client,model,split,accuracy,loss\n" + "".join(
+        f"{c},{m},test,nan,{v[c]}\n" for m, v in mse.items() for c in (0, 1)))
+    history = tuple({"model": m, "split": "test", "round": r, "accuracy": "nan",
+                     "loss": v[0] * r} for m, v in mse.items() for r in (1, 2))
+    report = build_report(read_table([path]), context=Context(history=history))
+    files = write_report(report, tmp_path / "report")
+    text = files.markdown.read_text()
+
+    assert report.unit == "neg_mse"
+    for heading in ("### Per-client −MSE (thesis Table 6.2 style", "### −MSE summaries",
+                    "### Fairness on per-client MSE"):
+        assert heading in text
+    assert "| Avg −MSE | -0.3750 | -0.6250 | **-0.3125** |" in text
+    assert "−MSE over rounds, one panel per model" in text
+    assert "personalized −MSE P" in text
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert not [h for h in headings if "ccuracy" in h]
+    assert (tmp_path / "report" / "figures" / "accuracy_rounds_test.png").is_file()
