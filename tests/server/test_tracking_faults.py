@@ -119,8 +119,9 @@ def test_next_run_marks_the_killed_run_killed(killed_then_rerun):
 
 def test_regression_run_reports_negative_mse_per_client(killed_then_rerun):
     work, client, experiment, _, second = killed_then_rerun
-    report = json.loads((work / "results" / "report" / "report.json").read_text())
-    rows = list(csv.DictReader((work / "results" / f"seed-{SEED}" / "results.csv").open()))
+    report = json.loads((work / "results" / "latest" / "report" / "report.json").read_text())
+    rows = list(csv.DictReader((work / "results" / "latest" / f"seed-{SEED}" / "results.csv")
+                               .open()))
 
     assert report["unit"] == "neg_mse"
     assert set(report["models"]) == {"local", "fedavg", "fedper"}
@@ -136,12 +137,38 @@ def test_regression_run_reports_negative_mse_per_client(killed_then_rerun):
     assert "Best performing on test: fedper" in second.stdout
 
 
+def test_regression_runs_log_the_mse_as_loss_and_no_accuracy(killed_then_rerun):
+    """Client and algorithm runs of a regression hold test_loss (the MSE), never a NaN accuracy;
+    the report names its score −MSE."""
+    work, client, experiment, _, _ = killed_then_rerun
+    rows = list(csv.DictReader((work / "results" / "latest" / f"seed-{SEED}" / "results.csv")
+                               .open()))
+    [parent] = [r for r in _runs(client, experiment) if r.info.status == "FINISHED"]
+    runs = client.search_runs([parent.info.experiment_id],
+                              f"tags.root_run_id = '{parent.info.run_id}'")
+    clients = [r for r in runs if r.data.tags.get("client_id")]
+
+    assert len(clients) == 3 * 4
+    for run in runs:
+        assert not [name for name in run.data.metrics if "accuracy" in name], run.info.run_name
+    fedper_0 = next(r for r in clients if r.info.run_name == "client 0 · fedper")
+    mse = next(float(r["loss"]) for r in rows if (r["model"], r["client"], r["split"],
+                                                  r["selection"]) == ("fedper", "0", "test",
+                                                                      "best_val"))
+    assert fedper_0.data.metrics["best.test_loss"] == pytest.approx(mse, rel=1e-6)
+    history = client.get_metric_history(fedper_0.info.run_id, "test_loss")
+    assert [m.step for m in history] == [1, 2]
+    text = (work / "results" / "latest" / "report" / "report.md").read_text()
+    assert "### Per-client −MSE" in text and "| Avg −MSE |" in text
+
+
 def test_the_largest_seed_survives_the_pipeline_exactly(killed_then_rerun):
     work, client, experiment, _, _ = killed_then_rerun
-    rows = list(csv.DictReader((work / "results" / f"seed-{SEED}" / "results.csv").open()))
-    report = json.loads((work / "results" / "report" / "report.json").read_text())
+    latest = work / "results" / "latest"
+    rows = list(csv.DictReader((latest / f"seed-{SEED}" / "results.csv").open()))
+    report = json.loads((latest / "report" / "report.json").read_text())
 
-    assert sorted(p.name for p in (work / "results").glob("seed-*")) == [f"seed-{SEED}"]
+    assert sorted(p.name for p in latest.glob("seed-*")) == [f"seed-{SEED}"]
     assert {row["seed"] for row in rows} == {str(SEED)}
     assert report["splits"]["test"]["seeds"] == [SEED]
     [parent] = [r for r in _runs(client, experiment) if r.info.status == "FINISHED"]
