@@ -157,7 +157,7 @@ def test_regression_runs_log_the_mse_as_loss_and_no_accuracy(killed_then_rerun):
                                                                       "best_val"))
     assert fedper_0.data.metrics["best.test_loss"] == pytest.approx(mse, rel=1e-6)
     history = client.get_metric_history(fedper_0.info.run_id, "test_loss")
-    assert [m.step for m in history] == [1, 2]
+    assert [m.step for m in history] == [0, 1, 2]  # round 0: the warm start it begins from
     text = (work / "results" / "latest" / "report" / "report.md").read_text()
     assert "### Per-client −MSE" in text and "| Avg −MSE |" in text
 
