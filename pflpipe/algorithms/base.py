@@ -76,6 +76,7 @@ class Phase:
     lr: float | None = None               # the algorithm's lr if None
     group_lr: Mapping[str, float] = field(default_factory=dict)  # per-group overrides
     batches_per_step: int = 1             # mini-batches each step draws (Per-FedAvg: 2 or 3)
+    full_batch: bool = False              # each step sees all of a client's samples (one epoch)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Round:
     server: Tree          # the server state at the start of the round
     states: Tree          # [C] client states: before training (dispatch, schedule), after it
                           # (server_step)
+    seed: int = 0         # seeds the round's server-side draws (from the run's seed and round)
 
     @property
     def weights(self) -> Tensor:

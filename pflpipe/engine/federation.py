@@ -40,7 +40,7 @@ METRICS = ("round", "val_loss", "val_accuracy", "test_loss", "test_accuracy")
 GLOBAL_METRICS = ("global_val_loss", "global_val_accuracy", "global_test_loss",
                   "global_test_accuracy")
 #: Salts of the random streams that are not a training phase's.
-_MODULES_SALT, _EVAL_SALT, _EVAL_PHASES = 1_000_001, 1_000_002, 100
+_MODULES_SALT, _EVAL_SALT, _SERVER_SALT, _EVAL_PHASES = 1_000_001, 1_000_002, 1_000_003, 100
 
 
 @dataclass(frozen=True)
@@ -164,7 +164,8 @@ class Federation:
     def _info(self, snap: dict, round_idx: int, clients: Tensor, states: Tree) -> Round:
         counts = self.data.train.counts[clients.to(self.data.train.offsets.device)]
         return Round(round_idx, clients, counts.to(clients.device), self.n_clients,
-                     snap["global"], snap["server"], states)
+                     snap["global"], snap["server"], states,
+                     member_seed(self.plan.seed, self.plan.stream, round_idx, _SERVER_SALT))
 
     def _sample(self, round_idx: int) -> Tensor:
         fraction = self.plan.client_fraction
@@ -179,10 +180,11 @@ class Federation:
                snap: dict) -> Tree:
         plan, data, clients, round_idx = self.plan, self.data.train, info.clients, info.index
         counts = info.counts.cpu()
+        batch_size = int(counts.max()) if phase.full_batch else plan.batch_size
         if phase.steps is not None:
             steps = torch.full((len(clients),), phase.steps, dtype=torch.long)
         else:
-            steps = steps_for_epochs(counts, plan.batch_size, phase.epochs or plan.local_epochs,
+            steps = steps_for_epochs(counts, batch_size, phase.epochs or plan.local_epochs,
                                      phase.batches_per_step)
         lr = torch.full((len(clients),), phase.lr or plan.lr, device=clients.device)
         steps, lr = self.algorithm.schedule(dataclasses.replace(info, states=state), phase,
@@ -192,7 +194,7 @@ class Federation:
             data=data, clients=clients, steps=steps.cpu().long(),
             lr={g: torch.full_like(lr, phase.group_lr[g]) if g in phase.group_lr else lr
                 for g in phase.train},
-            batch_size=plan.batch_size,
+            batch_size=batch_size,
             seeds=[member_seed(plan.seed, plan.stream, round_idx, c, phase_idx)
                    for c in clients.tolist()],
             shared=shared, batches_per_step=phase.batches_per_step, optimizer=plan.optimizer)

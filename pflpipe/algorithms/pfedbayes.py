@@ -1,0 +1,81 @@
+"""pFedBayes (Zhang et al., ICML 2022): personalized FL by variational Bayesian inference.
+
+Every weight is Gaussian (σ = softplus(π)). The server holds a global distribution
+q_v = N(μ_v, diag σ_v²) (μ_v is the global model, π_v the server state ``spread``); client i keeps a
+personal q_θ and each round trains a copy of q_v. Each local step (full batch, pFedVEM's setting)
+minimises, with K reparameterised draws,
+
+    q_θ:  (1/K) Σ_k Σ_j ℓ_j(w_k) + ζ KL(q_θ ‖ q_v)     with q_v held fixed,
+    q_v:  ζ KL(q_θ ‖ q_v)                               with q_θ held fixed,
+
+as one objective whose gradients land where pFedBayes applies them (the two updates are
+simultaneous here, one after the other in the paper's Algorithm 1). The server mixes
+v ← (1 − β)·v + β·(1/S) Σ_i v_i over the round's S clients, means and spreads alike (uniform
+weights, as the paper). The personalized model is q_θ's mean (or its MC predictive), the global
+model q_v's mean.
+"""
+
+from pflpipe.algorithms import bayesian
+from pflpipe.algorithms.base import Algorithm, Phase, register
+from pflpipe.spec.algorithms.pfedbayes import PFedBayesParams
+
+
+@register
+class PFedBayes(Algorithm[PFedBayesParams]):
+    """Bayesian personal networks tied by a KL term to a Bayesian global network."""
+
+    kept = ("personal", "personal_spread")
+    predict_with = "personal"
+
+    def init_server(self, global_params, n_clients):
+        """The global spread: σ₀ everywhere."""
+        return {"spread": bayesian.constant_spread(global_params, self.params.init_std)}
+
+    def init_kept(self, global_params):
+        """q_θ starts as the global mean with σ₀ everywhere."""
+        return {"personal": dict(global_params),
+                "personal_spread": bayesian.constant_spread(global_params, self.params.init_std)}
+
+    def receive(self, global_params, previous, shared=None):
+        """A copy of q_v (mean and spread) and the kept q_θ."""
+        return {"model": dict(global_params), "spread": shared["server"]["spread"],
+                **{group: previous[group] for group in self.kept}}
+
+    def phases(self):
+        """Local epochs of full-batch steps on q_θ and the copy of q_v together."""
+        lr = self.params.global_lr
+        return (Phase(train=("personal", "personal_spread", "model", "spread"), full_batch=True,
+                      group_lr={"model": lr, "spread": lr} if lr else {}),)
+
+    def local_objective(self, state, batch, shared, hp, ctx):
+        """(1/K) Σ_k Σ_j ℓ_j(w_k) + ζ KL(q_θ ‖ sg q_v) + ζ KL(sg q_θ ‖ q_v)."""
+        p = self.params
+        personal, personal_std = state["personal"], bayesian.std(state["personal_spread"])
+        mean, spread_std = state["model"], bayesian.std(state["spread"])
+        n = batch["mask"].sum()
+        nll = n * bayesian.expected_loss(ctx, {}, personal, state["personal_spread"], batch,
+                                         p.mc_samples)
+        to_personal = bayesian.gaussian_kl(personal, personal_std, bayesian.detached(mean),
+                                           bayesian.detached(spread_std))
+        to_global = bayesian.gaussian_kl(bayesian.detached(personal),
+                                         bayesian.detached(personal_std), mean, spread_std)
+        return nll + p.zeta * (to_personal + to_global)
+
+    def server_step(self, round):
+        """Mix the global mean and spread with the round's uniform mean by β."""
+        beta = self.params.beta
+
+        def mix(old, stacked):
+            return {k: (1 - beta) * old[k] + beta * stacked[k].mean(0) for k in stacked}
+
+        spread = mix(round.server["spread"], round.states["spread"])
+        return (mix(round.global_params, round.states["model"]),
+                {**round.server, "spread": spread})
+
+    def scored(self, state, shared):
+        """q_θ: its mean network and its spread."""
+        return {"model": state["personal"], "spread": state["personal_spread"]}
+
+    def predict(self, model, x, ctx, key):
+        """The posterior-mean network or the MC predictive (`predict`)."""
+        return bayesian.predict(ctx, model, x, key, self.params.predict, self.params.mc_samples)
