@@ -3,13 +3,14 @@
 Every weight is Gaussian (σ = softplus(π)). The server holds a global distribution
 q_v = N(μ_v, diag σ_v²) (μ_v is the global model, π_v the server state ``spread``); client i keeps a
 personal q_θ and each round trains a copy of q_v. Each local step (full batch, pFedVEM's setting)
-minimises, with K reparameterised draws,
+minimises, with K reparameterised draws and n the client's samples,
 
-    q_θ:  (1/K) Σ_k Σ_j ℓ_j(w_k) + ζ KL(q_θ ‖ q_v)     with q_v held fixed,
-    q_v:  ζ KL(q_θ ‖ q_v)                               with q_θ held fixed,
+    q_θ:  (1/K) Σ_k (1/n) Σ_j ℓ_j(w_k) + (ζ/n) KL(q_θ ‖ q_v)     with q_v held fixed,
+    q_v:  (ζ/n) KL(q_θ ‖ q_v)                                   with q_θ held fixed,
 
-as one objective whose gradients land where pFedBayes applies them (the two updates are
-simultaneous here, one after the other in the paper's Algorithm 1). The server mixes
+(the negative ELBO over n, so that lr is on the scale of a mean loss) as one objective whose
+gradients land where pFedBayes applies them (the two updates are simultaneous here, one after the
+other in the paper's Algorithm 1). The server mixes
 v ← (1 − β)·v + β·(1/S) Σ_i v_i over the round's S clients, means and spreads alike (uniform
 weights, as the paper). The personalized model is q_θ's mean (or its MC predictive), the global
 model q_v's mean.
@@ -48,18 +49,17 @@ class PFedBayes(Algorithm[PFedBayesParams]):
                       group_lr={"model": lr, "spread": lr} if lr else {}),)
 
     def local_objective(self, state, batch, shared, hp, ctx):
-        """(1/K) Σ_k Σ_j ℓ_j(w_k) + ζ KL(q_θ ‖ sg q_v) + ζ KL(sg q_θ ‖ q_v)."""
+        """(1/K) Σ_k f(w_k) + (ζ/n)·[KL(q_θ ‖ sg q_v) + KL(sg q_θ ‖ q_v)]."""
         p = self.params
         personal, personal_std = state["personal"], bayesian.std(state["personal_spread"])
         mean, spread_std = state["model"], bayesian.std(state["spread"])
-        n = batch["mask"].sum()
-        nll = n * bayesian.expected_loss(ctx, {}, personal, state["personal_spread"], batch,
-                                         p.mc_samples)
+        nll = bayesian.expected_loss(ctx, {}, personal, state["personal_spread"], batch,
+                                     p.mc_samples)
         to_personal = bayesian.gaussian_kl(personal, personal_std, bayesian.detached(mean),
                                            bayesian.detached(spread_std))
         to_global = bayesian.gaussian_kl(bayesian.detached(personal),
                                          bayesian.detached(personal_std), mean, spread_std)
-        return nll + p.zeta * (to_personal + to_global)
+        return nll + p.zeta / batch["mask"].sum() * (to_personal + to_global)
 
     def server_step(self, round):
         """Mix the global mean and spread with the round's uniform mean by β."""

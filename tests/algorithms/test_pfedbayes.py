@@ -1,0 +1,83 @@
+"""pFedBayes: the personal and global gradients of one local step by hand, the server's β-mixing of
+means and spreads, batched == sequential with sampling.
+
+Hand computations use the one-weight model ŷ = w·x with loss (w·x − y)²; engine noise is an
+input: the one draw of a step is ε = normal(key, (1,), salt=0).
+"""
+
+import pytest
+import torch
+
+from pflpipe.algorithms import bayesian
+from pflpipe.algorithms.base import Round
+from pflpipe.algorithms.pfedbayes import PFedBayes
+from pflpipe.engine.noise import normal
+from pflpipe.spec.algorithms import PFedBayesParams
+
+
+def _pfedbayes(lr=0.1, head=frozenset(), **params):
+    return PFedBayes(PFedBayesParams(name="pfedbayes", **params), head=head, lr=lr,
+                     local_epochs=1)
+
+
+def test_pfedbayes_step_gradients_reach_the_personal_and_the_global_distribution(line_ctx):
+    # Prepare: q_θ = N(1, 0.5²), the copy of q_v = N(0, 1); n = 2 samples (x 1, y 1); ζ = 2,
+    # K = 1; the loss is the negative ELBO over n.
+    #   draw w₁ = 1 + 0.5ε; mean loss f = (w₁ − 1)² = (0.5ε)²
+    #   KL(q_θ ‖ q_v) = log(1/0.5) + (0.25 + 1)/2 − ½ = 0.818147, counted for each side:
+    #   loss = f + (ζ/n)·2·KL = f + 1.636294
+    #   ∂μ_θ = 2(w₁ − 1) + (ζ/n)(μ_θ − μ_v)/σ_v² = ε + 1      ∂μ_v = (ζ/n)(μ_v − μ_θ)/σ_v² = −1
+    #   ∂π_θ = [2(w₁ − 1)·ε + (ζ/n)(−1/σ_θ + σ_θ/σ_v²)]·sigmoid(π_θ) = (ε² − 1.5)·0.393469
+    #   ∂π_v = (ζ/n)[1/σ_v − (σ_θ² + (μ_θ − μ_v)²)/σ_v³]·sigmoid(π_v) = (1 − 1.25)·0.632121
+    algorithm = _pfedbayes(zeta=2.0)
+    key = torch.tensor(7)
+    eps = normal(key, (1,)).item()
+    leaves = {"personal": torch.tensor([1.0]),
+              "personal_spread": torch.tensor([bayesian.spread_of(0.5)]),
+              "model": torch.tensor([0.0]), "spread": torch.tensor([bayesian.spread_of(1.0)])}
+    state = {group: {"w": value.requires_grad_()} for group, value in leaves.items()}
+    batch = {"x": torch.tensor([[1.0], [1.0]]), "y": torch.tensor([1.0, 1.0]),
+             "mask": torch.ones(2), "key": key}
+
+    # Execute
+    loss = algorithm.local_objective(state, batch, {}, {}, line_ctx)
+    grads = dict(zip(leaves, torch.autograd.grad(loss, [state[g]["w"] for g in leaves]),
+                     strict=True))
+
+    # Assert
+    assert loss.item() == pytest.approx((0.5 * eps) ** 2 + 1.636294, abs=1e-5)
+    assert grads["personal"].item() == pytest.approx(eps + 1, abs=1e-5)
+    assert grads["model"].item() == pytest.approx(-1.0, abs=1e-5)
+    assert grads["personal_spread"].item() == pytest.approx((eps ** 2 - 1.5) * 0.393469,
+                                                            abs=1e-5)
+    assert grads["spread"].item() == pytest.approx(-0.158030, abs=1e-5)
+
+
+def test_pfedbayes_server_mixes_means_and_spreads_with_the_uniform_mean_by_beta():
+    # Prepare: global mean 1, spread 0.2; clients' copies 2 and 4 (spreads 0.4, 0.8) with 1 and 3
+    # samples — the paper averages uniformly, so the counts do not matter.
+    states = {"model": {"w": torch.tensor([[2.0], [4.0]])},
+              "spread": {"w": torch.tensor([[0.4], [0.8]])}}
+    round = Round(1, torch.arange(2), torch.tensor([1, 3]), 2, {"w": torch.tensor([1.0])},
+                  {"spread": {"w": torch.tensor([0.2])}}, states)
+
+    # Execute
+    new, server = _pfedbayes(beta=0.5).server_step(round)
+
+    # Assert: ½·1 + ½·3 = 2; ½·0.2 + ½·0.6 = 0.4
+    assert new["w"].item() == pytest.approx(2.0)
+    assert server["spread"]["w"].item() == pytest.approx(0.4)
+
+
+def test_pfedbayes_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, on_both_trainers,
+                                                                  differences):
+    _, s, _ = digits_ds3
+    algorithm = PFedBayes(PFedBayesParams(name="pfedbayes", mc_samples=2, predict="mc",
+                                          global_lr=0.002),
+                          head=s.head, lr=0.005, local_epochs=2)
+
+    batched, sequential = on_both_trainers(algorithm)
+
+    assert differences(batched, sequential) == {}
+    assert torch.equal(batched.last["test_accuracy"], sequential.last["test_accuracy"])
+    assert set(batched.server) == {"spread"}
