@@ -246,7 +246,8 @@ def test_pfedvem_scored_model_uses_the_local_or_the_global_base_with_the_posteri
 
 def test_pfedvem_needs_a_head_and_trains_every_client_unless_told_otherwise():
     spec = parse_spec("experiment: {name: x}\ndataset: {name: digits}\n"
-                      "partition: {strategy: ds1, n_clients: 4}\nfederation: {client_fraction: 0.5}\n"
+                      "partition: {strategy: ds1, n_clients: 4}\n"
+                      "federation: {client_fraction: 0.5}\n"
                       "personalization:\n  - {name: pfedvem}\n"
                       "  - {name: pfedvem, label: cheap, train_all_clients: false}\n")
     every, sampled = spec.personalization

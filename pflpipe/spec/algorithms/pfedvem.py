@@ -15,7 +15,8 @@ class PFedVemParams(FederatedParams):
 
     name: Literal["pfedvem"]
     mc_samples: int = Field(
-        5, ge=1, description="K: Monte-Carlo samples of the head per step (and for 'mc' prediction)."
+        5, ge=1,
+        description="K: Monte-Carlo samples of the head per step (and for 'mc' prediction).",
     )
     head_steps: int = Field(
         10, ge=1, description="R: full-batch steps on the head's posterior (the E-step) per round."
