@@ -6,9 +6,10 @@ import torch
 from torch import nn
 
 from pflpipe.errors import SpecError
-from pflpipe.models.zoo import CnnCifar, FedAvgCnn, LogisticRegression, Mlp
+from pflpipe.models.zoo import Cnn6, CnnCifar, FedAvgCnn, LogisticRegression, Mlp
 
-__all__ = ["build_model", "head_keys", "CnnCifar", "FedAvgCnn", "LogisticRegression", "Mlp"]
+__all__ = ["build_model", "head_keys", "Cnn6", "CnnCifar", "FedAvgCnn", "LogisticRegression",
+           "Mlp"]
 
 
 def build_model(model_spec, in_shape: tuple[int, ...], n_classes: int, seed: int) -> nn.Module:
@@ -28,6 +29,8 @@ def _construct(model_spec, in_shape, n_classes) -> nn.Module:
         return CnnCifar(in_shape, n_classes)
     if arch == "fedavg_cnn":
         return FedAvgCnn(in_shape, n_classes, model_spec.hidden)
+    if arch == "cnn6":
+        return Cnn6(in_shape, n_classes)
     module_name, class_name = model_spec.path.split(":")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)

@@ -85,3 +85,31 @@ class FedAvgCnn(nn.Module):
     def forward(self, x):
         """Return class logits [B, n_classes]."""
         return self.head(self.base(x))
+
+
+class Cnn6(nn.Module):
+    """pFedVEM's 6-layer CNN (CIFAR-100, SUN397): five 3×3 convolutions, then the head.
+
+    Convolutions of 32, 64, 128, 256 and 100 channels (padding 1, ReLU), a 2×2 max-pool (padding
+    1) after each of the first four, global average pooling to 100 features → classes. Any image
+    size of 2×2 or more.
+    """
+
+    head_prefixes = ("head.",)
+
+    def __init__(self, in_shape: tuple[int, ...], n_classes: int):
+        super().__init__()
+        layers: list[nn.Module] = []
+        channels = in_shape[0]
+        for width in (32, 64, 128, 256):
+            layers += [nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(),
+                       nn.MaxPool2d(2, padding=1)]
+            channels = width
+        layers += [nn.Conv2d(channels, 100, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                   nn.Flatten()]
+        self.base = nn.Sequential(*layers)
+        self.head = nn.Linear(100, n_classes)
+
+    def forward(self, x):
+        """Return class logits [B, n_classes]."""
+        return self.head(self.base(x))

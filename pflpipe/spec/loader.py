@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pflpipe.errors import SpecError
+from pflpipe.spec.algorithms import PARAMS
 from pflpipe.spec.spec import Spec
 
 Loc = tuple[str | int, ...]
@@ -308,8 +309,8 @@ def _options(loc: Loc) -> str:
     known = {"dataset": "mnist, fashion_mnist, emnist, cifar10, cifar100, digits, arrays, "
                         "synthetic, gaussian",
              "partition": "iid, ds1, ds2, ds3, ds4, shards, label_skew, concept_drift, natural",
-             "model": "mlp, cnn_cifar, logistic, fedavg_cnn, custom",
-             "personalization": "local, fedavg_ft, fedper, pfedme, per_fedavg, ditto, apfl, persfl",
+             "model": "mlp, cnn_cifar, logistic, fedavg_cnn, cnn6, custom",
+             "personalization": ", ".join(PARAMS),
              "storage": "local, s3"}
     return f" ({known[loc[0]]})" if loc and loc[0] in known else ""
 

@@ -52,6 +52,15 @@ class FedAvgCnnModel(_Model):
     hidden: int = Field(512, ge=1, description="Width of the fully connected layer.")
 
 
+class Cnn6Model(_Model):
+    """pFedVEM's 6-layer CNN (CIFAR-100): five 3×3 convolutions (32-64-128-256-100), pooled to 100.
+
+    Any image of 2×2 or more; global average pooling gives 100 features, then the head.
+    """
+
+    architecture: Literal["cnn6"]
+
+
 class CustomModel(_Model):
     """A user's own nn.Module, built as ``cls(in_shape=..., n_classes=..., **kwargs)``."""
 
@@ -68,6 +77,6 @@ class CustomModel(_Model):
 
 
 Model = Annotated[
-    MlpModel | CnnCifarModel | LogisticModel | FedAvgCnnModel | CustomModel,
+    MlpModel | CnnCifarModel | LogisticModel | FedAvgCnnModel | Cnn6Model | CustomModel,
     Field(discriminator="architecture"),
 ]

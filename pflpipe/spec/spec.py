@@ -195,7 +195,8 @@ def _model_errors(spec: Spec):
     if arch == "fedavg_cnn" and shape is not None and shape[1] < 28:
         yield (("model", "architecture"), f"fedavg_cnn needs images of 28×28 or more; "
                f"{spec.dataset.name!r} has {'×'.join(map(str, shape))}. Use mlp", arch)
-    if arch in ("cnn_cifar", "fedavg_cnn") and spec.dataset.name in ("synthetic", "gaussian"):
+    if arch in ("cnn_cifar", "fedavg_cnn", "cnn6") and spec.dataset.name in ("synthetic",
+                                                                              "gaussian"):
         yield (("model", "architecture"), f"{arch} needs images; {spec.dataset.name!r} gives "
                "feature vectors. Use mlp or logistic", arch)
 
