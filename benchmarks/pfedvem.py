@@ -97,7 +97,8 @@ def run_model(spec: Spec, s, label: str, seed: int) -> dict[str, float]:
     def mean(scores, name):
         return float(scores[name].mean()) * 100
 
-    return {"pm": mean(result.last, "test_accuracy"), "gm": mean(result.last, "global_test_accuracy"),
+    return {"pm": mean(result.last, "test_accuracy"),
+            "gm": mean(result.last, "global_test_accuracy"),
             "pm_best_val": mean(result.best, "test_accuracy"),
             "val": mean(result.last, "val_accuracy"),
             "global_val": mean(result.last, "global_val_accuracy")}
