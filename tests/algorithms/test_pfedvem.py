@@ -258,14 +258,12 @@ def test_pfedvem_needs_a_head_and_trains_every_client_unless_told_otherwise():
         _pfedvem(head=frozenset()).init_kept({"w": torch.zeros(1)})
 
 
-@pytest.mark.parametrize("params", [
-    {"predict": "mc", "participation": 0.5},
-    {"confidence": "uncertainty", "train_all_clients": False, "pm_base": "global"},
-])
 def test_pfedvem_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, on_both_trainers,
-                                                                differences, params):
+                                                                differences):
+    # sampled heads in both phases, seeded arrivals, the MC predictive scored
     _, s, _ = digits_ds3
-    algorithm = PFedVem(PFedVemParams(name="pfedvem", mc_samples=2, head_steps=3, **params),
+    algorithm = PFedVem(PFedVemParams(name="pfedvem", mc_samples=2, head_steps=3, predict="mc",
+                                      participation=0.5),
                         head=s.head, lr=0.05, local_epochs=1)
 
     batched, sequential = on_both_trainers(algorithm)
