@@ -21,7 +21,10 @@ class PFedVemParams(FederatedParams):
     head_steps: int = Field(
         10, ge=1, description="R: full-batch steps on the head's posterior (the E-step) per round."
     )
-    head_lr: float = Field(0.001, gt=0, description="η: learning rate of the head's E-step.")
+    head_lr: float = Field(
+        0.001, gt=0,
+        description="η: learning rate of the head's E-step (with the federation's optimizer).",
+    )
     init_var: float = Field(
         1.0, gt=0, description="Initial posterior variance σ₀² of every head weight (= ρ₀²)."
     )
@@ -55,7 +58,8 @@ class PFedVemParams(FederatedParams):
     pm_base: Literal["local", "global"] = Field(
         "local",
         description="Base of the personalized model: the client's locally trained base (the "
-        "paper's code) or the aggregated global base.",
+        "paper's code; with train_all_clients false, from the client's last round) or the "
+        "aggregated global base.",
     )
 
     def rounds_of(self, federation) -> Rounds:
