@@ -33,6 +33,7 @@ import torch
 
 from pflpipe.algorithms import FedAvg, build
 from pflpipe.engine.federation import Federation, Plan
+from pflpipe.errors import DivergenceError
 from pflpipe.spec import Spec, load_spec
 from pflpipe.stages import common, partition_data
 from pflpipe.stages.personalize import stream_of
@@ -76,8 +77,11 @@ def build_spec(path: Path, root: Path, args) -> Spec:
     return Spec.model_validate(data)
 
 
-def run_model(spec: Spec, s, label: str, seed: int) -> dict[str, float]:
-    """One model's scores for one seed, as the stages compute them (from the initial model)."""
+def run_model(spec: Spec, s, label: str, seed: int) -> dict[str, float] | str:
+    """One model's scores for one seed, as the stages compute them (from the initial model).
+
+    A run that diverges gives the error's first sentence instead.
+    """
     fed = spec.federation
     if label == "fedavg":
         algorithm = FedAvg(None, head=s.head, lr=fed.lr, local_epochs=fed.local_epochs)
@@ -92,7 +96,10 @@ def run_model(spec: Spec, s, label: str, seed: int) -> dict[str, float]:
                     batch_size=entry.batch_size or fed.batch_size, lr=algorithm.lr, seed=seed,
                     optimizer=common.optimizer(spec), client_fraction=rounds.client_fraction,
                     eval_every=entry.eval_every, stream=stream_of(label))
-    result = Federation(algorithm, s.ctx, s.data, s.trainer, plan).run(s.init)
+    try:
+        result = Federation(algorithm, s.ctx, s.data, s.trainer, plan).run(s.init)
+    except DivergenceError as err:
+        return str(err).split(";")[0]
 
     def mean(scores, name):
         return float(scores[name].mean()) * 100
@@ -126,8 +133,13 @@ def table(scores: dict[str, list[dict]], spec: Spec) -> str:
     names = {e.display_name: e.name for e in spec.personalization}
     lines = ["| model | PM % | GM % | PM best-val % | mean val % (PM / GM) |",
              "|---|---:|---:|---:|---:|"]
-    for label, runs in scores.items():
+    for label, all_runs in scores.items():
         name = names.get(label, label)
+        runs = [r for r in all_runs if isinstance(r, dict)]
+        if len(runs) < len(all_runs):
+            lines.append(f"| {label} | diverged on {len(all_runs) - len(runs)} of "
+                         f"{len(all_runs)} seeds | | | |")
+            continue
         pm = "–" if name in GM_ONLY else cell([r["pm"] for r in runs])
         gm = "–" if name in PM_ONLY else cell([r["gm"] for r in runs])
         best = "–" if name in GM_ONLY else cell([r["pm_best_val"] for r in runs])
@@ -145,7 +157,8 @@ def report(scores, spec: Spec, seeds: list[int], seconds: dict[str, float], comm
                            capture_output=True, text=True).stdout.strip()
     entries = "\n".join(f"  - {e.model_dump(exclude_none=True)}" for e in spec.personalization)
     per_seed = "\n".join(
-        f"| {label} | " + " | ".join(f"{r['pm']:.1f} / {r['gm']:.1f}" for r in runs) + " |"
+        f"| {label} | " + " | ".join(f"{r['pm']:.1f} / {r['gm']:.1f}" if isinstance(r, dict)
+                                     else r for r in runs) + " |"
         for label, runs in scores.items())
     timing = ", ".join(f"{label} {s:.0f}" for label, s in seconds.items())
     return f"""{BEGIN}
@@ -222,8 +235,9 @@ def main(argv: list[str] | None = None) -> None:
             result = run_model(spec, s, label, seed)
             seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - start
             scores.setdefault(label, []).append(result)
-            print(f"seed {seed} {label}: " + ", ".join(f"{k} {v:.2f}" for k, v in result.items()),
-                  flush=True)
+            shown = (", ".join(f"{k} {v:.2f}" for k, v in result.items())
+                     if isinstance(result, dict) else result)
+            print(f"seed {seed} {label}: {shown}", flush=True)
     print(table(scores, spec))
     if args.out:
         command = "python benchmarks/pfedvem.py " + " ".join(argv or sys.argv[1:])
