@@ -13,7 +13,7 @@ criterion) are printed too.
     python benchmarks/pfedvem.py                                   # the spec's seeds
     python benchmarks/pfedvem.py --seeds 0 --only pfedvem --set pfedvem.head_lr=0.01
     python benchmarks/pfedvem.py --federation lr=0.1 --seeds 0 --rounds 30   # tuning
-    python benchmarks/pfedvem.py --out docs/results.md             # (re)write its section
+    python benchmarks/pfedvem.py --jobs 2 --out docs/results.md    # (re)write its section
 
 --out replaces only the text between this benchmark's markers in the file (appended if absent).
 """
@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
@@ -208,6 +209,23 @@ def write_section(path: Path, section: str) -> None:
     path.write_text(text)
 
 
+def run_seed(spec: Spec, seed: int, root: Path, labels: list[str], threads: int
+             ) -> tuple[dict[str, dict | str], dict[str, float]]:
+    """Partition for `seed`, then run every model: their scores and seconds."""
+    torch.set_num_threads(threads)
+    partition_data.run(spec, seed, root / f"partition-{seed}")
+    s = common.setup(spec, seed, root / f"partition-{seed}")
+    scores, seconds = {}, {}
+    for label in labels:
+        start = time.perf_counter()
+        scores[label] = result = run_model(spec, s, label, seed)
+        seconds[label] = time.perf_counter() - start
+        shown = (", ".join(f"{k} {v:.2f}" for k, v in result.items())
+                 if isinstance(result, dict) else result)
+        print(f"seed {seed} {label}: {shown}", flush=True)
+    return scores, seconds
+
+
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark; print the table and optionally write docs/results.md's section."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -217,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", action="append", default=[], help="label.param=value")
     parser.add_argument("--federation", action="append", default=[], help="key=value")
     parser.add_argument("--rounds", type=int, help="override every model's rounds (tuning)")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -225,19 +244,12 @@ def main(argv: list[str] | None = None) -> None:
     root = args.workdir or Path(tempfile.mkdtemp(prefix="pfedvem-bench-"))
     spec = build_spec(args.spec, root, args)
     seeds = args.seeds or spec.experiment.seeds
-    scores: dict[str, list[dict]] = {}
-    seconds: dict[str, float] = {}
-    for seed in seeds:
-        partition_data.run(spec, seed, root / f"partition-{seed}")
-        s = common.setup(spec, seed, root / f"partition-{seed}")
-        for label in labels_of(spec, args.only):
-            start = time.perf_counter()
-            result = run_model(spec, s, label, seed)
-            seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - start
-            scores.setdefault(label, []).append(result)
-            shown = (", ".join(f"{k} {v:.2f}" for k, v in result.items())
-                     if isinstance(result, dict) else result)
-            print(f"seed {seed} {label}: {shown}", flush=True)
+    labels = labels_of(spec, args.only)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        runs = list(pool.map(run_seed, *zip(*[(spec, seed, root, labels, args.threads)
+                                              for seed in seeds], strict=True)))
+    scores = {label: [run[0][label] for run in runs] for label in labels}
+    seconds = {label: sum(run[1][label] for run in runs) for label in labels}
     print(table(scores, spec))
     if args.out:
         command = "python benchmarks/pfedvem.py " + " ".join(argv or sys.argv[1:])
