@@ -16,6 +16,8 @@ criterion) are printed too.
     python benchmarks/pfedvem.py --jobs 2 --out docs/results.md    # (re)write its section
 
 --out replaces only the text between this benchmark's markers in the file (appended if absent).
+Each model's scores per seed are kept in --workdir (`seed-<n>/<label>.json`): a run given the same
+--workdir, spec and overrides reuses them, so an interrupted run resumes.
 """
 
 import argparse
@@ -217,9 +219,16 @@ def run_seed(spec: Spec, seed: int, root: Path, labels: list[str], threads: int
     s = common.setup(spec, seed, root / f"partition-{seed}")
     scores, seconds = {}, {}
     for label in labels:
-        start = time.perf_counter()
-        scores[label] = result = run_model(spec, s, label, seed)
-        seconds[label] = time.perf_counter() - start
+        cached = root / f"seed-{seed}" / f"{label}.json"
+        if cached.exists():
+            scores[label], seconds[label] = json.loads(cached.read_text())
+        else:
+            start = time.perf_counter()
+            scores[label] = run_model(spec, s, label, seed)
+            seconds[label] = time.perf_counter() - start
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps([scores[label], seconds[label]]))
+        result = scores[label]
         shown = (", ".join(f"{k} {v:.2f}" for k, v in result.items())
                  if isinstance(result, dict) else result)
         print(f"seed {seed} {label}: {shown}", flush=True)
