@@ -158,7 +158,8 @@ def report(scores, spec: Spec, seeds: list[int], seconds: dict[str, float], comm
                             capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "pflpipe"], cwd=REPO,
                            capture_output=True, text=True).stdout.strip()
-    entries = "\n".join(f"  - {e.model_dump(exclude_none=True)}" for e in spec.personalization)
+    entries = "\n".join(f"  - {e.model_dump(exclude_none=True)}" for e in spec.personalization
+                        if e.display_name in scores)
     per_seed = "\n".join(
         f"| {label} | " + " | ".join(f"{r['pm']:.1f} / {r['gm']:.1f}" if isinstance(r, dict)
                                      else r for r in runs) + " |"
