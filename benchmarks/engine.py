@@ -1,30 +1,45 @@
-"""FedAvg rounds per second: the client-batched engine vs the sequential reference, same work.
+"""FedAvg rounds per second: the batched engine (eager and compiled), the SequentialTrainer and a
+minimal plain PyTorch loop, on the same work, side by side with ratios.
 
-    python benchmarks/engine.py [--rounds 3] [--device cpu|cuda|all]
+    python benchmarks/engine.py [--rounds 3] [--clients 10 100 1000] [--model mlp|cnn]
+                                [--device cpu|cuda|all] [--threads N] [--no-compile]
 
-Configurations: the thesis's MNIST DNN (784 → 100 → 10) on MNIST-shaped synthetic data, with
-digits-sized (1,797 samples) and MNIST-sized (70,000) pools over 10 and 100 clients (IID split,
-60 % train), batch 20, one local epoch per round. Prints one table with the ratio per row.
+The work: the thesis's MNIST DNN (784 → 100 → 10; `--model cnn`: the CIFAR-10 CNN on 3×32×32
+inputs) on a synthetic pool of MNIST's size (70,000 samples) split IID over the clients, 60 % of
+each client's samples for training, batch 20, one local epoch of SGD (lr 0.05) per round, the
+sample-weighted mean as the new global model, and every client's validation and test loss and
+accuracy before the first and after the last round. The plain loop does exactly this with
+`torch.optim.SGD` on tensors already in memory: per client, load the global model, one pass over
+its shuffled samples, add its weighted parameters.
+
+Each variant runs one round first (for the compiled engine this includes compiling, or loading
+compiled graphs from the disk cache), then `--rounds` rounds timed. The table gives the plain
+loop's rounds per second and every variant's speed as a multiple of it, and the first round's
+extra seconds of the compiled engine.
 """
 
 import argparse
 import time
 
 import torch
+from torch.nn import functional as F
 
 from pflpipe.algorithms import FedAvg
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer, Context, SequentialTrainer
-from pflpipe.models import Mlp
+from pflpipe.models import CnnCifar, Mlp
+
+POOL, BATCH, LR = 70_000, 20, 0.05
+SHAPES = {"mlp": (1, 28, 28), "cnn": (3, 32, 32)}
 
 
-def make_data(n_samples: int, n_clients: int, device: torch.device, seed: int = 0):
-    """MNIST-shaped random images with learnable labels, split IID over clients."""
+def make_data(n_clients: int, shape: tuple[int, ...], device: torch.device, seed: int = 0):
+    """A learnable synthetic pool (label: the argmax of the first 10 inputs), split IID."""
     generator = torch.Generator().manual_seed(seed)
-    x = torch.rand(n_samples, 1, 28, 28, generator=generator)
-    y = (x.view(n_samples, -1)[:, :10].argmax(1))
-    parts = torch.randperm(n_samples, generator=generator).tensor_split(n_clients)
+    x = torch.rand(POOL, *shape, generator=generator)
+    y = x.view(POOL, -1)[:, :10].argmax(1)
+    parts = torch.randperm(POOL, generator=generator).tensor_split(n_clients)
     splits = {"train": [], "val": [], "test": []}
     for part in parts:
         a, b = int(0.6 * len(part)), int(0.8 * len(part))
@@ -34,48 +49,130 @@ def make_data(n_samples: int, n_clients: int, device: torch.device, seed: int = 
                             for name, idx in splits.items()}).to(device)
 
 
-def rounds_per_second(trainer_cls, data, rounds: int, device) -> float:
-    """Time `rounds` FedAvg rounds after one warm-up round."""
-    model = Mlp((1, 28, 28), 10).to(device)
+def new_model(name: str, device: torch.device) -> torch.nn.Module:
+    """The benchmark's network, seeded."""
+    torch.manual_seed(0)
+    model = Mlp(SHAPES[name], 10) if name == "mlp" else CnnCifar(SHAPES[name], 10)
+    return model.to(device)
+
+
+def engine_rounds(trainer_factory, data, model_name: str, rounds: int, device) -> tuple:
+    """(first round's seconds, rounds per second after it) of FedAvg on the engine."""
+    model = new_model(model_name, device)
     ctx = Context(model)
     init = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    algorithm = FedAvg(None, head=frozenset(), lr=0.05, local_epochs=1)
+    algorithm = FedAvg(None, head=frozenset(), lr=LR, local_epochs=1)
 
     def run(n_rounds):
-        plan = Plan(rounds=n_rounds, local_epochs=1, batch_size=20, lr=0.05, seed=0,
-                    eval_every=10_000)
-        Federation(algorithm, ctx, data, trainer_cls(ctx), plan).run(init)
+        plan = Plan(rounds=n_rounds, local_epochs=1, batch_size=BATCH, lr=LR, seed=0,
+                    eval_every=10_000, score_global=False)
+        Federation(algorithm, ctx, data, trainer_factory(ctx), plan).run(init)
 
-    run(1)
+    return _timed(run, rounds, device)
+
+
+def plain_rounds(data, model_name: str, rounds: int, device) -> tuple:
+    """(first round's seconds, rounds per second after it) of the plain PyTorch loop."""
+    model = new_model(model_name, device)
+    train = [data.train.client(c) for c in range(data.n_clients)]
+    n_total = sum(len(y) for _, y in train)
+
+    def run(n_rounds):
+        state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        generator = torch.Generator().manual_seed(0)
+        plain_evaluate(model, state, data)
+        for _ in range(n_rounds):
+            new_state = {k: torch.zeros_like(v) for k, v in state.items()}
+            for x, y in train:
+                model.load_state_dict(state)
+                optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+                order = torch.randperm(len(y), generator=generator).to(device)
+                for start in range(0, len(y), BATCH):
+                    batch = order[start:start + BATCH]
+                    optimizer.zero_grad()
+                    F.cross_entropy(model(x[batch]), y[batch]).backward()
+                    optimizer.step()
+                with torch.no_grad():
+                    for key, value in model.state_dict().items():
+                        new_state[key] += value * (len(y) / n_total)
+            state = new_state
+        plain_evaluate(model, state, data)
+
+    return _timed(run, rounds, device)
+
+
+@torch.no_grad()
+def plain_evaluate(model, state, data) -> None:
+    """Every client's validation and test loss and accuracy, one client at a time."""
+    model.load_state_dict(state)
+    for split in (data.val, data.test):
+        for client in range(split.n_clients):
+            x, y = split.client(client)
+            output = model(x)
+            F.cross_entropy(output, y).item(), (output.argmax(1) == y).float().mean().item()
+
+
+def _timed(run, rounds: int, device) -> tuple[float, float]:
+    seconds = []
+    for n_rounds in (1, rounds):
+        _sync(device)
+        start = time.perf_counter()
+        run(n_rounds)
+        _sync(device)
+        seconds.append(time.perf_counter() - start)
+    return seconds[0], rounds / seconds[1]
+
+
+def _sync(device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
-    run(rounds)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return rounds / (time.perf_counter() - start)
 
 
 def main() -> None:
-    """Print batched vs sequential rounds per second for every configuration."""
+    """Print one row per device and client count."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000])
+    parser.add_argument("--model", default="mlp", choices=sorted(SHAPES))
     parser.add_argument("--device", default="all", choices=["cpu", "cuda", "all"])
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--no-compile", action="store_true", help="skip the compiled engine")
+    parser.add_argument("--no-sequential", action="store_true",
+                        help="skip the SequentialTrainer (slow at 1,000 clients)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     devices = [torch.device("cpu")] if args.device != "cuda" else []
     if args.device in ("cuda", "all") and torch.cuda.is_available():
         devices.append(torch.device("cuda"))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
-    print(f"{'device':6} {'pool':>6} {'clients':>7} {'batched r/s':>12} {'sequential r/s':>15} "
-          f"{'ratio':>6}")
+    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ", no CUDA device"
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads{gpu}; "
+          f"model {args.model}, {args.rounds} timed rounds")
+    print(f"{'device':6} {'clients':>7} {'plain r/s':>10} {'sequential':>11} {'batched':>8} "
+          f"{'compiled':>9} {'compile s':>10}")
     for device in devices:
-        for n_samples, label in ((1797, "digits"), (70_000, "mnist")):
-            for n_clients in (10, 100):
-                data = make_data(n_samples, n_clients, device)
-                batched = rounds_per_second(BatchedTrainer, data, args.rounds, device)
-                sequential = rounds_per_second(SequentialTrainer, data, args.rounds, device)
-                print(f"{device.type:6} {label:>6} {n_clients:>7} {batched:>12.2f} "
-                      f"{sequential:>15.2f} {batched / sequential:>5.1f}×", flush=True)
+        for n_clients in args.clients:
+            _row(args, device, n_clients)
+
+
+def _row(args, device, n_clients: int) -> None:
+    data = make_data(n_clients, SHAPES[args.model], device)
+    _, plain = plain_rounds(data, args.model, args.rounds, device)
+    variants = {"sequential": None if args.no_sequential else SequentialTrainer,
+                "batched": BatchedTrainer,
+                "compiled": None if args.no_compile else
+                (lambda ctx: BatchedTrainer(ctx, compile=True))}
+    ratios, compile_seconds = {}, float("nan")
+    for name, factory in variants.items():
+        if factory is None:
+            ratios[name] = "—"
+            continue
+        first, speed = engine_rounds(factory, data, args.model, args.rounds, device)
+        ratios[name] = f"{speed / plain:.2f}×"
+        if name == "compiled":
+            compile_seconds = first - 1 / speed
+    print(f"{device.type:6} {n_clients:>7} {plain:>10.3f} {ratios['sequential']:>11} "
+          f"{ratios['batched']:>8} {ratios['compiled']:>9} {compile_seconds:>10.1f}", flush=True)
 
 
 if __name__ == "__main__":

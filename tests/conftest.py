@@ -2,5 +2,28 @@
 
 import os
 
+import pytest
+
 os.environ.setdefault("CI", "true")
 os.environ.setdefault("MLFLOW_SKIP_PIP_REQUIREMENTS_CHECK", "true")
+
+
+@pytest.fixture(scope="session", params=[
+    pytest.param(False, id="eager"), pytest.param(True, id="compiled", marks=pytest.mark.compile)])
+def compiled(request) -> bool:
+    """Whether the batched trainer of a batched == sequential test compiles its steps.
+
+    The compiled variant runs only with PFLPIPE_TEST_COMPILE=1: compiling every algorithm's steps
+    takes minutes on a 2-core CPU. tests/engine/test_compiled.py always runs.
+    """
+    return request.param
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the `compile` tests unless PFLPIPE_TEST_COMPILE=1."""
+    if os.environ.get("PFLPIPE_TEST_COMPILE") == "1":
+        return
+    skip = pytest.mark.skip(reason="compiled variant: set PFLPIPE_TEST_COMPILE=1 to run it")
+    for item in items:
+        if "compile" in item.keywords:
+            item.add_marker(skip)

@@ -3,6 +3,8 @@
 from torch import Tensor
 from torch.nn import functional as F
 
+from pflpipe.engine.trainer import cross_entropy
+
 
 def soft_loss(student: Tensor, teacher: Tensor, temperature: Tensor, objective: str) -> Tensor:
     """Per-sample soft term at temperature T.
@@ -29,7 +31,7 @@ def distillation_loss(student: Tensor, teacher: Tensor, labels: Tensor, mask: Te
     ...                               torch.tensor(1.0))), 4)          # CE = log(1 + e^-2)
     0.1269
     """
-    hard = F.cross_entropy(student, labels, reduction="none")
+    hard = cross_entropy(student, labels)
     soft = soft_loss(student, teacher, temperature, objective)
     per_sample = (1 - lam) * hard + lam * temperature**2 * soft
     return (per_sample * mask).sum() / mask.sum().clamp_min(1.0)

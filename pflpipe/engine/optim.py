@@ -5,7 +5,6 @@ and torch.optim.Adam step for step; the sequential reference uses torch.optim it
 tests compare the two.
 """
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -44,40 +43,55 @@ class StackedOptimizer:
     """Steps the first `k` members of stacked tensors [M, ...] in place.
 
     Members are ordered so that the active ones always form a prefix and every active member has
-    taken the same number of steps, so Adam's bias correction is one scalar per step.
+    taken the same number of steps, so Adam's bias correction is one scalar per step. The state
+    buffers exist from the start (a compiled step sees the same tensors on every call).
     """
 
     def __init__(self, config: OptimizerConfig, params: list[Tensor], lrs: list[Tensor]):
         self.config, self.params, self.lrs = config, params, lrs
-        self.state: list[dict[str, Tensor]] = [{} for _ in params]
+        names = (("exp_avg", "exp_avg_sq") if config.name == "adam"
+                 else ("update",) + (("momentum",) if config.momentum else ()))
+        self.state: list[dict[str, Tensor]] = [
+            {name: (torch.empty_like if name == "update" else torch.zeros_like)(param)
+             for name in names} for param in params]
 
     @torch.no_grad()
-    def step(self, k: int, grads: list[Tensor], step_idx: int) -> None:
+    def step(self, k: int, grads: list[Tensor], step_idx: "int | Tensor") -> None:
         """Apply one update to members [0, k) given their gradients [k, ...]."""
-        cfg = self.config
-        for param, lr, grad, state in zip(self.params, self.lrs, grads, self.state, strict=True):
-            p, lr_k = param[:k], _view(lr[:k], grad)
-            if cfg.weight_decay:
-                grad = grad + cfg.weight_decay * p
-            if cfg.name == "adam":
-                self._adam(param, p, lr_k, grad, state, step_idx)
-                continue
-            if cfg.momentum:
-                buf = state.setdefault("momentum", torch.zeros_like(param))[:k]
-                grad = buf.mul_(cfg.momentum).add_(grad)
-            # lr·grad into a buffer kept across steps: the same two roundings as torch's SGD
-            # (which the equality tests rely on), without a fresh [k, ...] allocation per step.
-            update = state.setdefault("update", torch.empty_like(param))[:k]
-            p.sub_(torch.mul(grad, lr_k, out=update))
+        update(self.config, self.params, self.lrs, self.state, grads, k, step_idx)
 
-    def _adam(self, param, p, lr_k, grad, state, step_idx) -> None:
-        k = p.shape[0]
-        beta1, beta2 = self.config.betas
-        exp_avg = state.setdefault("exp_avg", torch.zeros_like(param))[:k]
-        exp_avg_sq = state.setdefault("exp_avg_sq", torch.zeros_like(param))[:k]
-        exp_avg.lerp_(grad, 1 - beta1)
-        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        step = step_idx + 1
-        bias1, bias2 = 1 - beta1 ** step, 1 - beta2 ** step
-        denom = (exp_avg_sq.sqrt() / math.sqrt(bias2)).add_(self.config.eps)
-        p.addcdiv_(exp_avg * (lr_k / bias1), denom, value=-1.0)
+
+def update(cfg: OptimizerConfig, params: list[Tensor], lrs: list[Tensor],
+           states: list[dict[str, Tensor]], grads: list[Tensor], k: int,
+           step_idx: "int | Tensor") -> None:
+    """One update of members [0, k) of `params`, in place (the step of StackedOptimizer).
+
+    `step_idx` (the number of steps taken before) may be a 0-d tensor, so that a compiled step
+    does not specialise on it.
+    """
+    for param, lr, grad, state in zip(params, lrs, grads, states, strict=True):
+        p, lr_k = param[:k], _view(lr[:k], grad)
+        if cfg.weight_decay:
+            grad = grad + cfg.weight_decay * p
+        if cfg.name == "adam":
+            _adam(cfg, p, lr_k, grad, state, step_idx)
+            continue
+        if cfg.momentum:
+            grad = state["momentum"][:k].mul_(cfg.momentum).add_(grad)
+        if torch.compiler.is_compiling():   # the compiler fuses lr·grad into the update
+            p.sub_(grad * lr_k)
+        else:  # lr·grad into a buffer kept across steps: the same two roundings as torch's SGD
+            # (which the equality tests rely on), without a fresh [k, ...] allocation per step.
+            p.sub_(torch.mul(grad, lr_k, out=state["update"][:k]))
+
+
+def _adam(cfg: OptimizerConfig, p, lr_k, grad, state, step_idx) -> None:
+    k = p.shape[0]
+    beta1, beta2 = cfg.betas
+    exp_avg, exp_avg_sq = state["exp_avg"][:k], state["exp_avg_sq"][:k]
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    step = step_idx + 1
+    bias1, bias2 = 1 - beta1 ** step, 1 - beta2 ** step
+    denom = (exp_avg_sq.sqrt() / bias2 ** 0.5).add_(cfg.eps)
+    p.addcdiv_(exp_avg * (lr_k / bias1), denom, value=-1.0)

@@ -314,6 +314,14 @@ class Engine(Section):
     max_members: int | None = Field(
         None, ge=1, description="Most models stepped together (limits memory); all when omitted."
     )
+    compile: Literal["auto"] | bool = Field(
+        "auto",
+        description="Compile each batched training step with torch.compile (one graph: "
+        "objective, gradient, optimizer update), compiled graphs cached on disk in "
+        "$TORCHINDUCTOR_CACHE_DIR or ~/.cache/pflpipe/torch-compile. 'auto' compiles where it "
+        "pays off: a stage of many steps, or many clients on CUDA (docs/performance.md). A "
+        "step that does not compile runs eagerly, with a logged reason. Batched mode only.",
+    )
     threads: int | None = Field(
         None, ge=1, le=1024,
         description="torch CPU threads of every stage's process. When omitted: under `pflpipe "

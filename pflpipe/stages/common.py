@@ -45,6 +45,7 @@ class Setup:
     head: frozenset[str]
     partition_hash: str
     device: torch.device
+    compiled: bool = False      # the batched trainer compiles its steps (engine.compile)
 
     @property
     def has_validation(self) -> bool:
@@ -101,8 +102,24 @@ def setup(spec, seed: int, partition_dir: Path) -> Setup:
     model = build_model(spec.model, partition.input_shape, n_outputs, seed)
     ctx = Context(model.to(device), partition.task)
     init = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
-    return Setup(data, ctx, make_trainer(spec.engine.mode, ctx, spec.engine.max_members), init,
-                 head_keys(model, spec.model), partition.content_hash, device)
+    compiled = spec.engine.mode == "batched" and use_compile(spec, data, device)
+    return Setup(data, ctx, make_trainer(spec.engine.mode, ctx, spec.engine.max_members, compiled),
+                 init, head_keys(model, spec.model), partition.content_hash, device, compiled)
+
+
+def use_compile(spec, data: FederatedData, device: torch.device) -> bool:
+    """Resolve `engine.compile` ('auto': `pflpipe.engine.compiled.pays_off`); note compiling."""
+    setting = spec.engine.compile
+    if setting == "auto":
+        from pflpipe.engine.compiled import pays_off
+
+        batches = -(-int(data.train.counts.max()) // spec.federation.batch_size)
+        epochs = max(spec.federation.rounds * spec.federation.local_epochs,
+                     spec.distillation.epochs)
+        setting = pays_off(device, epochs * batches)
+    if setting:
+        note("compiled steps (engine.compile)")
+    return setting
 
 
 def optimizer(spec) -> OptimizerConfig:
@@ -169,10 +186,13 @@ def use_checkpoints(store: Store, resume: str, rounds: int) -> str:
     return "resumed"
 
 
-def engine_key(spec) -> dict:
-    """The spec settings that change trained numbers."""
-    return {"model": spec.model.model_dump(mode="json"), "engine": spec.engine.mode,
-            "device": str(device_of(spec.engine))}
+def engine_key(spec, s: Setup | None = None) -> dict:
+    """The spec settings that change trained numbers (compiled steps round differently)."""
+    key = {"model": spec.model.model_dump(mode="json"), "engine": spec.engine.mode,
+           "device": str(device_of(spec.engine))}
+    if s is not None and s.compiled:
+        key["compile"] = True
+    return key
 
 
 def federation_rows(result: FederationResult, model: str, seed: int, data: FederatedData

@@ -61,7 +61,7 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
         eval_every=entry.eval_every, stream=stream_of(label), best_on_val=s.has_validation)
     store, key = common.checkpoint_store(spec, stage, {
         "seed": seed, "partition": s.partition_hash, "entry": entry.model_dump(mode="json"),
-        "plan": repr(plan), "init": _digest(init), **common.engine_key(spec)})
+        "plan": repr(plan), "init": _digest(init), **common.engine_key(spec, s)})
     common.use_checkpoints(store, resume, plan.rounds)
     result = Federation(algorithm, s.ctx, s.data, s.trainer, plan, store, key,
                         common.round_progress(plan.rounds) if progress else None).run(init)

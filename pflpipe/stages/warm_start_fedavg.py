@@ -68,7 +68,7 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
                 score_global=False)  # FedAvg's personalized model is its global model
     store, key = common.checkpoint_store(spec, "warm_start_fedavg", {
         "seed": seed, "partition": s.partition_hash, "federation": fed.model_dump(mode="json"),
-        **common.engine_key(spec)})
+        **common.engine_key(spec, s)})
     common.use_checkpoints(store, resume, fed.rounds)
     algorithm = FedAvg(None, head=s.head, lr=fed.lr, local_epochs=fed.local_epochs)
     if progress and on_round is None:

@@ -109,17 +109,21 @@ def digits_ds3(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def on_both_trainers(digits_ds3):
-    """Run an algorithm for `rounds` rounds on the ds3 partition with the batched and the
-    sequential trainer (plain SGD, lr 0.05, batch 16, one local epoch); return both results.
+def on_both_trainers(digits_ds3, compiled):
+    """Run an algorithm for `rounds` rounds on the ds3 partition with the batched (eager, or
+    with `compiled` steps) and the sequential trainer (plain SGD, lr 0.05, batch 16, one local
+    epoch); return both results.
     """
     _, s, _ = digits_ds3
+
+    def batched(ctx):
+        return BatchedTrainer(ctx, compile=compiled)
 
     def run(algorithm, rounds=3, init=None):
         plan = Plan(rounds=rounds, local_epochs=algorithm.local_epochs, batch_size=16,
                     lr=algorithm.lr, seed=0)
         return tuple(Federation(algorithm, s.ctx, s.data, trainer(s.ctx), plan).run(init or s.init)
-                     for trainer in (BatchedTrainer, SequentialTrainer))
+                     for trainer in (batched, SequentialTrainer))
 
     return run
 

@@ -1,0 +1,121 @@
+"""engine.compile: compiled steps equal the sequential reference; what does not compile falls back.
+
+Compiling costs tens of seconds per graph on a 2-core CPU, so these tests compile two graphs; the
+batched == sequential tests of every algorithm run compiled with PFLPIPE_TEST_COMPILE=1.
+"""
+
+import logging
+
+import pytest
+import torch
+
+from pflpipe.engine.data import member_seed
+from pflpipe.engine.optim import OptimizerConfig, StackedOptimizer
+from pflpipe.engine.trainer import BatchedTrainer, Job, SequentialTrainer
+from pflpipe.engine.tree import broadcast
+from pflpipe.spec import SpecError, parse_spec
+from pflpipe.stages import common
+
+#: 9 members take step 0 (bucket 10: the member with no step is padded in), 5 take step 1
+#: (bucket 8: three finished members are padded in).
+STEPS = torch.tensor([2, 1, 2, 0, 1, 2, 1, 2, 2, 1])
+
+
+def _counting_objective(state, batch, shared, hp, ctx):
+    """Task loss plus a constant draw of engine noise; counts the member's steps in `seen`."""
+    noise = ctx.normal(batch["key"], (2,)).sum()
+    loss = hp["weight"] * ctx.task_loss(state["model"], batch) + 1e-3 * noise
+    return loss, {"seen": {"steps": state["seen"]["steps"] + 1}}
+
+
+def _job(ds3, objective, steps=STEPS):
+    _, s = ds3
+    n = s.data.n_clients
+    return Job(state={"model": broadcast(s.init, n), "seen": {"steps": torch.zeros(n)}},
+               train=("model",), objective=objective, data=s.data.train, clients=torch.arange(n),
+               steps=steps, lr={"model": torch.linspace(0.02, 0.2, n)}, batch_size=16,
+               seeds=[member_seed(0, c) for c in range(n)], hp={"weight": torch.full((n,), 0.5)},
+               optimizer=OptimizerConfig(momentum=0.9, weight_decay=1e-3))
+
+
+def _max_diff(a, b):
+    return max((a[g][k] - b[g][k]).abs().max().item() for g in a for k in a[g])
+
+
+def test_compiled_steps_equal_sequential_and_leave_padded_members_untouched(ds3):
+    job = _job(ds3, _counting_objective)
+    ctx = ds3[1].ctx
+
+    compiled = BatchedTrainer(ctx, compile=True).train(job)
+    sequential = SequentialTrainer(ctx).train(job)
+
+    assert compiled.state["seen"]["steps"].tolist() == STEPS.float().tolist()
+    assert _max_diff(compiled.state, sequential.state) < 1e-5
+    assert torch.allclose(compiled.loss, sequential.loss, atol=1e-5)
+    untouched = {k: v[3] for k, v in compiled.state["model"].items()}  # 0 steps, padded in
+    assert all(torch.equal(untouched[k], ds3[1].init[k]) for k in untouched)
+    assert compiled.bad_step.tolist() == [-1] * job.members
+
+
+def _breaking_objective(state, batch, shared, hp, ctx):
+    torch._dynamo.graph_break()   # fullgraph compilation refuses this
+    return ctx.task_loss(state["model"], batch)
+
+
+def test_a_step_that_does_not_compile_runs_eagerly_with_a_logged_reason(ds3, caplog):
+    job = _job(ds3, _breaking_objective, steps=torch.full((10,), 2))
+    ctx = ds3[1].ctx
+
+    with caplog.at_level(logging.WARNING, logger="pflpipe.engine.compiled"):
+        compiled = BatchedTrainer(ctx, compile=True).train(job)
+    eager = BatchedTrainer(ctx).train(job)
+
+    assert len(caplog.records) == 1   # once per objective, not per step
+    assert ("engine.compile: the step of _breaking_objective did not compile (" in caplog.text
+            and "graph_break" in caplog.text and "it runs eagerly" in caplog.text)
+    assert _max_diff(compiled.state, eager.state) == 0.0
+
+
+@pytest.mark.parametrize("config", [OptimizerConfig(momentum=0.9, weight_decay=0.1),
+                                    OptimizerConfig(name="adam", weight_decay=0.1)],
+                         ids=["momentum", "adam"])
+def test_optimizer_step_number_may_be_a_tensor(config):
+    """A compiled step passes its number as a 0-d tensor; the update is the same."""
+    grad = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))   # members 0 and 1
+    results = []
+    for step in (4, torch.tensor(4)):
+        params = [torch.ones(3, 4)]
+        optimizer = StackedOptimizer(config, params, [torch.tensor([0.1, 0.2, 0.3])])
+        optimizer.step(2, [grad], step)
+        results.append(params[0])
+
+    assert torch.allclose(results[0], results[1], atol=1e-7)
+    assert torch.equal(results[0][2], torch.ones(4))   # member 2 was not active
+
+
+SPEC = """\
+experiment: {name: compile-spec}
+dataset: {name: digits}
+partition: {strategy: iid, n_clients: 3}
+engine: {device: cpu, compile: COMPILE}
+"""
+
+
+def test_engine_compile_takes_true_false_or_auto_and_names_the_field():
+    assert parse_spec(SPEC.replace("COMPILE", "true")).engine.compile is True
+    assert parse_spec(SPEC.replace("COMPILE", "auto")).engine.compile == "auto"
+
+    with pytest.raises(SpecError, match="engine.compile"):
+        parse_spec(SPEC.replace("COMPILE", "sometimes"))
+
+
+def test_auto_compiles_no_quickstart_stage_and_compiled_checkpoints_have_their_own_key(ds3):
+    spec, s = ds3
+    auto = parse_spec(SPEC.replace("COMPILE", "auto"))
+    forced = parse_spec(SPEC.replace("COMPILE", "true"))
+
+    assert common.use_compile(auto, s.data, s.device) is False   # 3 rounds on digits: seconds
+    assert common.use_compile(forced, s.data, s.device) is True
+    compiled = common.Setup(s.data, s.ctx, s.trainer, s.init, s.head, s.partition_hash, s.device,
+                            compiled=True)
+    assert common.engine_key(spec, compiled) == {**common.engine_key(spec, s), "compile": True}
