@@ -25,6 +25,7 @@ import torch
 from torch.nn import functional as F
 
 from pflpipe.algorithms import FedAvg
+from pflpipe.engine.compiled import CompiledTrainer
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer, Context, SequentialTrainer
@@ -161,7 +162,7 @@ def _row(args, device, n_clients: int) -> None:
     variants = {"sequential": None if args.no_sequential else SequentialTrainer,
                 "batched": BatchedTrainer,
                 "compiled": None if args.no_compile else
-                (lambda ctx: BatchedTrainer(ctx, compile=True))}
+                CompiledTrainer}
     ratios, compile_seconds = {}, float("nan")
     for name, factory in variants.items():
         if factory is None:

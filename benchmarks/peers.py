@@ -34,6 +34,7 @@ import torch
 
 from pflpipe.algorithms import FedAvg
 from pflpipe.data.export import export_partition
+from pflpipe.engine.compiled import CompiledTrainer
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
 from pflpipe.spec import load_spec, parse_spec
@@ -118,7 +119,7 @@ def main() -> None:
               f"{n_clients} clients, {args.rounds} timed rounds, {spec.dataset.name}")
         rows = {"pflpipe batched": BatchedTrainer, "pflpipe sequential": SequentialTrainer}
         if not args.no_compile:
-            rows["pflpipe compiled"] = lambda ctx: BatchedTrainer(ctx, compile=True)
+            rows["pflpipe compiled"] = lambda ctx: CompiledTrainer(ctx)
         seconds = {name: pflpipe_seconds_per_round(spec, partition_dir, args.rounds, trainer)
                    for name, trainer in rows.items()}
         if pfllib is None:

@@ -1,9 +1,10 @@
 """`engine.compile`: each batched step as one compiled graph.
 
-One step of :class:`~pflpipe.engine.trainer.BatchedTrainer` — gather the members' mini-batches,
-the vmapped objective and its gradient (``vmap(grad(objective))``), the optimizer update, the
-objective's own updates and the loss bookkeeping — is traced by ``torch.compile`` into one graph
-(``fullgraph=True``), so a step costs one call instead of hundreds of small eager operations.
+:class:`CompiledTrainer` is the :class:`~pflpipe.engine.trainer.BatchedTrainer` with each step —
+gather the members' mini-batches, the vmapped objective and its gradient
+(``vmap(grad(objective))``), the optimizer update, the objective's own updates and the loss
+bookkeeping — traced by ``torch.compile`` into one graph (``fullgraph=True``), so a step costs one
+call instead of hundreds of small eager operations.
 
 - **Buckets.** ``vmap`` fixes the number of members a graph steps. Members finish at different
   steps, so a step of ``k`` active members runs the graph of the next *bucket* — ``k`` rounded up
@@ -14,26 +15,29 @@ objective's own updates and the loss bookkeeping — is traced by ``torch.compil
   (``$XDG_CACHE_HOME/pflpipe/torch-compile``), which every stage process shares, and later runs
   too: a process then only traces, it does not compile C++/Triton code again.
 - **Fallback.** A step that does not compile (an operation the compiler does not support, no C++
-  compiler) is logged with the reason and runs eagerly, for the rest of the process, with the
-  same result up to rounding.
+  compiler) is logged with the reason; that job's remaining steps run the same step function
+  eagerly, and later jobs of the objective run on the BatchedTrainer: the same result up to
+  rounding.
 """
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor
 from torch.func import grad, vmap
 
-from pflpipe.engine.optim import update
-from pflpipe.engine.trainer import Context, Objective, Steps, as_pair, gather
+from pflpipe.engine.noise import step_keys
+from pflpipe.engine.optim import StackedOptimizer, update
+from pflpipe.engine.trainer import BatchedTrainer, Context, Job, Objective, TrainResult, gather
+from pflpipe.engine.trainer import _index_table as index_table
+from pflpipe.engine.tree import Tree, select
 
 log = logging.getLogger(__name__)
 #: Graphs one process may compile for the engine's step (dynamo's default, 8, is too few).
 RECOMPILE_LIMIT = 256
-
-
 #: `engine.compile: auto` compiles a stage that takes at least this many batched steps (rounds ×
 #: local epochs × batches of the largest client): compiling costs seconds per graph, a compiled
 #: step saves a fraction of a millisecond (docs/performance.md has the measurements).
@@ -62,45 +66,99 @@ def bucket(k: int, members: int) -> int:
     return min(members, 1 << (k - 1).bit_length())
 
 
-class StepCompiler:
-    """The compiled steps of one trainer: a graph per objective and job layout, per bucket."""
+@dataclass
+class Steps:
+    """A job in the trainer's order (most steps first): the arguments of its step function."""
 
-    def __init__(self):
+    state: Tree                # a sorted copy of the job's state [M, ...]
+    buffers: list[dict[str, Tensor]]   # the optimizer's state
+    lrs: list[Tensor]          # [M] per trained tensor
+    hp: dict[str, Tensor]      # [M] each
+    clients: Tensor            # [M]
+    index: Tensor              # [S_max, M, batches_per_step, B] local sample indices, -1 padded
+    noise: Tensor              # [S_max, M] noise keys
+    active: Tensor             # [S_max, M] bool: member m takes step s
+    total: Tensor              # [M] summed losses
+    bad: Tensor                # [M] first non-finite step, -1 while none
+
+    def args(self, job: Job, step: int, b: int, step_id: Tensor) -> tuple:
+        """The step function's arguments for step `step` of the first `b` members."""
+        return (self.state, self.buffers, self.lrs, self.hp, job.shared, job.data,
+                self.index[step, :b], self.clients[:b], self.noise[step, :b], self.total,
+                self.bad, self.active[step, :b], step_id)
+
+
+class CompiledTrainer(BatchedTrainer):
+    """The BatchedTrainer with each step one compiled graph (per objective, job layout, bucket)."""
+
+    def __init__(self, ctx: Context, max_members: int | None = None):
+        super().__init__(ctx, max_members)
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir()))
-        self._steps: dict[tuple, object] = {}   # key -> compiled function, or None: eager
+        self._steps: dict[tuple, tuple] = {}   # key -> (eager step, compiled step or None)
 
-    def step(self, ctx: Context, run: Steps, step: int, k: int) -> bool:
-        """Step the first `k` members of `run`; False when the step does not compile."""
-        job = run.job
-        key = (id(ctx), job.objective, job.train, job.batches_per_step, job.optimizer)
+    def _train(self, job: Job) -> TrainResult:
+        key = (job.objective, job.train, job.batches_per_step, job.optimizer)
         if key not in self._steps:
-            self._steps[key] = torch.compile(
-                _step_fn(ctx, job.objective, job.train, job.batches_per_step, job.optimizer),
-                fullgraph=True, dynamic=False)
-        compiled = self._steps[key]
+            fn = _step_fn(self.ctx, *key)
+            self._steps[key] = fn, torch.compile(fn, fullgraph=True, dynamic=False)
+        eager, compiled = self._steps[key]
         if compiled is None:
-            return False
-        b = bucket(k, job.members)
+            return super()._train(job)
+        order = torch.argsort(job.steps.cpu(), descending=True, stable=True)
+        sorted_steps = job.steps.cpu()[order]
+        run = _prepare(job, order, sorted_steps)
+        step_ids = torch.arange(len(run.active), device=run.total.device)
+        for step, k in enumerate(run.active.sum(1).tolist()):
+            args = run.args(job, step, bucket(k, job.members), step_ids[step])
+            if compiled is not None:
+                compiled = self._compiled(key, compiled, args)
+            if compiled is None:   # did not compile: this job's remaining steps run eagerly
+                eager(*args)
+        mean = run.total / sorted_steps.clamp_min(1).to(run.total.device)
+        inverse = torch.argsort(order).to(run.total.device)
+        return TrainResult(select(run.state, inverse), mean[inverse], run.bad[inverse])
+
+    def _compiled(self, key: tuple, compiled, args: tuple):
+        """Run a compiled step; None (and logged, and remembered) when it does not compile."""
         try:
             with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
                                             accumulated_recompile_limit=RECOMPILE_LIMIT):
-                compiled(run.state, run.optimizer.state, run.optimizer.lrs, run.hp, job.shared,
-                         job.data, run.index[step, :b], run.clients[:b], run.noise[step, :b],
-                         run.total, run.bad, run.active[step, :b], run.step_ids[step])
+                compiled(*args)
         except torch._dynamo.exc.TorchDynamoException as err:
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             log.warning("engine.compile: the step of %s did not compile (%s); it runs eagerly",
-                        _name(job.objective), reason)
-            self._steps[key] = None
-            return False
-        return True
+                        _name(key[0]), reason)
+            self._steps[key] = self._steps[key][0], None
+            return None
+        return compiled
+
+
+def _prepare(job: Job, order: Tensor, sorted_steps: Tensor) -> Steps:
+    device = job.data.x.device
+    on_device = order.to(device)
+    max_steps = int(sorted_steps[0]) if job.members else 0
+    state = select(job.state, on_device)  # a copy: the job's tensors stay untouched
+    keys = [(g, k) for g in job.train for k in state[g]]
+    lrs = [job.lr[g].to(device)[on_device] for g, _ in keys]
+    optimizer = StackedOptimizer(job.optimizer, [state[g][k] for g, k in keys], lrs)
+    return Steps(
+        state, optimizer.state, lrs,
+        hp={name: value[order.to(value.device)] for name, value in job.hp.items()},
+        clients=job.clients.to(device)[on_device],
+        index=index_table(job, order, max_steps).transpose(0, 1).contiguous().to(device),
+        noise=step_keys([job.seeds[m] for m in order.tolist()], max_steps).t().contiguous()
+        .to(device),
+        active=(sorted_steps.unsqueeze(0) > torch.arange(max_steps).unsqueeze(1)).to(device),
+        total=torch.zeros(job.members, device=device),
+        bad=torch.full((job.members,), -1, dtype=torch.long, device=device))
 
 
 def _step_fn(ctx: Context, objective: Objective, train: tuple[str, ...], batches_per_step: int,
              optimizer) -> callable:
     """The step of the `b` members a call is given (the bucket), `active` of them for real."""
     def member(trained, rest, batch, shared, hp):
-        loss, updates = as_pair(objective({**rest, **trained}, batch, shared, hp, ctx))
+        out = objective({**rest, **trained}, batch, shared, hp, ctx)
+        loss, updates = out if isinstance(out, tuple) else (out, {})
         return loss, (loss, updates)
 
     per_member = vmap(grad(member, has_aux=True), in_dims=(0, 0, 0, None, 0))

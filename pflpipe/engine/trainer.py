@@ -113,43 +113,15 @@ class TrainResult:
     bad_step: Tensor   # [M] first step whose loss was NaN or infinite; -1 when none was
 
 
-def as_pair(output) -> tuple[Tensor, Tree]:
-    """An objective's output as (loss, updates): objectives may return the loss alone."""
+def _as_pair(output) -> tuple[Tensor, Tree]:
     return output if isinstance(output, tuple) else (output, {})
 
 
-@dataclass
-class Steps:
-    """A job in the batched trainer's order (most steps first), read and updated by its steps."""
-
-    job: Job
-    state: Tree                # a sorted copy of the job's state [M, ...]
-    clients: Tensor            # [M]
-    hp: dict[str, Tensor]      # [M] each
-    index: Tensor              # [S_max, M, batches_per_step, B] local sample indices, -1 padded
-    noise: Tensor              # [S_max, M] noise keys
-    active: Tensor             # [S_max, M] bool: member m takes step s
-    step_ids: list[Tensor]     # [S_max] the step numbers as 0-d tensors (for compiled steps)
-    keys: list[tuple[str, str]]  # (group, key) of every trained tensor
-    optimizer: StackedOptimizer
-    total: Tensor              # [M] summed losses
-    bad: Tensor                # [M] first non-finite step, -1 while none
-
-
 class BatchedTrainer:
-    """Steps every active member in one vectorised computation.
+    """Steps every active member in one vectorised computation."""
 
-    With `compile`, each step runs as one compiled graph (`pflpipe.engine.compiled`); a step that
-    does not compile runs eagerly, with the same result up to rounding.
-    """
-
-    def __init__(self, ctx: Context, max_members: int | None = None, compile: bool = False):
+    def __init__(self, ctx: Context, max_members: int | None = None):
         self.ctx, self.max_members = ctx, max_members
-        self.compiler = None
-        if compile:
-            from pflpipe.engine.compiled import StepCompiler
-
-            self.compiler = StepCompiler()
 
     def train(self, job: Job) -> TrainResult:
         """Run the job; members keep their order in the result."""
@@ -165,61 +137,45 @@ class BatchedTrainer:
 
     def _train(self, job: Job) -> TrainResult:
         order = torch.argsort(job.steps.cpu(), descending=True, stable=True)
-        sorted_steps = job.steps.cpu()[order]
-        run = self._prepare(job, order, sorted_steps)
-        # at step s the members with more than s steps are active: a prefix of the sorted order
-        for step, k in enumerate(run.active.sum(1).tolist()):
-            if self.compiler is None or not self.compiler.step(self.ctx, run, step, k):
-                self._step(run, step, k)
-        device = run.total.device
-        mean = run.total / sorted_steps.clamp_min(1).to(device)
-        if torch.equal(order, torch.arange(job.members)):
-            return TrainResult(run.state, mean, run.bad)
-        inverse = torch.argsort(order).to(device)
-        return TrainResult(select(run.state, inverse), mean[inverse], run.bad[inverse])
-
-    def _prepare(self, job: Job, order: Tensor, sorted_steps: Tensor) -> Steps:
         device = job.data.x.device
-        on_device = order.to(device)
+        sorted_steps = job.steps.cpu()[order]
         max_steps = int(sorted_steps[0]) if job.members else 0
-        state = select(job.state, on_device)  # a copy: the job's tensors stay untouched
+        state = select(job.state, order.to(device))  # a copy: the job's tensors stay untouched
+        clients = job.clients.to(device)[order.to(device)]
+        hp = {name: value[order.to(value.device)] for name, value in job.hp.items()}
+        index = _index_table(job, order, max_steps).to(device)
+        noise_keys = step_keys([job.seeds[m] for m in order.tolist()], max_steps).to(device)
         keys = [(g, k) for g in job.train for k in state[g]]
-        lrs = [job.lr[g].to(device)[on_device] for g, _ in keys]
-        steps = torch.arange(max_steps)
-        return Steps(
-            job, state, clients=job.clients.to(device)[on_device],
-            hp={name: value[order.to(value.device)] for name, value in job.hp.items()},
-            index=_index_table(job, order, max_steps).transpose(0, 1).contiguous().to(device),
-            noise=step_keys([job.seeds[m] for m in order.tolist()], max_steps).t().contiguous()
-            .to(device),
-            active=(sorted_steps.unsqueeze(0) > steps.unsqueeze(1)).to(device),
-            step_ids=[t.clone() for t in steps.to(device)] if self.compiler else [], keys=keys,
-            optimizer=StackedOptimizer(job.optimizer, [state[g][k] for g, k in keys], lrs),
-            total=torch.zeros(job.members, device=device),
-            bad=torch.full((job.members,), -1, dtype=torch.long, device=device))
-
-    def _step(self, run: Steps, step: int, k: int) -> None:
-        """One eager step of the first `k` members: vmap, one autograd.grad, the optimizer."""
-        job, state = run.job, run.state
-        batch = {**self.gather(job, run.index[step, :k], run.clients[:k]),
-                 "key": run.noise[step, :k]}
-        view = {g: {key: t[:k].detach().requires_grad_(g in job.train)
-                    for key, t in group.items()} for g, group in state.items()}
-        losses, updates = vmap(self._member_fn(job.objective), in_dims=(0, 0, None, 0))(
-            view, batch, job.shared, {n: v[:k] for n, v in run.hp.items()})
-        leaves = [view[g][key] for g, key in run.keys]
-        grads = torch.autograd.grad(losses.sum(), leaves, allow_unused=True)
-        grads = [torch.zeros_like(leaf) if g is None else g
-                 for leaf, g in zip(leaves, grads, strict=True)]
-        run.optimizer.step(k, grads, step)
-        with torch.no_grad():
-            for g, group in updates.items():
-                for key, value in group.items():
-                    state[g][key][:k].copy_(value)
-            losses = losses.detach()
-            run.total[:k] += losses
-            run.bad[:k] = torch.where((run.bad[:k] < 0) & ~torch.isfinite(losses), step,
-                                      run.bad[:k])
+        params = [state[g][k] for g, k in keys]
+        lrs = [job.lr[g].to(device)[order.to(device)] for g, _ in keys]
+        optimizer = StackedOptimizer(job.optimizer, params, lrs)
+        step_fn = vmap(self._member_fn(job.objective), in_dims=(0, 0, None, 0))
+        total = torch.zeros(job.members, device=device)
+        bad = torch.full((job.members,), -1, dtype=torch.long, device=device)
+        # at step s the members with more than s steps are active: a prefix of the sorted order
+        active = (sorted_steps.unsqueeze(0) > torch.arange(max_steps).unsqueeze(1)).sum(1).tolist()
+        for step, k in enumerate(active):
+            batch = {**self.gather(job, index[:k, step], clients[:k]), "key": noise_keys[:k, step]}
+            view = {g: {key: t[:k].detach().requires_grad_(g in job.train)
+                        for key, t in group.items()} for g, group in state.items()}
+            losses, updates = step_fn(view, batch, job.shared, {n: v[:k] for n, v in hp.items()})
+            leaves = [view[g][key] for g, key in keys]
+            grads = torch.autograd.grad(losses.sum(), leaves, allow_unused=True)
+            grads = [torch.zeros_like(leaf) if g is None else g
+                     for leaf, g in zip(leaves, grads, strict=True)]
+            optimizer.step(k, grads, step)
+            with torch.no_grad():
+                for g, group in updates.items():
+                    for key, value in group.items():
+                        state[g][key][:k].copy_(value)
+                losses = losses.detach()
+                total[:k] += losses
+                bad[:k] = torch.where((bad[:k] < 0) & ~torch.isfinite(losses), step, bad[:k])
+        mean = total / sorted_steps.clamp_min(1).to(device)
+        if torch.equal(order, torch.arange(job.members)):
+            return TrainResult(state, mean, bad)
+        inverse = torch.argsort(order).to(device)
+        return TrainResult(select(state, inverse), mean[inverse], bad[inverse])
 
     @staticmethod
     def gather(job: Job, local: Tensor, clients: Tensor) -> Batch:
@@ -230,7 +186,7 @@ class BatchedTrainer:
         ctx = self.ctx
 
         def one_member(state, batch, shared, hp):
-            return as_pair(objective(state, batch, shared, hp, ctx))
+            return _as_pair(objective(state, batch, shared, hp, ctx))
 
         return one_member
 
@@ -311,7 +267,7 @@ class SequentialTrainer:
             batch = {**_plain_batch(order[step], x, y, extra, job.batches_per_step),
                      "key": noise_keys[step]}
             optimizer.zero_grad()
-            loss, updates = as_pair(job.objective(state, batch, job.shared, hp, self.ctx))
+            loss, updates = _as_pair(job.objective(state, batch, job.shared, hp, self.ctx))
             loss.backward()
             optimizer.step()
             with torch.no_grad():
@@ -341,6 +297,8 @@ def _plain_batch(local: Tensor, x: Tensor, y: Tensor, extra: dict[str, Tensor],
 
 def make_trainer(mode: str, ctx: Context, max_members: int | None = None, compile: bool = False):
     """The trainer the spec's `engine.mode` names (`compile`: the batched one's steps compiled)."""
-    if mode == "batched":
-        return BatchedTrainer(ctx, max_members, compile)
-    return SequentialTrainer(ctx, max_members)
+    if mode == "batched" and compile:
+        from pflpipe.engine.compiled import CompiledTrainer
+
+        return CompiledTrainer(ctx, max_members)
+    return (BatchedTrainer if mode == "batched" else SequentialTrainer)(ctx, max_members)

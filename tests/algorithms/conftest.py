@@ -12,7 +12,7 @@ from torch import nn
 
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
-from pflpipe.engine.trainer import BatchedTrainer, Context, SequentialTrainer
+from pflpipe.engine.trainer import BatchedTrainer, Context, SequentialTrainer, make_trainer
 from pflpipe.spec import parse_spec
 from pflpipe.stages import common, partition_data
 
@@ -117,7 +117,7 @@ def on_both_trainers(digits_ds3, compiled):
     _, s, _ = digits_ds3
 
     def batched(ctx):
-        return BatchedTrainer(ctx, compile=compiled)
+        return make_trainer("batched", ctx, compile=compiled)
 
     def run(algorithm, rounds=3, init=None):
         plan = Plan(rounds=rounds, local_epochs=algorithm.local_epochs, batch_size=16,

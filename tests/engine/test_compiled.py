@@ -9,6 +9,7 @@ import logging
 import pytest
 import torch
 
+from pflpipe.engine.compiled import CompiledTrainer
 from pflpipe.engine.data import member_seed
 from pflpipe.engine.optim import OptimizerConfig, StackedOptimizer
 from pflpipe.engine.trainer import BatchedTrainer, Job, SequentialTrainer
@@ -46,7 +47,7 @@ def test_compiled_steps_equal_sequential_and_leave_padded_members_untouched(ds3)
     job = _job(ds3, _counting_objective)
     ctx = ds3[1].ctx
 
-    compiled = BatchedTrainer(ctx, compile=True).train(job)
+    compiled = CompiledTrainer(ctx).train(job)
     sequential = SequentialTrainer(ctx).train(job)
 
     assert compiled.state["seen"]["steps"].tolist() == STEPS.float().tolist()
@@ -66,14 +67,18 @@ def test_a_step_that_does_not_compile_runs_eagerly_with_a_logged_reason(ds3, cap
     job = _job(ds3, _breaking_objective, steps=torch.full((10,), 2))
     ctx = ds3[1].ctx
 
+    trainer = CompiledTrainer(ctx)
     with caplog.at_level(logging.WARNING, logger="pflpipe.engine.compiled"):
-        compiled = BatchedTrainer(ctx, compile=True).train(job)
+        first = trainer.train(job)    # the step function, eagerly
+        second = trainer.train(job)   # the BatchedTrainer
     eager = BatchedTrainer(ctx).train(job)
 
-    assert len(caplog.records) == 1   # once per objective, not per step
+    assert len(caplog.records) == 1   # once per objective, not per step or job
     assert ("engine.compile: the step of _breaking_objective did not compile (" in caplog.text
             and "graph_break" in caplog.text and "it runs eagerly" in caplog.text)
-    assert _max_diff(compiled.state, eager.state) == 0.0
+    assert _max_diff(first.state, eager.state) < 1e-6
+    assert torch.allclose(first.loss, eager.loss, atol=1e-6)
+    assert _max_diff(second.state, eager.state) == 0.0
 
 
 @pytest.mark.parametrize("config", [OptimizerConfig(momentum=0.9, weight_decay=0.1),
