@@ -82,10 +82,13 @@ class Steps:
     bad: Tensor                # [M] first non-finite step, -1 while none
 
     def args(self, job: Job, step: int, b: int, step_id: Tensor) -> tuple:
-        """The step function's arguments for step `step` of the first `b` members."""
-        return (self.state, self.buffers, self.lrs, self.hp, job.shared, job.data,
-                self.index[step, :b], self.clients[:b], self.noise[step, :b], self.total,
-                self.bad, self.active[step, :b], step_id)
+        """The step function's arguments for step `step`: views of the first `b` members."""
+        return ({g: {key: t[:b] for key, t in group.items()} for g, group in self.state.items()},
+                [{name: t[:b] for name, t in buffer.items()} for buffer in self.buffers],
+                [lr[:b] for lr in self.lrs], {name: v[:b] for name, v in self.hp.items()},
+                job.shared, job.data, self.index[step, :b], self.clients[:b],
+                self.noise[step, :b], self.total[:b], self.bad[:b], self.active[step, :b],
+                step_id)
 
 
 class CompiledTrainer(BatchedTrainer):
@@ -155,7 +158,11 @@ def _prepare(job: Job, order: Tensor, sorted_steps: Tensor) -> Steps:
 
 def _step_fn(ctx: Context, objective: Objective, train: tuple[str, ...], batches_per_step: int,
              optimizer) -> callable:
-    """The step of the `b` members a call is given (the bucket), `active` of them for real."""
+    """The step of the `b` members a call is given (the bucket), `active` of them for real.
+
+    Every tensor argument holds only these `b` members (a prefix view, sliced by the caller): a
+    graph that slices its inputs itself compiles several times slower.
+    """
     def member(trained, rest, batch, shared, hp):
         out = objective({**rest, **trained}, batch, shared, hp, ctx)
         loss, updates = out if isinstance(out, tuple) else (out, {})
@@ -165,23 +172,21 @@ def _step_fn(ctx: Context, objective: Objective, train: tuple[str, ...], batches
 
     def step(state, buffers, lrs, hp, shared, data, local, clients, noise, total, bad, active,
              step_idx):
-        b = local.shape[0]
         batch = {**gather(data, local, clients, batches_per_step), "key": noise}
-        view = {g: {key: t[:b] for key, t in group.items()} for g, group in state.items()}
         grads, (losses, updates) = per_member(
-            {g: view[g] for g in train}, {g: v for g, v in view.items() if g not in train},
-            batch, shared, {name: value[:b] for name, value in hp.items()})
+            {g: state[g] for g in train}, {g: v for g, v in state.items() if g not in train},
+            batch, shared, hp)
         params = [state[g][key] for g in train for key in state[g]]
-        before = [p[:b].clone() for p in params]
+        before = [p.clone() for p in params]
         update(optimizer, params, lrs, buffers, [grads[g][key] for g in train for key in state[g]],
-               b, step_idx)
+               len(local), step_idx)
         for param, old in zip(params, before, strict=True):
-            param[:b].copy_(_keep(active, param[:b], old))
+            param.copy_(_keep(active, param, old))
         for g, group in updates.items():
             for key, value in group.items():
-                state[g][key][:b].copy_(_keep(active, value, state[g][key][:b]))
-        total[:b] += torch.where(active, losses, 0.0)
-        bad[:b] = torch.where(active & (bad[:b] < 0) & ~torch.isfinite(losses), step_idx, bad[:b])
+                state[g][key].copy_(_keep(active, value, state[g][key]))
+        total.add_(torch.where(active, losses, 0.0))
+        bad.copy_(torch.where(active & (bad < 0) & ~torch.isfinite(losses), step_idx, bad))
 
     return step
 
