@@ -8,8 +8,9 @@ call instead of hundreds of small eager operations.
 
 - **Buckets.** ``vmap`` fixes the number of members a graph steps. Members finish at different
   steps, so a step of ``k`` active members runs the graph of the next *bucket* — ``k`` rounded up
-  to a power of two, at most the job's member count — and leaves the padded members untouched
-  (a mask). A job compiles at most ⌈log₂ M⌉ + 1 graphs; with equal clients, one.
+  to a power of two, at most the job's member count — and leaves the padded members'
+  parameters untouched (they step at learning rate 0 with gradient 0). A job compiles at most
+  ⌈log₂ M⌉ + 1 graphs; with equal clients, one.
 - **Cache.** Compiled graphs are kept on disk (inductor's FX graph and AOTAutograd caches) in
   ``$TORCHINDUCTOR_CACHE_DIR`` when set, else in ``~/.cache/pflpipe/torch-compile``
   (``$XDG_CACHE_HOME/pflpipe/torch-compile``), which every stage process shares, and later runs
@@ -176,12 +177,12 @@ def _step_fn(ctx: Context, objective: Objective, train: tuple[str, ...], batches
         grads, (losses, updates) = per_member(
             {g: state[g] for g in train}, {g: v for g, v in state.items() if g not in train},
             batch, shared, hp)
-        params = [state[g][key] for g in train for key in state[g]]
-        before = [p.clone() for p in params]
-        update(optimizer, params, lrs, buffers, [grads[g][key] for g in train for key in state[g]],
+        # padded members step with gradient 0 at learning rate 0: their parameters stay as they
+        # are (their optimizer state changes, but they take no further step in this job)
+        update(optimizer, [state[g][key] for g in train for key in state[g]],
+               [torch.where(active, lr, 0.0) for lr in lrs], buffers,
+               [_keep(active, grads[g][key], 0.0) for g in train for key in state[g]],
                len(local), step_idx)
-        for param, old in zip(params, before, strict=True):
-            param.copy_(_keep(active, param, old))
         for g, group in updates.items():
             for key, value in group.items():
                 state[g][key].copy_(_keep(active, value, state[g][key]))
@@ -191,7 +192,7 @@ def _step_fn(ctx: Context, objective: Objective, train: tuple[str, ...], batches
     return step
 
 
-def _keep(active: Tensor, new: Tensor, old: Tensor) -> Tensor:
+def _keep(active: Tensor, new: Tensor, old: "Tensor | float") -> Tensor:
     """`new` for the active members [b], `old` for the padded ones."""
     return torch.where(active.view(-1, *([1] * (new.dim() - 1))), new, old)
 
