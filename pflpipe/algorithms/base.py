@@ -14,6 +14,8 @@ hook                defines                                                     
                     server state under the module's name
 ``init_server``     the server state before round 1                              empty
 ``init_kept``       a client's kept groups before round 1                        none
+``init_clients``    every client's kept groups before round 1, stacked [M, ...]  ``init_kept`` for
+                    (when they differ by client)                                 every client
 ``dispatch``        what each client starts the round from, per client [C]       the global model
 ``schedule``        each client's steps and learning rate of a phase [C]         epochs × batches
 ``is_payload``      which ``model`` keys are sent and aggregated                 every key
@@ -50,7 +52,7 @@ from typing import ClassVar, Generic, TypeVar
 
 from torch import Tensor, nn
 
-from pflpipe.engine.tree import Group, Tree, merge, weighted_mean
+from pflpipe.engine.tree import Group, Tree, broadcast, merge, weighted_mean
 from pflpipe.spec.algorithms import Params
 
 P = TypeVar("P", bound=Params)
@@ -126,6 +128,10 @@ class Algorithm(Generic[P]):
     def init_kept(self, global_params: Group) -> Tree:
         """Initial kept groups of one client (unbatched)."""
         return {}
+
+    def init_clients(self, global_params: Group, n_clients: int) -> Tree:
+        """Every client's kept groups before round 1 [n_clients, ...]: `init_kept` for each."""
+        return {g: broadcast(t, n_clients) for g, t in self.init_kept(global_params).items()}
 
     def dispatch(self, round: Round) -> Group | None:
         """Per-client starting values of the global model [C, ...]; None: all get the global."""

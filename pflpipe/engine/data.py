@@ -94,10 +94,16 @@ def schedule(n: int, steps: int, batch_size: int, seed: int, batches_per_step: i
 
     Each epoch is a fresh permutation of the client's n samples cut into ceil(n / B) batches, the
     last one short; epochs follow one another until `steps × batches_per_step` batches are drawn.
+    When one batch holds all n samples (full-batch gradient descent) the samples keep their order:
+    a permutation would change only the order of a sum.
     """
+    total = steps * batches_per_step
+    if n <= batch_size:
+        out = torch.full((total, batch_size), -1, dtype=torch.long)
+        out[:, :n] = torch.arange(n)
+        return out.view(steps, batches_per_step, batch_size)
     generator = torch.Generator().manual_seed(seed)
     per_epoch = math.ceil(n / batch_size)
-    total = steps * batches_per_step
     epochs = math.ceil(total / per_epoch) if per_epoch else 0
     out = torch.full((epochs * per_epoch, batch_size), -1, dtype=torch.long)
     for epoch in range(epochs):

@@ -60,6 +60,8 @@ class Plan:
     score_global: bool = True                     # score the global model too (GLOBAL_METRICS)
     stream: int = 0                               # separates the random streams of stages
     best_on_val: bool = True                      # False (no validation split): best = last
+    blocks: int = 1                               # client_fraction samples each of these
+                                                  # equal, contiguous blocks of clients apart
 
 
 @dataclass
@@ -75,6 +77,8 @@ class FederationResult:
     rounds_completed: int
     stopped_early: bool
     server: Tree = field(default_factory=dict)   # the server state after the last round
+    last_model: Tree = field(default_factory=dict)   # each client's `scored` model at the last
+                                                     # evaluated round [C]
 
     @property
     def best_params(self) -> Group:
@@ -91,6 +95,9 @@ class Federation:
         self.algorithm, self.data, self.trainer = algorithm, data, trainer
         self.plan, self.store, self.fingerprint, self.on_round = plan, store, fingerprint, on_round
         self.n_clients = data.n_clients
+        if self.n_clients % plan.blocks:
+            raise ValueError(f"{self.n_clients} clients do not split into {plan.blocks} equal "
+                             "blocks (Plan.blocks)")
         self.all_clients = torch.arange(self.n_clients, device=data.train.x.device)
         self.ctx = self._with_modules(ctx)
         if self.ctx is not ctx:
@@ -114,7 +121,7 @@ class Federation:
                 self.on_round(round_idx, [r for r in snap["rows"] if r["round"] == round_idx])
         return FederationResult(snap["global"], snap["state"], snap["best_model"], snap["best"],
                                 snap["last"], snap["rows"], snap["round"], snap["stopped"],
-                                snap["server"])
+                                snap["server"], snap.get("last_model", {}))
 
     def _with_modules(self, ctx: Context) -> Context:
         """The context with the algorithm's extra networks, built under a seeded RNG."""
@@ -133,11 +140,11 @@ class Federation:
         server = {name: {k: v.detach().clone() for k, v in module.state_dict().items()}
                   for name, module in self.ctx.modules.items()}
         server.update(algo.init_server(init_global, n))
-        kept = {g: broadcast(t, n) for g, t in algo.init_kept(init_global).items()}
+        kept = algo.init_clients(init_global, n)
         initial = {"model": broadcast(init_global, n), **kept}
         shared = {"global": init_global, "server": server}
         state = vmap(algo.receive, in_dims=(None, 0, None))(init_global, initial, shared)
-        state = tree_map(torch.Tensor.contiguous, state)
+        state = tree_map(torch.Tensor.clone, state)  # distinct: a receive may alias groups
         snap = {"round": 0, "global": dict(init_global), "server": server, "state": state,
                 "rows": [], "stopped": False, "early": {"best": float("inf"), "bad": 0}}
         self._evaluate(snap, 0)
@@ -168,13 +175,15 @@ class Federation:
                      member_seed(self.plan.seed, self.plan.stream, round_idx, _SERVER_SALT))
 
     def _sample(self, round_idx: int) -> Tensor:
-        fraction = self.plan.client_fraction
+        fraction, blocks = self.plan.client_fraction, self.plan.blocks
         if fraction >= 1.0:
             return self.all_clients
-        count = max(1, int(round(fraction * self.n_clients)))
+        size = self.n_clients // blocks
+        count = max(1, int(round(fraction * size)))
         rng = np.random.default_rng([self.plan.seed, self.plan.stream, round_idx, 7])
-        chosen = np.sort(rng.choice(self.n_clients, size=count, replace=False))
-        return torch.as_tensor(chosen, device=self.all_clients.device)
+        chosen = [block * size + np.sort(rng.choice(size, size=count, replace=False))
+                  for block in range(blocks)]
+        return torch.as_tensor(np.concatenate(chosen), device=self.all_clients.device)
 
     def _train(self, state: Tree, info: Round, phase: Phase, phase_idx: int, shared: Tree,
                snap: dict) -> Tree:
@@ -250,7 +259,7 @@ class Federation:
                               **{name: values[c] for name, values in columns.items()}}
                              for c in range(self.n_clients)]
         scores["round"] = torch.full_like(scores["val_loss"], round_idx)
-        snap["last"] = scores
+        snap["last"], snap["last_model"] = scores, models
         self._track_best(snap, scores, models)
         self._early_stop(snap, scores)
 

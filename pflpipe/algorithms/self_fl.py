@@ -1,0 +1,182 @@
+"""Self-FL (Chen et al., NeurIPS 2022): personalization from inter- and intra-client uncertainty.
+
+Two-level model θ_m ~ N(θ₀, σ₀²), client estimate z_m ~ N(θ_m, σ_m²): ℓ_m gradient steps on client
+m's negative log-likelihood from the leave-one-out start reach its Bayes posterior mean θ_m^(FL).
+With w_k = (σ₀² + σ_k²)⁻¹ and S_{−m} = Σ_{k≠m} w_k, each round (Algorithm 1):
+- start (Eqn. 10): θ_m^INIT = θ − (w_m / S_{−m})·(θ_m − θ), θ_m the client's last personal model;
+- steps (Eqn. 8): (1 − η/σ_m²)^ℓ_m = S_{−m} / (σ_m⁻² + S_{−m}), ℓ_m = ⌈·⌉ clipped to [1, ℓ_max];
+- server (Eqn. 11): θ̂ = Σ w_m θ_m^t / Σ w_m, then θ ← (1 − C)·θ + C·θ̂ at activity rate C.
+σ̂_m² is the empirical variance (trace, 1/n) of the client's personal models over its previous
+participations (Welford, kept per client); σ̂₀² that of the round's personal models. Clients with
+fewer than `min_history` participations start from θ with FedAvg's steps and borrow the mean σ̂².
+Algorithm 2 (`augmented`) takes both variances from local optima trained further each round.
+"""
+
+import torch
+
+from pflpipe.algorithms.base import Algorithm, Phase, register
+from pflpipe.engine.tree import weighted_mean
+from pflpipe.spec.algorithms.self_fl import SelfFLParams
+
+EPS = 1e-12
+
+
+def _spread(group, mean):
+    """Σ over keys of ‖group[k] − mean[k]‖² per member [C] (group [C, ...], mean [...])."""
+    return sum(((v - mean[k]) ** 2).flatten(1).sum(1) for k, v in group.items())
+
+
+@register
+class SelfFL(Algorithm[SelfFLParams]):
+    """Leave-one-out start, uncertainty-driven local steps and precision-weighted aggregation."""
+
+    @property
+    def _source(self) -> str:
+        """The group whose spread estimates the variances (Alg. 2: the local optimum)."""
+        return "optimum" if self.params.augmented else "model"
+
+    # ---- server side ----------------------------------------------------------------------
+    def init_server(self, global_params, n_clients):
+        """σ̂₀² = 0 and every client's σ̂_k² unknown."""
+        zero = torch.zeros((), dtype=next(iter(global_params.values())).dtype)
+        return {"uncertainty": {"sigma0_sq": zero, "sigma_sq": zero.repeat(n_clients),
+                                "known": zero.repeat(n_clients)}}
+
+    def dispatch(self, round):
+        """Eqn. 10 for the clients with a variance; the global model for the others."""
+        if self.params.init == "global":
+            return None
+        w, s_minus, ready = self._precisions(round, after_training=False)
+        seen = round.states["uncertainty"]["count"] > 0
+        shift = torch.where(ready, w / s_minus.clamp_min(EPS), 0.0)
+        out = {}
+        for key, g in round.global_params.items():
+            last = torch.where(seen.view(-1, *[1] * g.dim()), round.states["model"][key], g)
+            out[key] = g - shift.view(-1, *[1] * g.dim()) * (last - g)
+        return out
+
+    def schedule(self, round, phase, steps, lr):
+        """ℓ_m of Eqn. 8 in the main phase, capped by `max_local_steps`."""
+        if self.params.steps == "fixed" or phase.objective != "local_objective":
+            return steps, lr
+        _, s_minus, ready = self._precisions(round, after_training=False)
+        s2 = self._intra(round, after_training=False)[0].double().clamp_min(EPS)
+        rho = (s_minus.double() / (1 / s2 + s_minus.double())).clamp(EPS, 1 - EPS)
+        rate = lr.to(s2) / s2              # the contraction per step of the NLL, η/σ_m²
+        below_one = torch.where(rate < 1, rate, 0.5)
+        ell = torch.ceil(torch.log(rho) / torch.log1p(-below_one))
+        ell = torch.where(rate < 1, ell, 1.0).clamp(1, self.params.max_local_steps)
+        return torch.where(ready.cpu(), ell.long().cpu(), steps), lr
+
+    def server_step(self, round):
+        """σ̂₀² of the round, Eqn. 11 weights, the smoothed global model and the σ̂_k² table."""
+        p, before = self.params, round.server["uncertainty"]
+        upload = round.states[self._source]
+        mean = {k: v.mean(0) for k, v in upload.items()}
+        spread = _spread(upload, mean).mean() if len(round.clients) > 1 else before["sigma0_sq"]
+        sigma0_sq = spread if p.oracle is None else before["sigma0_sq"].new_tensor(
+            p.oracle.sigma0_sq)
+        table = self._table(round, after_training=True)
+        if p.aggregation == "uncertainty":
+            weights, _ = self._weights(round, table, sigma0_sq, after_training=True)
+            weights = weights / weights.sum()
+        else:
+            weights = round.weights
+        payloads = {k: v for k, v in round.states["model"].items() if self.is_payload(k)}
+        new = weighted_mean(payloads, weights)
+        rate = len(round.clients) / round.n_clients if p.smoothing else 1.0
+        new = {k: (1 - rate) * round.global_params[k] + rate * v for k, v in new.items()}
+        return new, {"uncertainty": {"sigma0_sq": sigma0_sq, "sigma_sq": table[0],
+                                     "known": table[1]}}
+
+    def _intra(self, round, after_training):
+        """σ̂_m² [C] of the round's clients before their training, and whether it is known."""
+        if self.params.oracle is not None:
+            dtype = next(iter(round.global_params.values())).dtype
+            s2 = self.params.oracle.sigma_sq / round.counts.to(dtype)
+            return s2, torch.ones_like(s2, dtype=torch.bool)
+        stats = round.states["uncertainty"]
+        if after_training:
+            return stats["reported"], stats["count"] - 1 >= self.params.min_history
+        return stats["var"], stats["count"] >= self.params.min_history
+
+    def _table(self, round, after_training):
+        """Every client's latest σ̂_k² [M] and whether it is known, with this round's written in."""
+        s2, known = self._intra(round, after_training)
+        table = round.server["uncertainty"]
+        mine = (round.clients.view(-1, 1) == torch.arange(round.n_clients, device=s2.device))
+        mine = (mine & known.view(-1, 1)).to(s2)
+        written = mine.sum(0) > 0
+        return (torch.where(written, s2 @ mine, table["sigma_sq"]),
+                torch.where(written, 1.0, table["known"]))
+
+    def _weights(self, round, table, sigma0_sq, after_training):
+        """Precisions w_m [C] of the round's clients and w_k [M] (or [C]) of the peer set."""
+        s2, known = self._intra(round, after_training)
+        if self.params.peer_set == "all":
+            peers, peer_known = table
+        else:
+            peers, peer_known = s2, known.to(s2)
+        fill = (peers * peer_known).sum() / peer_known.sum().clamp_min(1)
+        w = 1 / (sigma0_sq + torch.where(known, s2, fill) + EPS)
+        return w, 1 / (sigma0_sq + torch.where(peer_known > 0, peers, fill) + EPS)
+
+    def _precisions(self, round, after_training):
+        """w_m [C], S_{−m} [C] and whether the client runs Self-FL's rules (else FedAvg's)."""
+        sigma0_sq = round.server["uncertainty"]["sigma0_sq"]
+        if self.params.oracle is not None:
+            sigma0_sq = sigma0_sq.new_tensor(self.params.oracle.sigma0_sq)
+        table = self._table(round, after_training)
+        w, peers = self._weights(round, table, sigma0_sq, after_training)
+        scope = round.n_clients if self.params.peer_set == "all" else len(round.clients)
+        known = self._intra(round, after_training)[1]
+        return w, peers.sum() - w, known if scope > 1 else torch.zeros_like(known)
+
+    # ---- client side ------------------------------------------------------------------------
+    def init_kept(self, global_params):
+        """An empty Welford accumulator over the client's personal models."""
+        zero = torch.zeros((), dtype=next(iter(global_params.values())).dtype)
+        return {"uncertainty": {"count": zero, "var": zero, "reported": zero,
+                                **{f"mean.{k}": torch.zeros_like(v)
+                                   for k, v in global_params.items()}}}
+
+    def receive(self, global_params, previous, shared=None):
+        """The start of the round; Alg. 2's local optimum starts there too."""
+        state = super().receive(global_params, previous, shared)
+        state["uncertainty"] = previous["uncertainty"]
+        if self.params.augmented:
+            state["optimum"] = dict(state["model"])
+        return state
+
+    def phases(self):
+        """ℓ_m steps (Alg. 2: on the local optimum too, then `augmented_epochs` more on it)."""
+        if not self.params.augmented:
+            return (Phase(),)
+        return (Phase(train=("model", "optimum")),
+                Phase(train=("optimum",), objective="optimum_objective",
+                      epochs=self.params.augmented_epochs))
+
+    def local_objective(self, state, batch, shared, hp, ctx):
+        """The task loss of the personal model (and of Alg. 2's local optimum alongside)."""
+        loss = ctx.task_loss(state["model"], batch)
+        return loss + ctx.task_loss(state["optimum"], batch) if self.params.augmented else loss
+
+    def optimum_objective(self, state, batch, shared, hp, ctx):
+        """The task loss of Alg. 2's local optimum."""
+        return ctx.task_loss(state["optimum"], batch)
+
+    def finish(self, start, trained, shared):
+        """Welford update of the client's variance with this round's personal model."""
+        stats, x = start["uncertainty"], trained[self._source]
+        n = stats["count"] + 1
+        mean = {k: stats[f"mean.{k}"] + (v - stats[f"mean.{k}"]) / n for k, v in x.items()}
+        cross = sum(((v - stats[f"mean.{k}"]) * (v - mean[k])).sum() for k, v in x.items())
+        return {**trained, "uncertainty": {
+            "count": n, "var": ((n - 1) * stats["var"] + cross) / n, "reported": stats["var"],
+            **{f"mean.{k}": v for k, v in mean.items()}}}
+
+    def personalized(self, state, shared):
+        """The client's last personal model; the global model before it first trains."""
+        seen = state["uncertainty"]["count"] > 0
+        return {k: torch.where(seen, v, shared["global"][k]) for k, v in state["model"].items()}
+

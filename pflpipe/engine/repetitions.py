@@ -1,0 +1,158 @@
+"""Repetitions of one experiment as one federation: R independent federations of M clients.
+
+A paper's "repeated 200 times" becomes R × M members of one engine computation instead of a loop
+of runs. `Repeated` wraps an algorithm: client c belongs to repetition c // M; the server keeps
+each repetition's global model and server state stacked [R, ...] (server state group
+``"global"``); every server-side hook of the wrapped algorithm runs once per repetition, vmapped,
+on a `Round` of that repetition's clients only (ids 0..M−1, ``n_clients`` M); its client-side
+hooks see their own repetition's global model and server state as ``shared``. The federation's
+plan must sample each repetition apart (``Plan(blocks=R)``) and skip the global-model scores
+(``score_global=False``): there is one global model per repetition, in
+``result.server["global"]``.
+"""
+
+import torch
+from torch.func import vmap
+
+from pflpipe.algorithms.base import Algorithm, Round
+from pflpipe.engine.tree import broadcast, merge, tree_map
+
+#: Key that marks a group as sent by `Repeated.dispatch` (not the engine's shared global model).
+_SENT = "repetition.sent"
+
+
+class Repeated(Algorithm):
+    """`algorithm` run in `repetitions` independent federations at once."""
+
+    def __init__(self, algorithm: Algorithm, repetitions: int):
+        super().__init__(algorithm.params, head=algorithm.head, lr=algorithm.lr,
+                         local_epochs=algorithm.local_epochs)
+        self.inner, self.repetitions = algorithm, repetitions
+
+    def __getattr__(self, name):
+        """Any other objective of the wrapped algorithm, seeing its repetition's ``shared``."""
+        if name.startswith("_") or "inner" not in self.__dict__:
+            raise AttributeError(name)
+        return self._objective(getattr(self.inner, name))
+
+    # ---- server side: the wrapped hooks once per repetition ---------------------------------
+    def init_server(self, global_params, n_clients):
+        """Each repetition's global model and the wrapped algorithm's server state [R, ...]."""
+        inner = self.inner.init_server(global_params, n_clients // self.repetitions)
+        return {name: broadcast(group, self.repetitions)
+                for name, group in {"global": global_params, **inner}.items()}
+
+    def init_clients(self, global_params, n_clients):
+        """The wrapped algorithm's kept groups, and each client's repetition."""
+        index = torch.arange(n_clients) // (n_clients // self.repetitions)
+        return {**self.inner.init_clients(global_params, n_clients),
+                "repetition": {"index": index.to(next(iter(global_params.values())).device)}}
+
+    def dispatch(self, round):
+        """What the wrapped algorithm sends (its repetition's global model by default)."""
+        def one(r):
+            sent = self.inner.dispatch(r)
+            return dict(sent if sent is not None else broadcast(r.global_params, len(r.clients)))
+
+        sent = {k: v.flatten(0, 1) for k, v in self._per_repetition(round, one).items()}
+        return {**sent, _SENT: torch.ones(len(round.clients), device=round.clients.device)}
+
+    def schedule(self, round, phase, steps, lr):
+        """The wrapped algorithm's steps and learning rates, repetition by repetition."""
+        blocks = self._blocks(round)
+        steps, lr = self._per_repetition(
+            round, lambda r, s, x: self.inner.schedule(r, phase, s, x),
+            steps.view(blocks, -1), lr.view(blocks, -1))
+        return steps.flatten(), lr.flatten()
+
+    def server_step(self, round):
+        """Each repetition's new global model and server state; the engine's global is unused."""
+        def one(r):
+            new_global, server = self.inner.server_step(r)
+            return {"global": merge(r.global_params, new_global), **server}
+
+        return {}, self._per_repetition(round, one)
+
+    def _blocks(self, round) -> int:
+        blocks = self.repetitions
+        size = round.n_clients // blocks
+        index = round.clients.view(blocks, -1) // size if len(round.clients) % blocks == 0 else None
+        if index is None or not torch.equal(
+                index, torch.arange(blocks, device=index.device).view(-1, 1).expand_as(index)):
+            raise ValueError(f"the round's clients are not {blocks} equal repetitions of {size}; "
+                             f"run the federation with Plan(blocks={blocks})")
+        return blocks
+
+    def _per_repetition(self, round, fn, *extra):
+        """Run fn(Round of one repetition, *extra) for every repetition (vmapped): [R, ...]."""
+        blocks, size = self._blocks(round), round.n_clients // self.repetitions
+        server = {name: group for name, group in round.server.items() if name != "global"}
+
+        def one(global_params, server, states, clients, counts, *args):
+            view = Round(round.index, clients % size, counts, size, global_params, server, states)
+            return fn(view, *args)
+
+        split = tree_map(lambda t: t.view(blocks, -1, *t.shape[1:]), round.states)
+        return vmap(one)(round.server["global"], server, split, round.clients.view(blocks, -1),
+                         round.counts.view(blocks, -1), *extra)
+
+    # ---- client side: the wrapped hooks, seeing their own repetition ------------------------
+    def _local(self, shared, state):
+        """``shared`` of the client's repetition: its global model and server state."""
+        index = state["repetition"]["index"]
+        pick = {name: {k: v[index] for k, v in group.items()}
+                for name, group in shared["server"].items()}
+        return {"global": pick.pop("global"), "server": pick}
+
+    def _objective(self, fn):
+        def objective(state, batch, shared, hp, ctx):
+            return fn(state, batch, self._local(shared, state), hp, ctx)
+
+        return objective
+
+    def receive(self, global_params, previous, shared=None):
+        """The wrapped receive, from what dispatch sent or else the repetition's global model."""
+        local = self._local(shared, previous)
+        start = ({k: v for k, v in global_params.items() if k != _SENT}
+                 if _SENT in global_params else local["global"])
+        return {**self.inner.receive(start, previous, local),
+                "repetition": previous["repetition"]}
+
+    def phases(self):
+        """The wrapped algorithm's phases."""
+        return self.inner.phases()
+
+    def eval_phases(self):
+        """The wrapped algorithm's evaluation phases."""
+        return self.inner.eval_phases()
+
+    def is_payload(self, key):
+        """The wrapped algorithm's payload keys."""
+        return self.inner.is_payload(key)
+
+    def local_objective(self, state, batch, shared, hp, ctx):
+        """The wrapped local objective."""
+        return self._objective(self.inner.local_objective)(state, batch, shared, hp, ctx)
+
+    def task_objective(self, state, batch, shared, hp, ctx):
+        """The wrapped task objective."""
+        return self._objective(self.inner.task_objective)(state, batch, shared, hp, ctx)
+
+    def finish(self, start, trained, shared):
+        """The wrapped finish."""
+        return {**self.inner.finish(start, trained, self._local(shared, start)),
+                "repetition": start["repetition"]}
+
+    def scored(self, state, shared):
+        """The wrapped personalized model."""
+        return self.inner.scored(state, self._local(shared, state))
+
+    def predict(self, model, x, ctx, key):
+        """The wrapped prediction."""
+        return self.inner.predict(model, x, ctx, key)
+
+    def global_model(self, shared):
+        """Not one model: each repetition has its own (``result.server["global"]``)."""
+        raise ValueError("Repeated has one global model per repetition (result.server['global'])"
+                         "; run it with Plan(score_global=False)")
+

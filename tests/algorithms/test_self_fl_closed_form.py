@@ -1,0 +1,104 @@
+"""Self-FL with oracle variances on the two-level Gaussian model reaches the Bayes posterior means.
+
+Data as Self-FL's Case 2 (§4.1): M = 20, θ_m ~ N(1.6, 1), N_m ~ U{10..200} observations of
+variance 0.1; full-batch gradient descent on each client's negative log-likelihood at lr 1e-4.
+
+θ_m^(FL) is exact (Eqn. 3). Generic Self-FL cannot reach it exactly, for two reasons, so the
+tolerance is the sum of their bounds, both computed from the data alone (≈ 0.02 here; the error
+is ≈ 0.005):
+- its start (Eqn. 10) uses the client's last personal model θ_m^{t−1} where θ_m^(FL) needs its
+  local optimum z_m: the fixed point θ_m^* of the iteration (with exact ρ_m) differs from
+  θ_m^(FL) by ρ_m² c_m (1 + c_m)/(1 + ρ_m c_m)·|z_m − θ^(G)| plus the global model's share of the
+  same shift, which reaches every client: bounded by 2 max_m ρ_m² c_m |z_m − θ^(G)|
+  (c_m = w_m/S_{−m} ≈ 1/(M − 1): Prop. 3.1's statistical term);
+- ℓ_m is an integer: ⌈·⌉ makes (1 − a_m)^ℓ_m smaller than ρ_m by a factor ≥ 1 − a_m (a_m = η/σ_m²),
+  which moves a client by at most a_m ρ_m times the distance of its start from z_m, and the global
+  model by the weighted mean of those moves: ≤ 2 max_m a_m ρ_m · max_m |z_m − θ^(G)|.
+Finite rounds add nothing measurable: the iteration contracts by max ρ_m ≈ 0.15 per round, so 12
+rounds leave it 0.15¹² ≈ 1e-10 from its fixed point.
+"""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from pflpipe.algorithms.self_fl import SelfFL
+from pflpipe.data.synthetic import gaussian
+from pflpipe.engine.data import FederatedData, SplitData
+from pflpipe.engine.federation import Federation, Plan
+from pflpipe.engine.trainer import BatchedTrainer
+from pflpipe.engine.two_level import GaussianLikelihood, posterior_means
+from pflpipe.spec.algorithms import SelfFLParams
+
+M, THETA0, SIGMA0_SQ, SIGMA_SQ, LR, ROUNDS = 20, 1.6, 1.0, 0.1, 1e-4, 12
+
+
+@pytest.fixture(scope="module")
+def case2():
+    """(data, z [M], N [M]) of one draw of Case 2."""
+    drawn = gaussian(M, np.random.default_rng(3), theta0=THETA0, sigma0_sq=SIGMA0_SQ,
+                     sigma_sq=SIGMA_SQ, n_min=10, n_max=200)
+    ys = [torch.from_numpy(drawn.y[drawn.groups == m]) for m in range(M)]
+    split = SplitData.from_clients([torch.ones(len(y), 1) for y in ys], ys)
+    z = np.array([y.double().mean().item() for y in ys])
+    return FederatedData(split, split, split), z, np.array([len(y) for y in ys], dtype=float)
+
+
+@pytest.fixture(scope="module")
+def personal(case2):
+    """Self-FL's personal estimates θ_m after ROUNDS rounds on the engine [M]."""
+    data, _, _ = case2
+    params = SelfFLParams(name="self_fl", oracle={"sigma0_sq": SIGMA0_SQ, "sigma_sq": SIGMA_SQ},
+                          max_local_steps=10_000)
+    ctx = GaussianLikelihood(nn.Linear(1, 1, bias=False), sigma_sq=SIGMA_SQ)
+    plan = Plan(rounds=ROUNDS, local_epochs=1, batch_size=200, lr=LR, seed=0,
+                eval_every=ROUNDS, score_global=False)
+    result = Federation(SelfFL(params, head=frozenset(), lr=LR, local_epochs=1), ctx, data,
+                        BatchedTrainer(ctx), plan).run({"weight": torch.zeros(1, 1)})
+    return result.last_model["model"]["weight"].flatten().double().numpy()
+
+
+def _generic_self_fl(z, n, integer_steps, rounds=ROUNDS):
+    """Eqns. 8, 10, 11 on exact numbers: personal estimates after `rounds` rounds from 0."""
+    s2 = SIGMA_SQ / n
+    w = 1 / (SIGMA0_SQ + s2)
+    others = w.sum() - w
+    rho, rate = others / (1 / s2 + others), LR / s2
+    steps = np.log(rho) / np.log1p(-rate)
+    shrink = (1 - rate) ** np.ceil(steps) if integer_steps else rho
+    global_, last = 0.0, np.zeros_like(z)
+    for _ in range(rounds):
+        start = global_ - w / others * (last - global_)
+        last = z + shrink * (start - z)
+        global_ = (w * last).sum() / w.sum()
+    return last, rho, rate, w / others
+
+
+def test_self_fl_with_oracle_variances_is_exactly_generic_self_fl(case2, personal):
+    # The engine (float32) equals the recursion of Eqns. 8, 10, 11 with ⌈ℓ_m⌉ steps (float64).
+    _, z, n = case2
+
+    expected, *_ = _generic_self_fl(z, n, integer_steps=True)
+
+    assert np.abs(personal - expected).max() < 1e-5
+
+
+def test_self_fl_with_oracle_variances_converges_to_the_bayes_posterior_means(case2, personal):
+    # Prepare: θ^(FL) exact; the bounds of the docstring's two deviations, from the data alone
+    _, z, n = case2
+    theta_g, theta_fl = posterior_means(z, SIGMA0_SQ, SIGMA_SQ / n)
+    _, rho, rate, c = _generic_self_fl(z, n, integer_steps=False, rounds=0)
+    start_bound = 2 * (rho**2 * c * np.abs(z - theta_g)).max()
+    rounding_bound = 2 * (rate * rho).max() * np.abs(z - theta_g).max()
+
+    # Execute: the start gap alone, as the exact fixed point of the real-ℓ iteration
+    fixed_point, *_ = _generic_self_fl(z, n, integer_steps=False, rounds=200)
+
+    # Assert: the engine is within the tolerance, a small one: far below the distance of the
+    # local (z_m) or global (θ^(G)) estimates from θ^(FL)
+    error = np.abs(personal - theta_fl)
+    assert np.abs(fixed_point - theta_fl).max() <= start_bound
+    assert error.max() <= start_bound + rounding_bound
+    assert error.max() < 0.1 * np.abs(z - theta_fl).max()
+    assert error.max() < 0.01 * np.abs(theta_g - theta_fl).max()
