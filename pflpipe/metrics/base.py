@@ -12,9 +12,10 @@ from typing import Literal
 
 import numpy as np
 
-#: What a metric function reads: the per-client QoI, the per-client accuracies, or any
-#: non-negative distribution (QoI over U⁺, |QoI| over U⁻, accuracies).
-Reads = Literal["qoi", "accuracy", "distribution"]
+#: What a metric function reads: the per-client QoI, the per-client accuracies, any
+#: non-negative distribution (QoI over U⁺, |QoI| over U⁻, accuracies), or the per-client
+#: accuracies with the clients' sample counts ([K, 2]: accuracy, n_samples).
+Reads = Literal["qoi", "accuracy", "distribution", "accuracy_and_samples"]
 
 
 class UndefinedMetricError(ValueError):
@@ -27,7 +28,8 @@ class Metric:
 
     Attributes:
         name: The short name used in the report, the spec and MLflow (``PUI``, ``JI``).
-        fn: The pure function: a 1-D float array in, a float out; raises
+        fn: The pure function: a 1-D float array in (a [K, 2] array of accuracy and sample count
+            when it `reads` ``accuracy_and_samples``), a float out; raises
             `UndefinedMetricError` when the value does not exist.
         higher_is_better: Direction of "better" (performance) or "fairer" (fairness).
         reads: What the function is applied to.

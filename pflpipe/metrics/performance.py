@@ -181,6 +181,28 @@ def bottom_decile_mean(accuracy: np.ndarray) -> float:
     return fsum(worst) / worst.size
 
 
+def top_samples_decile(values: np.ndarray) -> float:
+    """Return the sample-weighted accuracy Σ n_i A_i / Σ n_i of the ⌈K/10⌉ largest clients.
+
+    Self-FL's "top 10% most samples" (Chen et al. 2022, Table 1). `values` is [K, 2]: each
+    client's accuracy and sample count; clients of equal size rank the less accurate first, so
+    the value does not depend on the order of the clients.
+
+    >>> top_samples_decile(np.array([[90, 30], [40, 20]] + [[100, 5]] * 10))  # the largest 2
+    70.0
+    """
+    if values.ndim != 2 or values.shape[1:] != (2,):
+        raise ValueError(f"top_samples_decile needs [K, 2] (accuracy, n_samples) values "
+                         f"(got {values.shape})")
+    require_values(values[:, 0], "top_samples_decile")
+    order = np.lexsort((values[:, 0], -values[:, 1]))[: math.ceil(len(values) / 10)]
+    accuracy, samples = values[order, 0], values[order, 1]
+    if fsum(samples) <= 0:
+        raise UndefinedMetricError("top_samples_decile is undefined: the largest clients hold "
+                                   "no samples")
+    return fsum(accuracy * samples) / fsum(samples)
+
+
 # Undefined MPI/API rank as 0 (no improvement) and undefined MPD/APD as 0 (no loss: the best).
 PUI = register(Metric("PUI", percent_improved, True, "qoi", "% of clients improved", 0.0))
 PUD = register(Metric("PUD", percent_decreased, False, "qoi", "% of clients decreased", 0.0))
@@ -194,8 +216,12 @@ MIN = register(Metric("min", min_accuracy, True, "accuracy", "worst client's acc
 BOTTOM_DECILE = register(
     Metric("bottom_decile", bottom_decile_mean, True, "accuracy", "mean of the worst 10%")
 )
+TOP_SAMPLES_DECILE = register(Metric(
+    "top_samples_decile", top_samples_decile, True, "accuracy_and_samples",
+    "weighted accuracy of the 10% largest clients"))
 
 #: The performance metrics of the report, in the thesis's order (Table 6.8 adds AA).
 PERFORMANCE = ("PUI", "PUD", "MPI", "API", "MPD", "APD", "AA")
-#: The accuracy summaries every model gets, baselines included.
-ACCURACY = ("AA", "std", "min", "bottom_decile")
+#: The accuracy summaries every model gets, baselines included (bottom_decile is Self-FL's
+#: "worst 10%", top_samples_decile its "top 10% most samples").
+ACCURACY = ("AA", "std", "min", "bottom_decile", "top_samples_decile")

@@ -13,7 +13,8 @@ report.json::
                             "performance": {"PUI", "PUD", "MPI", "API", "MPD", "APD", "AA"},
                             "fairness": {"improved" | "decreased" | "accuracy":
                                          {"AV", "CS", "Entropy", "JI"}},
-                            "accuracy": {"AA", "std", "min", "bottom_decile"},
+                            "accuracy": {"AA", "std", "min", "bottom_decile",
+                                         "top_samples_decile"},
                             "std_over_seeds": {same nesting; null with one seed},
                             "reasons": {"performance.MPD": "U⁻ is empty: ...", ...},
                             "n_clients", "seeds", "per_client": {CLIENT: {"accuracy", "qoi"}}}},

@@ -206,7 +206,7 @@ def _model_result(model: str, per_seed: list[Scores], local: str, global_: str,
         acc = s.accuracy[model]
         qoi = None if role != "personalized" else quantum_of_improvement(
             acc, s.accuracy[global_], s.accuracy[local])
-        scored.append(score(acc, qoi, role, errors=unit == "neg_mse"))
+        scored.append(score(acc, qoi, role, s.n_samples, errors=unit == "neg_mse"))
         qois.append(qoi)
     mean, std, reasons = _aggregate(scored, [s.seed for s in per_seed])
     per_client_qoi = None if role != "personalized" else _per_client(per_seed, qois)
@@ -219,14 +219,16 @@ def _model_result(model: str, per_seed: list[Scores], local: str, global_: str,
     )
 
 
-def score(accuracy: np.ndarray, qoi: np.ndarray | None, role: str = "personalized", *,
-          errors: bool = False) -> tuple[dict[str, float | None], dict[str, str]]:
+def score(accuracy: np.ndarray, qoi: np.ndarray | None, role: str = "personalized",
+          n_samples: np.ndarray | None = None, *, errors: bool = False
+          ) -> tuple[dict[str, float | None], dict[str, str]]:
     """Compute every metric of `PATHS` for one model on one seed.
 
     Args:
         accuracy: Per-client accuracies of the model (−MSE for a regression).
         qoi: Per-client QoI, or None for a baseline (its QoI metrics are then None).
         role: Named in the reason for a baseline's missing QoI metrics.
+        n_samples: Per-client sample counts, for the metrics that weigh clients by them.
         errors: The scores are negated errors (−MSE): the fairness of the per-client scores is
             that of the errors themselves, which are non-negative.
 
@@ -243,6 +245,12 @@ def score(accuracy: np.ndarray, qoi: np.ndarray | None, role: str = "personalize
     for path in PATHS:
         group, name = path.rsplit(".", 1)
         data = accuracy if path == "performance.AA" else inputs.get(group)
+        if REGISTRY[name].reads == "accuracy_and_samples":
+            if n_samples is None:
+                values[path] = None
+                reasons[path] = "the results table gives no n_samples for every client"
+                continue
+            data = np.column_stack((accuracy, n_samples))
         if data is None:
             values[path] = None
             reasons[path] = f"{role} model: QoI is measured against the baselines, not for them"

@@ -11,7 +11,7 @@ A long table, one row per (seed, split, selection, model, client):
 | split       | no       | test         | data split scored (val, test, ...)                    |
 | selection   | no       | (any)        | best_val or last_round; empty: applies to both        |
 | loss        | no       |              | kept, not used by the metrics                         |
-| n_samples   | no       |              | kept, not used by the metrics (clients weigh equally) |
+| n_samples   | no       |              | the client's samples in the split (top_samples_decile) |
 | round       | no       |              | kept, not used by the metrics                         |
 
 Other columns are ignored. The unit is the caller's (`unit`), or detected per file: fractions when
@@ -282,12 +282,17 @@ def _check_unique(rows: Sequence[Row]) -> None:
 
 @dataclass(frozen=True)
 class Scores:
-    """The accuracies of one (split, seed): ``accuracy[model]`` lists the clients in order."""
+    """The accuracies of one (split, seed): ``accuracy[model]`` lists the clients in order.
+
+    ``n_samples`` holds each client's sample count in the split, None unless every client's
+    rows give one.
+    """
 
     split: str
     seed: int
     clients: tuple[str, ...]
     accuracy: dict[str, np.ndarray]
+    n_samples: np.ndarray | None = None
 
 
 def select_rows(table: ResultsTable, selection: str) -> list[Row]:
@@ -320,8 +325,11 @@ def scores_by_seed(rows: Sequence[Row], split: str, required: Sequence[str]) -> 
     rows = [row for row in rows if row.split == split]
     models = sorted({row.model for row in rows})
     by_seed: dict[int, dict[str, dict[str, float]]] = {}
+    sizes: dict[tuple[int, str], int] = {}
     for row in rows:
         by_seed.setdefault(row.seed, {}).setdefault(row.model, {})[row.client] = row.accuracy
+        if row.n_samples is not None:
+            sizes[row.seed, row.client] = row.n_samples
     result = []
     for seed in sorted(by_seed):
         present = by_seed[seed]
@@ -337,7 +345,9 @@ def scores_by_seed(rows: Sequence[Row], split: str, required: Sequence[str]) -> 
                     f"{', '.join(missing[:10])}); every model needs every client"
                 )
         accuracy = {m: np.array([present[m][c] for c in clients]) for m in models}
-        result.append(Scores(split, seed, tuple(clients), accuracy))
+        n_samples = (np.array([sizes[seed, c] for c in clients], dtype=float)
+                     if all((seed, c) in sizes for c in clients) else None)
+        result.append(Scores(split, seed, tuple(clients), accuracy, n_samples))
     return result
 
 

@@ -17,7 +17,7 @@ STAGES = (
 )
 METRICS = (
     "PUI", "PUD", "MPI", "API", "MPD", "APD", "AA", "AV", "CS", "Entropy", "JI", "std", "min",
-    "bottom_decile",
+    "bottom_decile", "top_samples_decile",
 )
 #: Seeds lie in [0, 2³² − 1]: every generator accepts them and JSON numbers carry them exactly.
 MAX_SEED = 2**32 - 1

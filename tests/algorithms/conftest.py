@@ -80,9 +80,9 @@ def federate():
     """
 
     def run(algorithm, ctx, data, init, trainer=BatchedTrainer, rounds=1, lr=None,
-            batch_size=64, local_epochs=1, seed=0):
+            batch_size=64, local_epochs=1, seed=0, fraction=1.0):
         plan = Plan(rounds=rounds, local_epochs=local_epochs, batch_size=batch_size,
-                    lr=lr or algorithm.lr, seed=seed)
+                    lr=lr or algorithm.lr, seed=seed, client_fraction=fraction)
         init = {k: torch.as_tensor(v, dtype=torch.float32) for k, v in init.items()}
         return Federation(algorithm, ctx, data, trainer(ctx), plan).run(init)
 

@@ -173,13 +173,13 @@ def test_self_fl_online_variance_equals_the_population_trace_variance():
     assert stats["var"].item() == pytest.approx(xs.var(axis=0).sum(), rel=1e-12)
 
 
-@pytest.mark.parametrize("params", [{}, {"augmented": True, "augmented_epochs": 1},
-                                    {"peer_set": "active", "min_history": 2}])
+@pytest.mark.parametrize(("cls", "params"), [(SelfFL, {}), (ActPerFL, {}),
+                                             (SelfFL, {"augmented": True, "augmented_epochs": 1})])
 def test_self_fl_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, on_both_trainers,
-                                                                 differences, params):
+                                                                 differences, cls, params):
     _, s, _ = digits_ds3
-    algorithm = SelfFL(SelfFLParams(name="self_fl", **params), head=s.head, lr=0.05,
-                       local_epochs=1)
+    algorithm = _algorithm(cls, lr=0.05, **params)
+    algorithm.head = s.head
 
     batched, sequential = on_both_trainers(algorithm)
 

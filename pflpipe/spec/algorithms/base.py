@@ -57,6 +57,11 @@ class FederatedParams(Params):
     local_epochs: int | None = Field(
         None, ge=1, description="Local epochs per round; federation.local_epochs when omitted."
     )
+    client_fraction: float | None = Field(
+        None, gt=0, le=1,
+        description="Fraction of clients sampled per round (the activity rate C, at least one "
+        "client, drawn from the seed); federation.client_fraction when omitted.",
+    )
     warm_start: Literal["final", "none"] | int = Field(
         "final",
         description="Starting point: the FedAvg warm start's final global model, 'none' (the "
@@ -74,7 +79,8 @@ class FederatedParams(Params):
     def rounds_of(self, federation) -> Rounds:
         """Rounds, local epochs and client fraction: the entry's own, else the federation's."""
         return Rounds(self.rounds or federation.rounds,
-                      self.local_epochs or federation.local_epochs, federation.client_fraction)
+                      self.local_epochs or federation.local_epochs,
+                      self.client_fraction or federation.client_fraction)
 
 
 class StandaloneParams(Params):

@@ -43,10 +43,11 @@ class SelfFLParams(FederatedParams):
         description="Participations a client must have recorded before its variance σ̂_m² is "
         "used; until then it starts from the global model and takes FedAvg's local steps.",
     )
-    peer_set: Literal["all", "active"] = Field(
-        "all",
-        description="Whose precisions Σ_{k≠m} (σ̂₀² + σ̂_k²)⁻¹ sums: every client's latest "
-        "known value (unknown ones imputed by the mean), or the round's clients only.",
+    peer_set: Literal["active", "all"] = Field(
+        "active",
+        description="Whose precisions Σ_{k≠m} (σ̂₀² + σ̂_k²)⁻¹ sums: the round's clients (only "
+        "they report σ̂_k², Alg. 2), or every client's latest known value (unknown ones imputed "
+        "by the mean of the known).",
     )
     smoothing: bool = Field(
         True,
