@@ -22,7 +22,6 @@ import time
 
 import numpy as np
 import torch
-from torch import nn
 
 from pflpipe.algorithms import REGISTRY, FedAvg
 from pflpipe.data.synthetic import gaussian
@@ -30,7 +29,7 @@ from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.repetitions import Repeated
 from pflpipe.engine.trainer import BatchedTrainer
-from pflpipe.engine.two_level import GaussianLikelihood, posterior_means
+from pflpipe.engine.two_level import GaussianLikelihood, ScalarMean, posterior_means
 from pflpipe.spec.algorithms import PARAMS
 
 M, THETA0, SIGMA_SQ, ROUNDS, LR, BASELINE_STEPS = 20, 1.6, 0.1, 200, 1e-4, 50
@@ -80,14 +79,14 @@ def run(method: str, case: int, fraction: float, data: FederatedData, repetition
     cls, params = ((FedAvg, None) if entry is None else
                    (REGISTRY[entry["name"]], PARAMS[entry["name"]].model_validate(entry)))
     algorithm = Repeated(cls(params, head=frozenset(), lr=LR, local_epochs=epochs), repetitions)
-    ctx = GaussianLikelihood(nn.Linear(1, 1, bias=False), sigma_sq=SIGMA_SQ)
+    ctx = GaussianLikelihood(ScalarMean(), sigma_sq=SIGMA_SQ)
     plan = Plan(rounds=ROUNDS, local_epochs=epochs, batch_size=CASES[case]["n_max"], lr=LR,
                 seed=seed, client_fraction=fraction, eval_every=ROUNDS, score_global=False,
                 blocks=repetitions)
     result = Federation(algorithm, ctx, data, BatchedTrainer(ctx), plan).run(
-        {"weight": torch.zeros(1, 1)})
-    personal = (result.state if method == "fedavg" else result.last_model)["model"]["weight"]
-    return (result.server["global"]["weight"].view(repetitions).double().numpy(),
+        {"theta": torch.zeros(1)})
+    personal = (result.state if method == "fedavg" else result.last_model)["model"]["theta"]
+    return (result.server["global"]["theta"].view(repetitions).double().numpy(),
             personal.view(repetitions, M).double().numpy())
 
 

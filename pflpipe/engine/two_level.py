@@ -8,9 +8,34 @@ mean) has variance σ_m² = σ²/N_m.
 from dataclasses import dataclass
 
 import numpy as np
-from torch import Tensor
+import torch
+from torch import Tensor, nn
 
 from pflpipe.engine.trainer import Batch, Context
+
+
+class ScalarMean(nn.Module):
+    """A client's parameter θ_m as a network: ŷ = θ·x, the inputs being 1 (spec model ``custom``).
+
+    Args:
+        in_shape: The input shape, (1,).
+        n_classes: The output width, 1.
+        init: The starting θ⁰.
+
+    """
+
+    head_prefixes = ("theta",)
+
+    def __init__(self, in_shape: tuple[int, ...] = (1,), n_classes: int = 1, init: float = 0.0):
+        super().__init__()
+        if tuple(in_shape) != (1,) or n_classes != 1:
+            raise ValueError(f"ScalarMean estimates one number from inputs of 1; got inputs of "
+                             f"shape {tuple(in_shape)} and {n_classes} outputs")
+        self.theta = nn.Parameter(torch.full((1,), float(init)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Return θ·x [B, 1]."""
+        return x * self.theta
 
 
 @dataclass

@@ -20,6 +20,7 @@ from pflpipe.engine.federation import FederationResult
 from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.trainer import Context, make_trainer
 from pflpipe.engine.tree import Group, Tree
+from pflpipe.engine.two_level import GaussianLikelihood
 from pflpipe.errors import DataError
 from pflpipe.models import build_model, head_keys
 from pflpipe.stages.notice import note
@@ -100,7 +101,8 @@ def setup(spec, seed: int, partition_dir: Path) -> Setup:
     data = FederatedData(**splits).to(device)
     n_outputs = partition.n_classes if partition.task == "classification" else 1
     model = build_model(spec.model, partition.input_shape, n_outputs, seed)
-    ctx = Context(model.to(device), partition.task)
+    ctx = (GaussianLikelihood(model.to(device), sigma_sq=spec.dataset.sigma_sq)
+           if spec.dataset.name == "gaussian" else Context(model.to(device), partition.task))
     init = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
     compiled = spec.engine.mode == "batched" and use_compile(spec, data, device)
     return Setup(data, ctx, make_trainer(spec.engine.mode, ctx, spec.engine.max_members, compiled),

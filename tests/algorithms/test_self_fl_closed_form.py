@@ -18,18 +18,23 @@ Finite rounds add nothing measurable: the iteration contracts by max ρ_m ≈ 0.
 rounds leave it 0.15¹² ≈ 1e-10 from its fixed point.
 """
 
+import doctest
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from pflpipe.algorithms.self_fl import SelfFL
 from pflpipe.data.synthetic import gaussian
+from pflpipe.engine import two_level
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer
-from pflpipe.engine.two_level import GaussianLikelihood, posterior_means
+from pflpipe.engine.two_level import GaussianLikelihood, ScalarMean, posterior_means
+from pflpipe.spec import parse_spec
 from pflpipe.spec.algorithms import SelfFLParams
+from pflpipe.stages import common, partition_data, personalize
 
 M, THETA0, SIGMA0_SQ, SIGMA_SQ, LR, ROUNDS = 20, 1.6, 1.0, 0.1, 1e-4, 12
 
@@ -51,12 +56,12 @@ def personal(case2):
     data, _, _ = case2
     params = SelfFLParams(name="self_fl", oracle={"sigma0_sq": SIGMA0_SQ, "sigma_sq": SIGMA_SQ},
                           max_local_steps=10_000)
-    ctx = GaussianLikelihood(nn.Linear(1, 1, bias=False), sigma_sq=SIGMA_SQ)
+    ctx = GaussianLikelihood(ScalarMean(), sigma_sq=SIGMA_SQ)
     plan = Plan(rounds=ROUNDS, local_epochs=1, batch_size=200, lr=LR, seed=0,
                 eval_every=ROUNDS, score_global=False)
     result = Federation(SelfFL(params, head=frozenset(), lr=LR, local_epochs=1), ctx, data,
-                        BatchedTrainer(ctx), plan).run({"weight": torch.zeros(1, 1)})
-    return result.last_model["model"]["weight"].flatten().double().numpy()
+                        BatchedTrainer(ctx), plan).run({"theta": torch.zeros(1)})
+    return result.last_model["model"]["theta"].flatten().double().numpy()
 
 
 def _generic_self_fl(z, n, integer_steps, rounds=ROUNDS):
@@ -102,3 +107,33 @@ def test_self_fl_with_oracle_variances_converges_to_the_bayes_posterior_means(ca
     assert error.max() <= start_bound + rounding_bound
     assert error.max() < 0.1 * np.abs(z - theta_fl).max()
     assert error.max() < 0.01 * np.abs(theta_g - theta_fl).max()
+
+
+def test_synthetic_spec_runs_self_fl_on_the_gaussian_likelihood(tmp_path):
+    # Prepare: specs/selffl-synthetic.yaml cut to 3 rounds, with local storage under tmp_path
+    text = (Path(__file__).parents[2] / "specs" / "selffl-synthetic.yaml").read_text()
+    spec = parse_spec(text.replace("rounds: 200", "rounds: 3") + "tracking: {enabled: false}\n"
+                      f"storage: {{kind: local, path: {tmp_path / 'store'}}}\n"
+                      "engine: {device: cpu}\n")
+    partition_data.run(spec, 0, tmp_path / "partition")
+
+    # Execute
+    setup = common.setup(spec, 0, tmp_path / "partition")
+    personalize.run(spec, 0, "self_fl", tmp_path / "partition", None, tmp_path / "self_fl")
+
+    # Assert: the loss is the likelihood of σ² = 0.1; every client got a finite test loss
+    assert isinstance(setup.ctx, GaussianLikelihood) and setup.ctx.sigma_sq == 0.1
+    rows = common.read_csv(tmp_path / "self_fl" / "results.csv")
+    losses = [float(r["loss"]) for r in rows if r["split"] == "test"]
+    assert len(losses) == 2 * 20 and all(np.isfinite(losses))
+
+
+def test_posterior_means_docstring_example_holds():
+    result = doctest.testmod(two_level)
+
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_scalar_mean_refuses_inputs_other_than_ones():
+    with pytest.raises(ValueError, match=r"inputs of shape \(64,\) and 10 outputs"):
+        ScalarMean(in_shape=(64,), n_classes=10)

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from pflpipe.algorithms import REGISTRY, FedAvg
 from pflpipe.data.synthetic import gaussian
@@ -11,7 +10,7 @@ from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.repetitions import Repeated
 from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
-from pflpipe.engine.two_level import GaussianLikelihood
+from pflpipe.engine.two_level import GaussianLikelihood, ScalarMean
 from pflpipe.spec.algorithms import PARAMS
 
 R, M, ROUNDS = 3, 4, 4
@@ -41,11 +40,11 @@ def _algorithm(entry):
 
 
 def _run(algorithm, ys, blocks=1, fraction=1.0, trainer=BatchedTrainer):
-    ctx = GaussianLikelihood(nn.Linear(1, 1, bias=False), sigma_sq=0.1)
+    ctx = GaussianLikelihood(ScalarMean(), sigma_sq=0.1)
     plan = Plan(rounds=ROUNDS, local_epochs=3, batch_size=12, lr=2e-3, seed=0,
                 client_fraction=fraction, score_global=False, blocks=blocks)
     return Federation(algorithm, ctx, _data(ys), trainer(ctx), plan).run(
-        {"weight": torch.full((1, 1), 0.5)})
+        {"theta": torch.full((1,), 0.5)})
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: "fedavg" if e is None else e["name"])
@@ -60,13 +59,13 @@ def test_repeated_equals_a_separate_run_of_each_repetition(entry):
     # Assert: each repetition's global model, clients' states and personalized models
     for r, result in enumerate(alone):
         rows = slice(r * M, (r + 1) * M)
-        assert torch.allclose(together.server["global"]["weight"][r], result.global_params[
-            "weight"], atol=1e-6)
+        assert torch.allclose(together.server["global"]["theta"][r], result.global_params[
+            "theta"], atol=1e-6)
         for group, tensors in result.state.items():
             for key, value in tensors.items():
                 assert torch.allclose(together.state[group][key][rows], value, atol=1e-6), group
-        assert torch.allclose(together.last_model["model"]["weight"][rows],
-                              result.last_model["model"]["weight"], atol=1e-6)
+        assert torch.allclose(together.last_model["model"]["theta"][rows],
+                              result.last_model["model"]["theta"], atol=1e-6)
         assert torch.allclose(together.last["val_loss"][rows], result.last["val_loss"],
                               rtol=1e-5)
 
@@ -78,9 +77,9 @@ def test_repeated_self_fl_batched_equals_sequential_with_sampling():
     batched = _run(algorithm, ys, blocks=R, fraction=0.5)
     sequential = _run(algorithm, ys, blocks=R, fraction=0.5, trainer=SequentialTrainer)
 
-    assert torch.allclose(batched.server["global"]["weight"],
-                          sequential.server["global"]["weight"], atol=1e-6)
-    assert torch.allclose(batched.state["model"]["weight"], sequential.state["model"]["weight"],
+    assert torch.allclose(batched.server["global"]["theta"],
+                          sequential.server["global"]["theta"], atol=1e-6)
+    assert torch.allclose(batched.state["model"]["theta"], sequential.state["model"]["theta"],
                           atol=1e-6)
 
 
