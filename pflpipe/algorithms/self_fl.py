@@ -46,7 +46,7 @@ class SelfFL(Algorithm[SelfFLParams]):
         """Eqn. 10 for the clients with a variance; the global model for the others."""
         if self.params.init == "global":
             return None
-        w, s_minus, ready = self._precisions(round, after_training=False)
+        _, w, s_minus, ready, _ = self._peers(round, self._sigma0_sq(round), False)
         seen = round.states["uncertainty"]["count"] > 0
         shift = torch.where(ready, w / s_minus.clamp_min(EPS), 0.0)
         out = {}
@@ -59,9 +59,9 @@ class SelfFL(Algorithm[SelfFLParams]):
         """ℓ_m of Eqn. 8 in the main phase, capped by `max_local_steps`."""
         if self.params.steps == "fixed" or phase.objective != "local_objective":
             return steps, lr
-        _, s_minus, ready = self._precisions(round, after_training=False)
-        s2 = self._intra(round, after_training=False)[0].double().clamp_min(EPS)
-        rho = (s_minus.double() / (1 / s2 + s_minus.double())).clamp(EPS, 1 - EPS)
+        s2, _, s_minus, ready, _ = self._peers(round, self._sigma0_sq(round), False)
+        s2, s_minus = s2.double().clamp_min(EPS), s_minus.double()
+        rho = (s_minus / (1 / s2 + s_minus)).clamp(EPS, 1 - EPS)
         rate = lr.to(s2) / s2              # the contraction per step of the NLL, η/σ_m²
         below_one = torch.where(rate < 1, rate, 0.5)
         ell = torch.ceil(torch.log(rho) / torch.log1p(-below_one))
@@ -70,24 +70,25 @@ class SelfFL(Algorithm[SelfFLParams]):
 
     def server_step(self, round):
         """σ̂₀² of the round, Eqn. 11 weights, the smoothed global model and the σ̂_k² table."""
-        p, before = self.params, round.server["uncertainty"]
+        p = self.params
         upload = round.states[self._source]
         mean = {k: v.mean(0) for k, v in upload.items()}
-        spread = _spread(upload, mean).mean() if len(round.clients) > 1 else before["sigma0_sq"]
-        sigma0_sq = spread if p.oracle is None else before["sigma0_sq"].new_tensor(
-            p.oracle.sigma0_sq)
-        table = self._table(round, after_training=True)
-        if p.aggregation == "uncertainty":
-            weights, _ = self._weights(round, table, sigma0_sq, after_training=True)
-            weights = weights / weights.sum()
-        else:
-            weights = round.weights
+        sigma0_sq = (_spread(upload, mean).mean() if len(round.clients) > 1 and p.oracle is None
+                     else self._sigma0_sq(round))
+        _, w, _, _, table = self._peers(round, sigma0_sq, True)
+        weights = w / w.sum() if p.aggregation == "uncertainty" else round.weights
         payloads = {k: v for k, v in round.states["model"].items() if self.is_payload(k)}
-        new = weighted_mean(payloads, weights)
         rate = len(round.clients) / round.n_clients if p.smoothing else 1.0
-        new = {k: (1 - rate) * round.global_params[k] + rate * v for k, v in new.items()}
+        new = {k: (1 - rate) * round.global_params[k] + rate * v
+               for k, v in weighted_mean(payloads, weights).items()}
         return new, {"uncertainty": {"sigma0_sq": sigma0_sq, "sigma_sq": table[0],
                                      "known": table[1]}}
+
+    def _sigma0_sq(self, round):
+        """σ̂₀² of the previous round (the known σ₀² with oracle variances)."""
+        before = round.server["uncertainty"]["sigma0_sq"]
+        oracle = self.params.oracle
+        return before if oracle is None else before.new_tensor(oracle.sigma0_sq)
 
     def _intra(self, round, after_training):
         """σ̂_m² [C] of the round's clients before their training, and whether it is known."""
@@ -100,37 +101,26 @@ class SelfFL(Algorithm[SelfFLParams]):
             return stats["reported"], stats["count"] - 1 >= self.params.min_history
         return stats["var"], stats["count"] >= self.params.min_history
 
-    def _table(self, round, after_training):
-        """Every client's latest σ̂_k² [M] and whether it is known, with this round's written in."""
+    def _peers(self, round, sigma0_sq, after_training):
+        """The round's σ̂_m², w_m, S_{−m}, readiness [C] and the latest σ̂_k² table [M].
+
+        A client is ready (follows Self-FL's rules, else FedAvg's) once its σ̂_m² is known; unknown
+        σ̂² (too short a history) are imputed by the mean of the peers' known ones. The table holds
+        every client's latest (σ̂_k², known), this round's written in.
+        """
         s2, known = self._intra(round, after_training)
-        table = round.server["uncertainty"]
-        mine = (round.clients.view(-1, 1) == torch.arange(round.n_clients, device=s2.device))
+        before = round.server["uncertainty"]
+        mine = round.clients.view(-1, 1) == torch.arange(round.n_clients, device=s2.device)
         mine = (mine & known.view(-1, 1)).to(s2)
         written = mine.sum(0) > 0
-        return (torch.where(written, s2 @ mine, table["sigma_sq"]),
-                torch.where(written, 1.0, table["known"]))
-
-    def _weights(self, round, table, sigma0_sq, after_training):
-        """Precisions w_m [C] of the round's clients and w_k [M] (or [C]) of the peer set."""
-        s2, known = self._intra(round, after_training)
-        if self.params.peer_set == "all":
-            peers, peer_known = table
-        else:
-            peers, peer_known = s2, known.to(s2)
+        table = (torch.where(written, s2 @ mine, before["sigma_sq"]),
+                 torch.where(written, 1.0, before["known"]))
+        peers, peer_known = table if self.params.peer_set == "all" else (s2, known.to(s2))
         fill = (peers * peer_known).sum() / peer_known.sum().clamp_min(1)
         w = 1 / (sigma0_sq + torch.where(known, s2, fill) + EPS)
-        return w, 1 / (sigma0_sq + torch.where(peer_known > 0, peers, fill) + EPS)
-
-    def _precisions(self, round, after_training):
-        """w_m [C], S_{−m} [C] and whether the client runs Self-FL's rules (else FedAvg's)."""
-        sigma0_sq = round.server["uncertainty"]["sigma0_sq"]
-        if self.params.oracle is not None:
-            sigma0_sq = sigma0_sq.new_tensor(self.params.oracle.sigma0_sq)
-        table = self._table(round, after_training)
-        w, peers = self._weights(round, table, sigma0_sq, after_training)
-        scope = round.n_clients if self.params.peer_set == "all" else len(round.clients)
-        known = self._intra(round, after_training)[1]
-        return w, peers.sum() - w, known if scope > 1 else torch.zeros_like(known)
+        s_minus = (1 / (sigma0_sq + torch.where(peer_known > 0, peers, fill) + EPS)).sum() - w
+        ready = known if len(peers) > 1 else torch.zeros_like(known)
+        return s2, w, s_minus, ready, table
 
     # ---- client side ------------------------------------------------------------------------
     def init_kept(self, global_params):
