@@ -205,7 +205,10 @@ class GaussianDataset(Section):
     """Self-FL's two-level Gaussian data: θ_m ~ N(θ₀, σ₀²), observations ~ N(θ_m, σ²).
 
     A regression task: every input is the constant 1 (x has shape [n, 1]), the target is the
-    observation. Generated from the run's seed, with `partition.n_clients` clients.
+    observation; the training loss is the observations' negative log-likelihood
+    Σ (ŷ − y)² / (2σ²), summed over a batch (Self-FL's local objective), and the model
+    `pflpipe.engine.two_level:ScalarMean` (architecture custom) estimates θ_m. Generated from
+    the run's seed, with `partition.n_clients` clients.
     """
 
     name: Literal["gaussian"]
