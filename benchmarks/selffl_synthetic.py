@@ -6,24 +6,29 @@ N_m ~ U{10..200}. Every method runs full-batch gradient descent on each client's
 log-likelihood at lr 1e-4 for 200 rounds from θ⁰ = 0; Self-FL with the known variances (ℓ_m from
 Eqn. 16, no cap), the others with 50 local steps, at activity rates C ∈ {0.1, 0.2, 0.5, 0.8, 1}.
 Errors are ℓ1: global |θ^T − θ₀|, local (1/M) Σ_m |θ_m^T − θ_m| with each method's personalized
-model (FedAvg: the client's last local model, as in the paper), averaged over the repetitions.
-The "Bayes" row is the two-level model's posterior means θ^(G), θ_m^(FL) from the same data.
+model (FedAvg: the client's last local model, as in the paper), mean ± standard error over the
+repetitions. The "Bayes" rows are the two-level model's posterior means θ^(G), θ_m^(FL) (Eqns.
+2–3) from the same data, the targets of Self-FL's Prop. 3.1; "local only" is each client's z_m.
 
 The repetitions are members of one engine computation: R repetitions × M clients form one
-federation of R·M clients whose server aggregates within each repetition (`Repeated`, sampling
-by `Plan(blocks=R)`), not a loop of runs.
+federation whose server aggregates within each repetition (`Repeated`, sampling by
+`Plan(blocks=R)`), not a loop of runs. The baselines run both cases in one federation (their
+settings do not depend on the case); Self-FL runs each case alone (its known σ₀² does). FedAvg
+is read off Ditto's run: Ditto's global model and its clients' trained w are FedAvg's, step for
+step (Ditto trains its personal model beside them).
 
-    python benchmarks/selffl_synthetic.py                     # R = 50, both cases
-    python benchmarks/selffl_synthetic.py --repetitions 200 --cases 2 --fractions 0.1 1
+    python benchmarks/selffl_synthetic.py                     # R = 25, both cases
+    python benchmarks/selffl_synthetic.py --repetitions 200 --fractions 0.1 1
 """
 
 import argparse
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from pflpipe.algorithms import REGISTRY, FedAvg
+from pflpipe.algorithms import REGISTRY
 from pflpipe.data.synthetic import gaussian
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
@@ -32,104 +37,134 @@ from pflpipe.engine.trainer import BatchedTrainer
 from pflpipe.engine.two_level import GaussianLikelihood, ScalarMean, posterior_means
 from pflpipe.spec.algorithms import PARAMS
 
-M, THETA0, SIGMA_SQ, ROUNDS, LR, BASELINE_STEPS = 20, 1.6, 0.1, 200, 1e-4, 50
+M, THETA0, SIGMA_SQ, ROUNDS, LR, STEPS = 20, 1.6, 0.1, 200, 1e-4, 50
 CASES = {1: {"sigma0_sq": 0.001, "n_min": 10, "n_max": 20},
          2: {"sigma0_sq": 1.0, "n_min": 10, "n_max": 200}}
 FRACTIONS = (0.1, 0.2, 0.5, 0.8, 1.0)
+METHODS = ("self_fl", "fedavg", "ditto", "pfedme", "per_fedavg")
+#: (spec entry, local epochs); one epoch is one full-batch step, a Per-FedAvg step draws two.
+BASELINES = {
+    "ditto": ({"name": "ditto", "lam": 1.0, "personal_epochs": STEPS}, STEPS),
+    "pfedme": ({"name": "pfedme", "lam": 15.0, "inner_steps": 5, "personal_lr": 5e-4}, STEPS),
+    "per_fedavg": ({"name": "per_fedavg", "alpha": LR, "beta": 1e-3}, 2 * STEPS),
+}
 
 
-def methods(sigma0_sq: float) -> dict[str, tuple[dict | None, int]]:
-    """(spec entry, local epochs) per method (FedAvg: None); one epoch is one full-batch step."""
-    oracle = {"sigma0_sq": sigma0_sq, "sigma_sq": SIGMA_SQ}
-    return {
-        "self_fl": ({"name": "self_fl", "oracle": oracle, "max_local_steps": 100_000}, 1),
-        "fedavg": (None, BASELINE_STEPS),
-        "ditto": ({"name": "ditto", "lam": 1.0, "personal_epochs": BASELINE_STEPS},
-                  BASELINE_STEPS),
-        "pfedme": ({"name": "pfedme", "lam": 15.0, "inner_steps": 5, "personal_lr": 5e-4},
-                   BASELINE_STEPS),
-        # each meta-step draws two batches, i.e. two epochs: 100 epochs are 50 steps
-        "per_fedavg": ({"name": "per_fedavg", "alpha": LR, "beta": 1e-3}, 2 * BASELINE_STEPS),
-    }
+@dataclass(frozen=True)
+class Draws:
+    """R draws of M clients of one case: their observations, θ_m [R, M] and z_m [R, M]."""
+
+    ys: list[torch.Tensor]
+    theta: np.ndarray
+    z: np.ndarray
+
+    @property
+    def counts(self) -> np.ndarray:
+        """N_m [R, M]."""
+        return np.array([len(y) for y in self.ys], dtype=float).reshape(self.theta.shape)
 
 
-def make_data(case: int, repetitions: int, seed: int) -> tuple[FederatedData, np.ndarray,
-                                                                np.ndarray]:
-    """R·M clients (repetition r owns clients rM..rM+M−1); the truth θ [R, M] and z [R, M]."""
+def draw(case: int, repetitions: int, seed: int) -> Draws:
+    """R independent draws of Case `case` (repetition r owns clients rM..rM+M−1)."""
     rng = np.random.default_rng([seed, case])
     params = {"theta0": THETA0, "sigma_sq": SIGMA_SQ, **CASES[case]}
-    xs, ys, theta, means = [], [], [], []
+    ys, theta = [], []
     for _ in range(repetitions):
         drawn = gaussian(M, rng, **params)
         theta.append(drawn.truth["theta"])
-        for client in range(M):
-            y = drawn.y[drawn.groups == client]
-            xs.append(torch.ones(len(y), 1))
-            ys.append(torch.from_numpy(y))
-            means.append(y.astype(np.float64).mean())
-    split = SplitData.from_clients(xs, ys)
-    return (FederatedData(split, split, split), np.array(theta),
-            np.array(means).reshape(repetitions, M))
+        ys += [torch.from_numpy(drawn.y[drawn.groups == m]) for m in range(M)]
+    z = np.array([y.double().mean().item() for y in ys]).reshape(repetitions, M)
+    return Draws(ys, np.array(theta), z)
 
 
-def run(method: str, case: int, fraction: float, data: FederatedData, repetitions: int,
-        seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Global [R] and personalized [R, M] estimates of one method at one activity rate."""
-    entry, epochs = methods(CASES[case]["sigma0_sq"])[method]
-    cls, params = ((FedAvg, None) if entry is None else
-                   (REGISTRY[entry["name"]], PARAMS[entry["name"]].model_validate(entry)))
-    algorithm = Repeated(cls(params, head=frozenset(), lr=LR, local_epochs=epochs), repetitions)
+def run(entry: dict, epochs: int, ys: list[torch.Tensor], fraction: float, seed: int
+        ) -> dict[str, np.ndarray]:
+    """One method on R·M clients: its global [R], personalized [R, M] and trained w [R, M]."""
+    repetitions = len(ys) // M
+    params = PARAMS[entry["name"]].model_validate(entry)
+    algorithm = Repeated(REGISTRY[entry["name"]](params, head=frozenset(), lr=LR,
+                                                 local_epochs=epochs), repetitions)
+    split = SplitData.from_clients([torch.ones(len(y), 1) for y in ys], ys)
     ctx = GaussianLikelihood(ScalarMean(), sigma_sq=SIGMA_SQ)
-    plan = Plan(rounds=ROUNDS, local_epochs=epochs, batch_size=CASES[case]["n_max"], lr=LR,
+    plan = Plan(rounds=ROUNDS, local_epochs=epochs, batch_size=max(len(y) for y in ys), lr=LR,
                 seed=seed, client_fraction=fraction, eval_every=ROUNDS, score_global=False,
                 blocks=repetitions)
-    result = Federation(algorithm, ctx, data, BatchedTrainer(ctx), plan).run(
-        {"theta": torch.zeros(1)})
-    personal = (result.state if method == "fedavg" else result.last_model)["model"]["theta"]
-    return (result.server["global"]["theta"].view(repetitions).double().numpy(),
-            personal.view(repetitions, M).double().numpy())
+    result = Federation(algorithm, ctx, FederatedData(split, split, split), BatchedTrainer(ctx),
+                        plan).run({"theta": torch.zeros(1)})
+    return {"global": result.server["global"]["theta"].view(repetitions).double().numpy(),
+            "personal": result.last_model["model"]["theta"].view(repetitions, M).double().numpy(),
+            "trained": result.state["model"]["theta"].view(repetitions, M).double().numpy()}
 
 
-def table(case: int, repetitions: int, fractions: tuple[float, ...], seed: int) -> str:
-    """The Markdown table of one case: global and local ℓ1 errors per method and C."""
-    data, theta, z = make_data(case, repetitions, seed)
-    sigma0_sq = CASES[case]["sigma0_sq"]
-    counts = data.train.counts.view(repetitions, M).double().numpy()
-    bayes = [posterior_means(z[r], sigma0_sq, SIGMA_SQ / counts[r]) for r in range(repetitions)]
+def estimates(cases: dict[int, Draws], fraction: float, seed: int) -> dict[str, dict]:
+    """{method: {case: (global [R], personalized [R, M])}} at one activity rate."""
+    out: dict[str, dict] = {m: {} for m in METHODS}
+    for case, draws in cases.items():
+        oracle = {"sigma0_sq": CASES[case]["sigma0_sq"], "sigma_sq": SIGMA_SQ}
+        found = run({"name": "self_fl", "oracle": oracle, "max_local_steps": 100_000}, 1,
+                    draws.ys, fraction, seed)
+        out["self_fl"][case] = found["global"], found["personal"]
+    ys = [y for draws in cases.values() for y in draws.ys]
+    for method, (entry, epochs) in BASELINES.items():
+        found = run(entry, epochs, ys, fraction, seed)
+        for index, (case, draws) in enumerate(cases.items()):
+            rows = slice(index * len(draws.theta), (index + 1) * len(draws.theta))
+            out[method][case] = found["global"][rows], found["personal"][rows]
+            if method == "ditto":
+                out["fedavg"][case] = found["global"][rows], found["trained"][rows]
+    return out
+
+
+def _cell(errors: np.ndarray) -> str:
+    """Mean ± standard error over repetitions."""
+    return f"{errors.mean():.4f} ± {errors.std(ddof=1) / np.sqrt(len(errors)):.4f}"
+
+
+def tables(repetitions: int, fractions: tuple[float, ...], seed: int) -> dict[int, str]:
+    """The Markdown table of each case: global and local ℓ1 errors per method and C."""
+    cases = {case: draw(case, repetitions, seed) for case in CASES}
+    found = {c: estimates(cases, c, seed) for c in fractions}
     header = " | ".join(f"C = {c:g}" for c in fractions)
-    lines = [f"| method | error | {header} |", "|---|---|" + "---|" * len(fractions)]
-    bayes_global = np.mean([abs(g - THETA0) for g, _ in bayes])
-    bayes_local = np.mean([np.abs(fl - theta[r]).mean() for r, (_, fl) in enumerate(bayes)])
-    for method in methods(sigma0_sq):
-        errors = {"global": [], "local": []}
-        for fraction in fractions:
-            global_, personal = run(method, case, fraction, data, repetitions, seed)
-            errors["global"].append(np.abs(global_ - THETA0).mean())
-            errors["local"].append(np.abs(personal - theta).mean(1).mean())
-        for kind, values in errors.items():
-            lines.append(f"| {method} | {kind} | " + " | ".join(f"{v:.4f}" for v in values) + " |")
-    lines.append(f"| Bayes θ^(G), θ_m^(FL) | global / local | {bayes_global:.4f} / "
-                 f"{bayes_local:.4f} (any C) |" + " |" * (len(fractions) - 1))
-    return "\n".join(lines)
+    out = {}
+    for case, draws in cases.items():
+        lines = [f"| method | error | {header} |", "|---|---|" + "---|" * len(fractions)]
+        for method in METHODS:
+            estimates_ = [found[c][method][case] for c in fractions]
+            cells = {"global": [_cell(np.abs(g - THETA0)) for g, _ in estimates_],
+                     "local": [_cell(np.abs(p - draws.theta).mean(1)) for _, p in estimates_]}
+            lines += [f"| {method} | {kind} | " + " | ".join(row) + " |"
+                      for kind, row in cells.items()]
+        bayes = [posterior_means(draws.z[r], CASES[case]["sigma0_sq"], SIGMA_SQ / n)
+                 for r, n in enumerate(draws.counts)]
+        reference = {
+            "Bayes θ^(G) / θ_m^(FL)": (np.array([g for g, _ in bayes]),
+                                       np.array([fl for _, fl in bayes])),
+            "local only z_m": (np.full(repetitions, np.nan), draws.z)}
+        for name, (g, p) in reference.items():
+            lines.append(f"| {name} | global / local | {_cell(np.abs(g - THETA0))} / "
+                         f"{_cell(np.abs(p - draws.theta).mean(1))} (any C) |"
+                         + " |" * (len(fractions) - 1))
+        out[case] = "\n".join(lines)
+    return out
 
 
 def main() -> None:
     """Print the table of each case."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repetitions", type=int, default=50)
-    parser.add_argument("--cases", type=int, nargs="+", default=[1, 2], choices=[1, 2])
+    parser.add_argument("--repetitions", type=int, default=25)
     parser.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    for case in args.cases:
-        start = time.perf_counter()
-        text = table(case, args.repetitions, tuple(args.fractions), args.seed)
-        print(f"\nCase {case} (σ₀² = {CASES[case]['sigma0_sq']:g}, N_m ~ U{{"
-              f"{CASES[case]['n_min']}..{CASES[case]['n_max']}}}), {args.repetitions} "
-              f"repetitions, {time.perf_counter() - start:.0f} s\n")
-        print(text, flush=True)
+    start = time.perf_counter()
+    found = tables(args.repetitions, tuple(args.fractions), args.seed)
+    print(f"{args.repetitions} repetitions per case, seed {args.seed}, "
+          f"{time.perf_counter() - start:.0f} s, torch {torch.__version__}, "
+          f"{args.threads} thread(s)")
+    for case, text in found.items():
+        print(f"\nCase {case}: σ₀² = {CASES[case]['sigma0_sq']:g}, N_m ~ U{{"
+              f"{CASES[case]['n_min']}..{CASES[case]['n_max']}}}\n\n{text}", flush=True)
 
 
 if __name__ == "__main__":
