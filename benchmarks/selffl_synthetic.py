@@ -22,6 +22,7 @@ step (Ditto trains its personal model beside them).
 """
 
 import argparse
+import sys
 import time
 from dataclasses import dataclass
 
@@ -89,8 +90,11 @@ def run(entry: dict, epochs: int, ys: list[torch.Tensor], fraction: float, seed:
     plan = Plan(rounds=ROUNDS, local_epochs=epochs, batch_size=max(len(y) for y in ys), lr=LR,
                 seed=seed, client_fraction=fraction, eval_every=ROUNDS, score_global=False,
                 blocks=repetitions)
+    start = time.perf_counter()
     result = Federation(algorithm, ctx, FederatedData(split, split, split), BatchedTrainer(ctx),
                         plan).run({"theta": torch.zeros(1)})
+    print(f"{entry['name']}, C = {fraction:g}, {repetitions} repetitions: "
+          f"{time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
     return {"global": result.server["global"]["theta"].view(repetitions).double().numpy(),
             "personal": result.last_model["model"]["theta"].view(repetitions, M).double().numpy(),
             "trained": result.state["model"]["theta"].view(repetitions, M).double().numpy()}
