@@ -120,7 +120,9 @@ def estimates(cases: dict[int, Draws], fraction: float, seed: int) -> dict[str, 
 
 
 def _cell(errors: np.ndarray) -> str:
-    """Mean ± standard error over repetitions."""
+    """Mean ± standard error over repetitions; a dash where there is no estimate."""
+    if np.isnan(errors).all():
+        return "—"
     return f"{errors.mean():.4f} ± {errors.std(ddof=1) / np.sqrt(len(errors)):.4f}"
 
 
