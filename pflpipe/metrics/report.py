@@ -148,8 +148,8 @@ class Report:
                     ("links", list(self.context.links))]
         out += [
             ("p", f"Scores ({measure(self.unit)}): {unit}. QoI, MPI, API, MPD, APD, AA, std, "
-                  f"min and the bottom-decile mean are in this unit; PUI and PUD are % of "
-                  f"clients; AV is in "
+                  f"min, the bottom-decile mean and the top-samples-decile mean are in this "
+                  f"unit; PUI and PUD are % of clients; AV is in "
                   f"unit²; CS, Entropy and JI have no unit. Baselines: local {self.local!r}, "
                   f"global {self.global_!r}. Tables: {', '.join(self.sources) or '(in memory)'}."),
             ("h2", "Protocol"),

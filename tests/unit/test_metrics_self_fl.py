@@ -75,6 +75,6 @@ def test_report_lists_the_top_decile_among_the_accuracy_summaries():
     report = build_report(table_from_records(_records()))
 
     markdown = report.to_markdown()
-    assert "| top_samples_decile ↑ | 0.3000 | 0.5000 | 0.9000 |" in markdown
+    assert "| top_samples_decile ↑ | 0.3000 | 0.5000 | **0.9000** |" in markdown
     assert report.to_json()["splits"]["test"]["models"]["self_fl"]["accuracy"][
         "top_samples_decile"] == pytest.approx(0.9)
