@@ -12,7 +12,9 @@ FEDERATED = sorted(name for name, cls in PARAMS.items()
 
 
 def _algorithm(name):
-    return REGISTRY[name](PARAMS[name](name=name), head=frozenset(), lr=0.1, local_epochs=1)
+    """`name` on the base × head model (the head `head.w` for the algorithms that keep one)."""
+    return REGISTRY[name](PARAMS[name](name=name), head=frozenset({"head.w"}), lr=0.1,
+                          local_epochs=1)
 
 
 def _sampled(result, round_idx):
@@ -27,12 +29,13 @@ def ten(clients):
 
 
 @pytest.mark.parametrize("name", FEDERATED)
-def test_every_federated_algorithm_trains_only_the_sampled_clients(name, line_ctx, ten, federate):
+def test_every_federated_algorithm_trains_only_the_sampled_clients(name, chain_ctx, ten, federate):
     # Prepare: C = 0.3 of 10 clients; the state before any round
-    start = federate(_algorithm(name), line_ctx, ten, {"w": [0.5]}, rounds=0)
+    init = {"base.w": [0.5], "head.w": [1.0]}
+    start = federate(_algorithm(name), chain_ctx, ten, init, rounds=0)
 
     # Execute
-    result = federate(_algorithm(name), line_ctx, ten, {"w": [0.5]}, rounds=1, fraction=0.3)
+    result = federate(_algorithm(name), chain_ctx, ten, init, rounds=1, fraction=0.3)
 
     # Assert: 3 clients trained; the others' every group is as it started; all are scored
     sampled = _sampled(result, 1)
