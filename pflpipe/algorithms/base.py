@@ -39,8 +39,9 @@ Client-side hooks are written for one client; the engine vmaps them over clients
 ``global_model``    the network scored as the global model on every client (GA)   the global model
 ==================  ===========================================================  ==================
 
-``kept`` (groups that survive rounds per client, never aggregated) and ``predict_with`` (the group
-scored by default) are class attributes. Client-side hooks are pure tensor functions: they write
+``kept`` (groups that survive rounds per client, never aggregated), ``predict_with`` (the group
+scored by default) and ``has_global_model`` (whether `global_model` is scored, GA) are class
+attributes. Client-side hooks are pure tensor functions: they write
 nothing to ``self``, call no ``.item()`` and branch on no tensor value. Randomness comes from the
 engine: ``ctx.normal(batch["key"], shape)`` in objectives and ``ctx.normal(key, shape)`` in
 `predict` draw noise from the member's seed and step, never from the global RNG.
@@ -107,6 +108,7 @@ class Algorithm(Generic[P]):
 
     kept: ClassVar[tuple[str, ...]] = ()   # groups carried over rounds per client
     predict_with: ClassVar[str] = "model"  # group scored by the default `personalized`
+    has_global_model: ClassVar[bool] = True  # False: no global model to score (GA), e.g. local
 
     def __init__(self, params: P, *, head: frozenset[str], lr: float, local_epochs: int):
         self.params, self.head, self.lr, self.local_epochs = params, head, lr, local_epochs

@@ -12,6 +12,8 @@ from pflpipe.spec.algorithms.local import LocalParams
 class Local(Algorithm[LocalParams]):
     """Train alone; keep the epoch whose validation accuracy is best."""
 
+    has_global_model = False   # the seeded initial model never moves: no GA
+
     def is_payload(self, key: str) -> bool:
         """Nothing is sent."""
         return False

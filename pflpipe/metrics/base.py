@@ -13,9 +13,10 @@ from typing import Literal
 import numpy as np
 
 #: What a metric function reads: the per-client QoI, the per-client accuracies, any
-#: non-negative distribution (QoI over U⁺, |QoI| over U⁻, accuracies), or the per-client
-#: accuracies with the clients' sample counts ([K, 2]: accuracy, n_samples).
-Reads = Literal["qoi", "accuracy", "distribution", "accuracy_and_samples"]
+#: non-negative distribution (QoI over U⁺, |QoI| over U⁻, accuracies), the per-client
+#: accuracies with the clients' sample counts ([K, 2]: accuracy, n_samples), or the per-client
+#: gain PA − GA of personalization over the algorithm's own global model.
+Reads = Literal["qoi", "accuracy", "distribution", "accuracy_and_samples", "gain"]
 
 
 class UndefinedMetricError(ValueError):

@@ -21,7 +21,9 @@ report.json::
                         "best": MODEL | null, "fairest": MODEL | null, "answer": "...",
                         "decisions": {"best" | "fairest": {"model", "votes", "winners",
                                                            "tie_break", "reason"}},
-                        "clients": [...], "seeds": [...], "figures": {...}}},
+                        "clients": [...], "seeds": [...], "figures": {...},
+                        "generalization": {MODEL: {"GA", "PA", "beats_global",
+                                                   "std_over_seeds", "n_clients"}}}},
      "rules": {"best", "fairest", "seeds", "nulls"}, "protocol": "...", "sources": [...]}
 
 Metric values are means over seeds; a null value has its reason in the model's "reasons".
@@ -33,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pflpipe.metrics import curves, figures, render
+from pflpipe.metrics import curves, figures, generalization, render
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
@@ -107,6 +109,8 @@ class Report:
     sources: tuple[str, ...] = ()
     validation: bool | None = None   # False: the run had no validation split (see protocol)
     context: Context = field(default_factory=Context)
+    #: GA, PA and beats_global per split and model (`pflpipe.metrics.generalization`).
+    comparisons: dict[str, dict[str, generalization.Comparison]] = field(default_factory=dict)
 
     @property
     def primary(self) -> SplitSummary:
@@ -119,7 +123,9 @@ class Report:
 
     def to_json(self, figure_files: dict[str, dict[str, str]] | None = None) -> dict:
         """Return report.json's content (see the module docstring)."""
-        splits = {name: _split_json(s, (figure_files or {}).get(name, {}))
+        splits = {name: {**_split_json(s, (figure_files or {}).get(name, {})),
+                         "generalization": {m: c.to_json() for m, c in
+                                            self.comparisons.get(name, {}).items()}}
                   for name, s in self.splits.items()}
         primary = splits[self.primary.split]
         return {
@@ -158,6 +164,10 @@ class Report:
         ]
         for name, summary in self.splits.items():
             out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}))
+            comparisons = self.comparisons.get(name, {})
+            if any(c.mean["GA"] is not None and c.mean["PA"] is not None
+                   for c in comparisons.values()):
+                out += generalization.blocks(comparisons, name, self.unit)
         pictures = [(f"figures/{n}", caption) for n, (_, caption) in self.context.images.items()]
         if pictures:
             out += [("h2", "The split and PersFL"),
@@ -195,8 +205,9 @@ def build_report(table: ResultsTable, *, local: str = "local", global_: str = "f
     if unknown:
         raise ValueError(f"unknown metric(s) {unknown}; choose among {', '.join(ALL_METRICS)}")
     splits = summarize(table, local=local, global_=global_, selection=selection)
+    comparisons = generalization.compare(table, global_=global_, selection=selection)
     return Report(splits, table.unit, selection, local, global_, tuple(metrics), table.sources,
-                  validation, context or Context())
+                  validation, context or Context(), comparisons)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,12 @@ A long table, one row per (seed, split, selection, model, client):
 | loss        | no       |              | kept, not used by the metrics                         |
 | n_samples   | no       |              | the client's samples in the split (top_samples_decile) |
 | round       | no       |              | kept, not used by the metrics                         |
+| scope       | no       | (empty)      | which of the algorithm's models the row scores: empty |
+|             |          |              | its personalized model, `global` its global model     |
+|             |          |              | (GA), another name another view (Flow's `soft`)       |
 
+Rows of scope `global` feed only the generalized-vs-personalized comparison
+(`pflpipe.metrics.generalization`); the metrics read the personalized rows (empty scope).
 Other columns are ignored. The unit is the caller's (`unit`), or detected per file: fractions when
 every accuracy is ≤ 1, percent when some are above 1 and none lies in (0, 1] (a table holding 0.8
 and 75 mixes the two and is refused, never read as percent); tables of different units are never
@@ -25,6 +30,7 @@ mean squared error as `loss`; the table's unit is then ``neg_mse`` and the score
 
 import csv
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +42,8 @@ from pflpipe.errors import DataError
 
 REQUIRED = ("client", "model", "accuracy")
 SELECTIONS = ("best_val", "last_round")
+#: The `scope` of a row scoring an algorithm's global model (GA); empty: its personalized model.
+GLOBAL_SCOPE = "global"
 Unit = Literal["fraction", "percent", "neg_mse"]
 #: The units a caller may name; "auto" detects them.
 UNITS = ("auto", "fraction", "percent", "neg_mse")
@@ -69,6 +77,7 @@ class Row:
     n_samples: int | None = None
     round: int | None = None
     where: str = ""
+    scope: str = ""
 
 
 @dataclass(frozen=True)
@@ -189,7 +198,7 @@ def _read_one(path: Path, unit: str) -> ResultsTable:
                     f"{path}: missing column(s) {', '.join(missing)} (found: "
                     f"{', '.join(columns) or 'no header'}); a results table needs the columns "
                     f"client, model, accuracy and may have seed, split, selection, loss, "
-                    f"n_samples, round"
+                    f"n_samples, round, scope"
                 )
             records = [{k.strip(): v for k, v in rec.items() if k} for rec in reader]
     except FileNotFoundError as err:
@@ -245,6 +254,11 @@ def _parse_row(record: Mapping[str, object], where: str, regression: bool = Fals
             f"{where}: selection must be one of {', '.join(SELECTIONS)} or empty "
             f"(got {selection!r})"
         )
+    scope = _text(record, "scope")
+    if scope and not re.fullmatch(r"[a-z][a-z0-9_]*", scope):
+        raise DataError(f"{where}: scope must be empty (the personalized model), "
+                        f"{GLOBAL_SCOPE!r} (the algorithm's global model) or another lowercase "
+                        f"name (got {scope!r})")
     seed = _number(record, "seed", where, int)
     n_samples = _number(record, "n_samples", where, int)
     if (seed is not None and seed < 0) or (n_samples is not None and n_samples < 0):
@@ -253,7 +267,7 @@ def _parse_row(record: Mapping[str, object], where: str, regression: bool = Fals
         client=client, model=model, accuracy=accuracy, seed=0 if seed is None else seed,
         split=_text(record, "split") or "test", selection=selection,
         loss=_number(record, "loss", where, float), n_samples=n_samples,
-        round=_number(record, "round", where, int), where=where,
+        round=_number(record, "round", where, int), where=where, scope=scope,
     )
 
 
@@ -270,12 +284,14 @@ def _mse_score(record: Mapping[str, object], where: str, client: str, model: str
 def _check_unique(rows: Sequence[Row]) -> None:
     seen: dict[tuple, str] = {}
     for row in rows:
-        key = (row.seed, row.split, row.selection, row.model, row.client)
+        key = (row.seed, row.split, row.selection, row.model, row.client, row.scope)
         if key in seen:
+            scope = f", scope {row.scope!r}" if row.scope else ""
             raise DataError(
                 f"{row.where}: repeats {seen[key]} (seed {row.seed}, split {row.split!r}, "
                 f"selection {row.selection or '(any)'!r}, model {row.model!r}, client "
-                f"{row.client}); keep one row per client, model, seed, split and selection"
+                f"{row.client}{scope}); keep one row per client, model, seed, split, selection "
+                f"and scope"
             )
         seen[key] = row.where
 
@@ -295,8 +311,8 @@ class Scores:
     n_samples: np.ndarray | None = None
 
 
-def select_rows(table: ResultsTable, selection: str) -> list[Row]:
-    """Keep the rows scored with `selection` (rows with an empty selection apply to both)."""
+def select_rows(table: ResultsTable, selection: str, scope: str = "") -> list[Row]:
+    """Keep the rows of `scope` scored with `selection` (an empty selection applies to both)."""
     if selection not in SELECTIONS:
         raise DataError(f"selection must be one of {', '.join(SELECTIONS)} (got {selection!r})")
     kept = [row for row in table.rows if row.selection in ("", selection)]
@@ -306,7 +322,7 @@ def select_rows(table: ResultsTable, selection: str) -> list[Row]:
             f"no row has selection {selection!r} (present: {', '.join(present)}); choose one "
             f"of those with --selection or evaluation.selection"
         )
-    return kept
+    return [row for row in kept if row.scope == scope]
 
 
 def scores_by_seed(rows: Sequence[Row], split: str, required: Sequence[str]) -> list[Scores]:

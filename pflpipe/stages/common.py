@@ -29,8 +29,8 @@ from pflpipe.tracking import Tracker, vocabulary
 
 log = logging.getLogger(__name__)
 RESULT_FIELDS = ("seed", "client", "model", "split", "selection", "round", "accuracy", "loss",
-                 "n_samples")
-HISTORY_FIELDS = ("seed", "client", "model", "round", "split", "loss", "accuracy")
+                 "n_samples", "scope")
+HISTORY_FIELDS = ("seed", "client", "model", "round", "split", "loss", "accuracy", "scope")
 #: Version of what the engine checkpoints; a new one never resumes from an older one's files.
 CHECKPOINT_FORMAT = 2
 
@@ -202,25 +202,52 @@ def federation_rows(result: FederationResult, model: str, seed: int, data: Feder
     """results.csv rows: each client's val and test scores at its best-val and last round.
 
     Without a validation split the engine's best-val round is the last one and only test rows
-    are written.
+    are written. When the engine scored the algorithm's global model too (``global_*`` scores), each row has
+    a twin of scope ``global`` holding the global model's scores at the same round; so for any
+    other view of the personalized model the algorithm declares (``soft_*``: scope ``soft``)
+    (docs/contracts.md).
     """
+    scopes = [(prefix[:-1], prefix) for prefix in _prefixes(result.best, "test_accuracy")]
     rows = []
     for selection, scores in (("best_val", result.best), ("last_round", result.last)):
         for split in scored_splits(data):
             counts = data.split(split).counts.tolist()
             for client in range(data.n_clients):
-                rows.append({
-                    "seed": seed, "client": client, "model": model, "split": split,
-                    "selection": selection, "round": int(scores["round"][client]),
-                    "accuracy": float(scores[f"{split}_accuracy"][client]),
-                    "loss": float(scores[f"{split}_loss"][client]), "n_samples": counts[client]})
+                for scope, prefix in scopes:
+                    rows.append({
+                        "seed": seed, "client": client, "model": model, "split": split,
+                        "selection": selection, "round": int(scores["round"][client]),
+                        "accuracy": float(scores[f"{prefix}{split}_accuracy"][client]),
+                        "loss": float(scores[f"{prefix}{split}_loss"][client]),
+                        "n_samples": counts[client], "scope": scope})
     return rows
 
 
 def history_rows(rows: list[dict], model: str, seed: int) -> list[dict]:
-    """history.csv rows from the engine's round × client × split records."""
-    return [{"seed": seed, "model": model, "accuracy": row.get("accuracy", ""), **row}
-            for row in rows]
+    """history.csv rows from the engine's round × client × split records.
+
+    An engine record with the global model's scores (``global_loss``, ``global_accuracy``)
+    becomes two rows: the personalized model's and one of scope ``global`` (and so for every
+    other scored view, e.g. ``soft_loss``: scope ``soft``).
+    """
+    out = []
+    for row in rows:
+        base = {"seed": seed, "model": model, "round": row["round"], "client": row["client"],
+                "split": row["split"]}
+        out += [{**base, "scope": prefix[:-1], "loss": row[f"{prefix}loss"],
+                 "accuracy": row.get(f"{prefix}accuracy", "")}
+                for prefix in _prefixes(row, "loss")]
+    return out
+
+
+def _prefixes(scores: dict, measure: str) -> list[str]:
+    """The scopes' key prefixes of the scores of `measure` ("" first, then by name).
+
+    >>> _prefixes({"loss": 1, "global_loss": 2, "soft_loss": 3, "accuracy": 4}, "loss")
+    ['', 'global_', 'soft_']
+    """
+    return sorted(key[:-len(measure)] for key in scores if key.endswith(measure)
+                  and (key == measure or key[-len(measure) - 1] == "_"))
 
 
 def write_results(out_dir: Path, results: list[dict], history: list[dict],

@@ -191,8 +191,10 @@ def _models(directory: Path) -> list[str]:
 def tracked_metrics(report) -> dict[str, float]:
     """Return the selected metrics' means by MLflow name; undefined ones are left out.
 
-    Names are ``{model}.{split}.{metric}`` (e.g. ``persfl.test.AA``), and
-    ``{model}.{split}.{group}.{metric}`` for fairness (e.g. ``persfl.test.improved.JI``).
+    Names are ``{model}.{split}.{metric}`` (e.g. ``persfl.test.AA``),
+    ``{model}.{split}.{group}.{metric}`` for fairness (e.g. ``persfl.test.improved.JI``), and
+    ``{model}.{split}.GA``, ``.PA`` and ``.beats_global`` for the generalized vs personalized
+    comparison (`pflpipe.metrics.generalization`).
     """
     metrics: dict[str, float] = {}
     for split, summary in report.splits.items():
@@ -206,6 +208,11 @@ def tracked_metrics(report) -> dict[str, float]:
                 elif group == "accuracy" and name == "AA":
                     continue  # the same value as performance.AA
                 metrics[_metric_name(f"{model}.{split}.{name}")] = value
+    for split, comparisons in report.comparisons.items():
+        for model, comparison in comparisons.items():
+            metrics |= {_metric_name(f"{model}.{split}.{name}"): value
+                        for name, value in comparison.mean.items()
+                        if value is not None and math.isfinite(value)}
     return metrics
 
 

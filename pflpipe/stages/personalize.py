@@ -14,6 +14,7 @@ from pathlib import Path
 from pflpipe.algorithms import build
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.errors import DataError
+from pflpipe.metrics.table import GLOBAL_SCOPE
 from pflpipe.stages import common
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
@@ -58,7 +59,8 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
         rounds=rounds.rounds, local_epochs=rounds.local_epochs,
         batch_size=entry.batch_size or fed.batch_size, lr=algorithm.lr, seed=seed,
         optimizer=common.optimizer(spec), client_fraction=rounds.client_fraction,
-        eval_every=entry.eval_every, stream=stream_of(label), best_on_val=s.has_validation)
+        eval_every=entry.eval_every, stream=stream_of(label), best_on_val=s.has_validation,
+        score_global=algorithm.has_global_model)
     store, key = common.checkpoint_store(spec, stage, {
         "seed": seed, "partition": s.partition_hash, "entry": entry.model_dump(mode="json"),
         "plan": repr(plan), "init": _digest(init), **common.engine_key(spec, s)})
@@ -76,7 +78,8 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
                         **{k: v for k, v in entry.model_dump(mode="json").items()
                            if v is not None and k != "name"}})
     tracker.log_metrics({"best_val.test_accuracy": summary.best_val_test_accuracy,
-                         "last_round.test_accuracy": summary.last_round_test_accuracy})
+                         "last_round.test_accuracy": summary.last_round_test_accuracy,
+                         **_global_means(results)})
     common.log_clients(tracker, stage, model, results, history,
                        models=models if spec.tracking.log_models else None)
     return summary
@@ -113,7 +116,23 @@ def _digest(params) -> str:
     return digest.hexdigest()[:16]
 
 
-def _mean(results: list[dict], selection: str) -> float:
+def _mean(results: list[dict], selection: str, scope: str = "") -> float:
     values = [r["accuracy"] for r in results
-              if r["selection"] == selection and r["split"] == "test"]
+              if r["selection"] == selection and r["split"] == "test" and r["scope"] == scope]
     return sum(values) / len(values)
+
+
+def _global_means(results: list[dict]) -> dict[str, float]:
+    """Mean client test accuracy of the global model (GA) and % of clients whose PA beats it."""
+    from pflpipe.metrics.generalization import BEATS_GLOBAL, personalization_gain
+
+    if not any(r["scope"] == GLOBAL_SCOPE for r in results):
+        return {}
+    out = {}
+    for selection in ("best_val", "last_round"):
+        pa, ga = ([r["accuracy"] for r in results if r["selection"] == selection
+                   and r["split"] == "test" and r["scope"] == scope]
+                  for scope in ("", GLOBAL_SCOPE))
+        out[f"{selection}.global.test_accuracy"] = sum(ga) / len(ga)
+        out[f"{selection}.beats_global"] = BEATS_GLOBAL(personalization_gain(pa, ga))
+    return out

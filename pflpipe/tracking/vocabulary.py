@@ -39,12 +39,20 @@ def metric(split: str, measure: str, scope: str = "") -> str:
 
 
 def _values(row: dict) -> Iterator[tuple[str, float]]:
-    """(name, value) of every measure in a row of one split, the scoped ones too."""
+    """(name, value) of every measure in a row of one split, the scoped ones too.
+
+    A row of a results or history table with a `scope` (docs/contracts.md: ``global``, Flow's
+    ``soft``) scores that model: its plain measures are named in that scope.
+
+    >>> dict(_values({"split": "test", "scope": "global", "loss": 0.5, "accuracy": 0.8}))
+    {'global.test_loss': 0.5, 'global.test_accuracy': 0.8}
+    """
+    own = row.get("scope") or ""
     for scope in ("", *SCOPES):
         for measure in MEASURES:
             value = row.get(f"{scope}_{measure}" if scope else measure)
             if value not in ("", None) and not math.isnan(float(value)):  # NaN: no such split
-                yield metric(row["split"], measure, scope), float(value)
+                yield metric(row["split"], measure, scope or own), float(value)
 
 
 def round_rows(history: Iterable[dict]) -> list[dict]:

@@ -43,8 +43,11 @@ def test_fedavg_ft_stage_starts_from_the_warm_starts_final_model(digits_ds3):
         checkpoints / "round_metrics.csv") if r["round"] == "2"}
     start = [r for r in common.read_csv(root / "ft" / "history.csv")
              if r["round"] == "0" and r["split"] in ("val", "test")]
-    assert len(start) == 20
-    for row in start:
+    assert len(start) == 40 and {r["scope"] for r in start} == {"", "global"}
+    # ... and its global model (GA, scope global) is that final model in results.csv too
+    ga = [r for r in common.read_csv(root / "ft" / "results.csv") if r["scope"] == "global"]
+    assert len(ga) == 40
+    for row in start + ga:
         reference = final[(int(row["client"]), row["split"])]
         assert float(row["accuracy"]) == pytest.approx(float(reference["accuracy"]))
         assert float(row["loss"]) == pytest.approx(float(reference["loss"]), rel=1e-5)

@@ -98,7 +98,7 @@ def test_adding_an_algorithm_runs_only_its_stage(quickstart):
 def test_every_client_of_every_model_is_scored_in_range(quickstart):
     results, _, second, _ = quickstart
     rows = [row for row in results_rows(second.seed_dirs[0]) if row["split"] == "test"
-            and row["selection"] == "best_val"]
+            and row["selection"] == "best_val" and row["scope"] == ""]
     by_model = {}
     for row in rows:
         by_model.setdefault(row["model"], {})[int(row["client"])] = float(row["accuracy"])
@@ -251,6 +251,27 @@ def test_every_algorithm_logs_the_same_metric_vocabulary(server_runs):
         # the algorithm's own run holds the mean over its clients, per round
         (mean_run,) = [r for r in runs if r.info.run_name == algorithm]
         assert per_round | final <= set(mean_run.data.metrics), algorithm
+
+
+def test_fedper_global_model_is_scored_in_results_mlflow_and_report(quickstart, server_runs):
+    results, *_ = quickstart
+    client, _, _, runs = server_runs
+    rows = [r for r in results_rows(results / "latest" / "seed-0") if r["model"] == "fedper"
+            and r["split"] == "test" and r["selection"] == "best_val"]
+    ga = {int(r["client"]): float(r["accuracy"]) for r in rows if r["scope"] == "global"}
+    pa = {int(r["client"]): float(r["accuracy"]) for r in rows if r["scope"] == ""}
+    assert sorted(ga) == sorted(pa) == list(range(N_CLIENTS))
+    (run,) = [r for r in runs if r.data.tags.get("algorithm") == "fedper"
+              and r.data.tags.get("client_id") == "3"]
+    assert run.data.metrics["best.global.test_accuracy"] == pytest.approx(ga[3])
+    assert len(client.get_metric_history(run.info.run_id, "global.val_accuracy")) > 5
+    report = json.loads((results / "latest" / "report" / "report.json").read_text())
+    comparison = report["splits"]["test"]["generalization"]["fedper"]
+    share = 100 * sum(pa[c] > ga[c] for c in pa) / N_CLIENTS
+    assert comparison["beats_global"] == pytest.approx(share)
+    assert comparison["GA"] == pytest.approx(sum(ga.values()) / N_CLIENTS)
+    assert "local" in report["splits"]["test"]["generalization"]  # PA only: no global model
+    assert report["splits"]["test"]["generalization"]["local"]["GA"] is None
 
 
 def test_persfl_client_runs_carry_teacher_lambda_t_and_per_epoch_curves(server_runs):

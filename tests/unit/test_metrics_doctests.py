@@ -5,7 +5,8 @@ import importlib
 
 import pytest
 
-MODULES = ["pflpipe.metrics.performance", "pflpipe.metrics.fairness"]
+MODULES = ["pflpipe.metrics.performance", "pflpipe.metrics.fairness",
+           "pflpipe.metrics.generalization"]
 
 
 @pytest.mark.parametrize("name", MODULES)
