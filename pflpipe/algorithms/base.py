@@ -40,7 +40,8 @@ Client-side hooks are written for one client; the engine vmaps them over clients
 ==================  ===========================================================  ==================
 
 ``kept`` (groups that survive rounds per client, never aggregated), ``predict_with`` (the group
-scored by default) and ``has_global_model`` (whether `global_model` is scored, GA) are class
+scored by default), ``has_global_model`` (whether `global_model` is scored, GA) and ``views``
+(other ways `predict` scores the same model, each reported under its name) are class
 attributes. Client-side hooks are pure tensor functions: they write
 nothing to ``self``, call no ``.item()`` and branch on no tensor value. Randomness comes from the
 engine: ``ctx.normal(batch["key"], shape)`` in objectives and ``ctx.normal(key, shape)`` in
@@ -80,6 +81,13 @@ class Phase:
     group_lr: Mapping[str, float] = field(default_factory=dict)  # per-group overrides
     batches_per_step: int = 1             # mini-batches each step draws (Per-FedAvg: 2 or 3)
     full_batch: bool = False              # each step sees all of a client's samples (one epoch)
+    #: The part of the client's training samples the phase trains on: (start, stop) fractions of
+    #: a shuffle drawn per round and client, the same for every phase of the round, so (0, 0.5)
+    #: and (0.5, 1) are disjoint halves (Flow); every sample if None.
+    part: tuple[float, float] | None = None
+    #: (objective, groups) updates that follow the phase's own on the same mini-batch at every
+    #: step, each with its own optimizer (Flow's alternating policy and global steps).
+    then: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,7 @@ class Algorithm(Generic[P]):
     kept: ClassVar[tuple[str, ...]] = ()   # groups carried over rounds per client
     predict_with: ClassVar[str] = "model"  # group scored by the default `personalized`
     has_global_model: ClassVar[bool] = True  # False: no global model to score (GA), e.g. local
+    views: ClassVar[tuple[str, ...]] = ()    # other views of the scored model (`predict`'s view)
 
     def __init__(self, params: P, *, head: frozenset[str], lr: float, local_epochs: int):
         self.params, self.head, self.lr, self.local_epochs = params, head, lr, local_epochs
@@ -119,8 +128,13 @@ class Algorithm(Generic[P]):
         return cls.__orig_bases__[0].__args__[0]  # type: ignore[attr-defined]
 
     # ---- server side (one round, every client at once) --------------------------------------
-    def modules(self, in_shape: tuple[int, ...], n_outputs: int) -> dict[str, nn.Module]:
-        """Extra networks, built by the engine under a seeded RNG; called by name via `ctx.call`."""
+    def modules(self, in_shape: tuple[int, ...], n_outputs: int,
+                model: nn.Module | None = None) -> dict[str, nn.Module]:
+        """Extra networks, built by the engine under a seeded RNG; called by name via `ctx.call`.
+
+        `model` is the network (an override that names the argument gets it; Flow sizes its
+        router by the model's layers).
+        """
         return {}
 
     def init_server(self, global_params: Group, n_clients: int) -> Tree:
@@ -219,6 +233,10 @@ class Algorithm(Generic[P]):
         """Parameters of the network scored as the global model on every client (its GA)."""
         return shared["global"]
 
-    def predict(self, model: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
-        """Outputs of a `scored` model on inputs `x`; `key` seeds any noise (`ctx.normal`)."""
+    def predict(self, model: Tree, x: Tensor, ctx, key: Tensor, view: str = "") -> Tensor:
+        """Outputs of a `scored` model on inputs `x`; `key` seeds any noise (`ctx.normal`).
+
+        `view` is "" for the personalized model, else one of `views` (each scored and reported
+        under its name too, e.g. Flow's ``soft`` routing next to its hard routing).
+        """
         return ctx.forward(model["model"], x)

@@ -1,19 +1,23 @@
 """The round loop, written once; every algorithm runs through it.
 
 Each round: sample clients, dispatch and receive, train the algorithm's phases (each client on its
-own schedule), finish, the server step (aggregate, server state), evaluate every client's
-personalized model, checkpoint.
+own schedule), finish, the server step (aggregate, server state), the server optimizer
+(`server_update`: FedAvg, FedAdam, FedYogi on the global model's change), evaluate the clients'
+personalized models, checkpoint.
 
-Checkpoints make a run resumable: after round r the store holds ``round_r.pt`` (the global
-state_dict), ``state_r.pt`` (everything else the next rounds depend on) and, written last,
-``progress.json``. A process killed at any point and started again continues from the last
-finished round and ends with exactly the result of an uninterrupted run: every random draw is
-derived from (seed, round, client, phase), never from a running generator.
+Evaluation scores every client, or (``eval_clients: sampled``, cross-device) only the round's
+sampled clients between full sweeps every `full_eval_every` rounds, at round 0 and after the
+last round: a round then costs what its sampled clients cost, whatever the federation's size. A
+client's best-val round is chosen among the rounds it was scored in.
+
+Checkpoints make a run resumable (`pflpipe.engine.checkpoint`): a process killed at any point
+and started again continues from the last checkpointed round and ends with exactly the result of
+an uninterrupted run: every random draw is derived from (seed, round, client, phase), never from
+a running generator.
 """
 
 import dataclasses
-import io
-import json
+import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,11 +28,11 @@ from torch import Tensor
 from torch.func import vmap
 
 from pflpipe.algorithms.base import Algorithm, Phase, Round
-from pflpipe.data.files import load_tensors
+from pflpipe.engine import checkpoint
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.noise import step_keys
-from pflpipe.engine.optim import OptimizerConfig
+from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig, server_update
 from pflpipe.engine.trainer import Context, Job
 from pflpipe.engine.tree import Group, Tree, assign, broadcast, merge, select, tree_map, where
 from pflpipe.errors import DivergenceError
@@ -41,6 +45,7 @@ GLOBAL_METRICS = ("global_val_loss", "global_val_accuracy", "global_test_loss",
                   "global_test_accuracy")
 #: Salts of the random streams that are not a training phase's.
 _MODULES_SALT, _EVAL_SALT, _SERVER_SALT, _EVAL_PHASES = 1_000_001, 1_000_002, 1_000_003, 100
+_PART_SALT = 1_000_004
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,13 @@ class Plan:
     best_on_val: bool = True                      # False (no validation split): best = last
     blocks: int = 1                               # client_fraction samples each of these
                                                   # equal, contiguous blocks of clients apart
+    server_optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
+    #: Which clients an evaluation scores: "all", or "sampled" (the round's own; cross-device)
+    #: with every client scored every `full_eval_every` rounds, at round 0 and after the last.
+    eval_clients: str = "all"
+    full_eval_every: int | None = None
+    #: Checkpoint the client states every n rounds (and after the last); results are the same.
+    checkpoint_every: int = field(default=1, repr=False)
 
 
 @dataclass
@@ -113,12 +125,17 @@ class Federation:
         for round_idx in range(snap["round"] + 1, plan.rounds + 1):
             if snap["stopped"]:
                 break
+            first_row = len(snap["rows"])
             self._round(snap, round_idx)
             if round_idx % plan.eval_every == 0 or round_idx == plan.rounds:
                 self._evaluate(snap, round_idx)
-            self._save(snap, round_idx)
+            last = round_idx == plan.rounds or snap["stopped"]
+            if last or round_idx % plan.checkpoint_every == 0:
+                self._save(snap, round_idx)
+            elif plan.keep_every_round and self.store is not None:
+                self.store.put_bytes(f"round_{round_idx:04d}.pt", checkpoint.dump(snap["global"]))
             if self.on_round:
-                self.on_round(round_idx, [r for r in snap["rows"] if r["round"] == round_idx])
+                self.on_round(round_idx, snap["rows"][first_row:])
         return FederationResult(snap["global"], snap["state"], snap["best_model"], snap["best"],
                                 snap["last"], snap["rows"], snap["round"], snap["stopped"],
                                 snap["server"], snap.get("last_model", {}))
@@ -130,7 +147,9 @@ class Federation:
             n_outputs = ctx.model(x[:1]).shape[-1]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(member_seed(self.plan.seed, self.plan.stream, _MODULES_SALT))
-            modules = self.algorithm.modules(tuple(x.shape[1:]), n_outputs)
+            wants_model = "model" in inspect.signature(self.algorithm.modules).parameters
+            modules = self.algorithm.modules(tuple(x.shape[1:]), n_outputs,
+                                             **({"model": ctx.model} if wants_model else {}))
         if not modules:
             return ctx
         return dataclasses.replace(ctx, modules={n: m.to(x.device) for n, m in modules.items()})
@@ -146,7 +165,8 @@ class Federation:
         state = vmap(algo.receive, in_dims=(None, 0, None))(init_global, initial, shared)
         state = tree_map(torch.Tensor.clone, state)  # distinct: a receive may alias groups
         snap = {"round": 0, "global": dict(init_global), "server": server, "state": state,
-                "rows": [], "stopped": False, "early": {"best": float("inf"), "bad": 0}}
+                "rows": [], "stopped": False, "early": {"best": float("inf"), "bad": 0},
+                "server_optimizer": {}}
         self._evaluate(snap, 0)
         self._save(snap, 0)
         return snap
@@ -164,6 +184,8 @@ class Federation:
             state = self._train(state, info, phase, phase_idx, shared, snap)
         state = vmap(algo.finish, in_dims=(0, 0, None))(start, state, shared)
         new_global, snap["server"] = algo.server_step(dataclasses.replace(info, states=state))
+        new_global, snap["server_optimizer"] = server_update(
+            self.plan.server_optimizer, global_params, new_global, snap.get("server_optimizer", {}))
         snap["global"] = merge(global_params, new_global)
         assign(snap["state"], clients, state)
         snap["round"] = round_idx
@@ -189,6 +211,11 @@ class Federation:
                snap: dict) -> Tree:
         plan, data, clients, round_idx = self.plan, self.data.train, info.clients, info.index
         counts = info.counts.cpu()
+        samples = None
+        if phase.part is not None:
+            samples = [self._part(round_idx, c, n, phase.part)
+                       for c, n in zip(clients.tolist(), counts.tolist(), strict=True)]
+            counts = torch.tensor([len(s) for s in samples], dtype=torch.long)
         batch_size = int(counts.max()) if phase.full_batch else plan.batch_size
         if phase.steps is not None:
             steps = torch.full((len(clients),), phase.steps, dtype=torch.long)
@@ -198,15 +225,18 @@ class Federation:
         lr = torch.full((len(clients),), phase.lr or plan.lr, device=clients.device)
         steps, lr = self.algorithm.schedule(dataclasses.replace(info, states=state), phase,
                                             steps, lr)
+        groups = (*phase.train, *(g for _, train in phase.then for g in train))
         job = Job(
             state=state, train=phase.train, objective=getattr(self.algorithm, phase.objective),
             data=data, clients=clients, steps=steps.cpu().long(),
             lr={g: torch.full_like(lr, phase.group_lr[g]) if g in phase.group_lr else lr
-                for g in phase.train},
+                for g in groups},
             batch_size=batch_size,
             seeds=[member_seed(plan.seed, plan.stream, round_idx, c, phase_idx)
                    for c in clients.tolist()],
-            shared=shared, batches_per_step=phase.batches_per_step, optimizer=plan.optimizer)
+            shared=shared, batches_per_step=phase.batches_per_step, optimizer=plan.optimizer,
+            samples=samples,
+            then=tuple((getattr(self.algorithm, name), train) for name, train in phase.then))
         result = self.trainer.train(job)
         self._check_finite(result, clients, round_idx, phase, lr)
         if phase_idx == 0 and round_idx > 0:
@@ -214,6 +244,13 @@ class Federation:
             snap["rows"] += [{"round": round_idx, "client": c, "split": "train", "loss": loss}
                              for c, loss in losses]
         return result.state
+
+    def _part(self, round_idx: int, client: int, n: int, part: tuple[float, float]) -> Tensor:
+        """A client's samples in `part` of its shuffle of this round (the same for every phase)."""
+        generator = torch.Generator().manual_seed(
+            member_seed(self.plan.seed, self.plan.stream, round_idx, client, _PART_SALT))
+        order = torch.randperm(n, generator=generator)
+        return order[round(part[0] * n):round(part[1] * n)]
 
     def _check_finite(self, result, clients: Tensor, round_idx: int, phase: Phase, lrs: Tensor):
         bad = (result.bad_step >= 0).nonzero().flatten().tolist()
@@ -233,48 +270,75 @@ class Federation:
 
     # ---- evaluation ------------------------------------------------------------------------
     def _evaluate(self, snap: dict, round_idx: int) -> None:
-        algo, state = self.algorithm, snap["state"]
+        clients = self._eval_clients(round_idx)
+        algo, full = self.algorithm, len(clients) == self.n_clients
+        state = snap["state"] if full else select(snap["state"], clients)
         shared = {"global": snap["global"], "server": snap["server"]}
         if algo.eval_phases():
             state = vmap(algo.receive, in_dims=(None, 0, None))(snap["global"], state, shared)
-            info = self._info(snap, round_idx, self.all_clients, state)
+            info = self._info(snap, round_idx, clients, state)
             for phase_idx, phase in enumerate(algo.eval_phases()):
                 state = self._train(state, info, phase, _EVAL_PHASES + phase_idx, shared,
                                     {"rows": []})
         models = vmap(algo.scored, in_dims=(0, None))(state, shared)
+        scores = self._scores(snap, round_idx, clients, models, shared)
+        self._track(snap, scores, models, clients)
+        if full:
+            self._early_stop(snap, scores)
+
+    def _eval_clients(self, round_idx: int) -> Tensor:
+        """Every client, or (``eval_clients: sampled``) the round's own between full sweeps."""
+        plan = self.plan
+        every = plan.full_eval_every
+        if (plan.eval_clients == "all" or round_idx in (0, plan.rounds)
+                or (every and round_idx % every == 0)):
+            return self.all_clients
+        return self._sample(round_idx)
+
+    def _scores(self, snap: dict, round_idx: int, clients: Tensor, models: Tree, shared: Tree
+                ) -> dict[str, Tensor]:
+        """Loss and accuracy of every scored view on `clients` [C']; their rows go to `snap`."""
+        algo = self.algorithm
         views = {"": (models, {}, _predict(algo))}
+        views.update({f"{view}_": (models, {}, _predict(algo, view)) for view in algo.views})
         if self.plan.score_global:
             views["global_"] = ({}, {"model": algo.global_model(shared)}, _forward_shared)
         keys = step_keys([member_seed(self.plan.seed, self.plan.stream, round_idx, _EVAL_SALT)],
-                         self.n_clients)[0]
-        scores = {}
+                         self.n_clients)[0][clients.cpu()]
+        scores, ids = {}, clients.tolist()
         for split in ("val", "test"):
             for prefix, (member_models, common_model, predict) in views.items():
                 loss, acc = evaluate(self.ctx, predict, member_models, common_model,
-                                     self.data.split(split), self.all_clients, keys=keys)
+                                     self.data.split(split), clients, keys=keys)
                 scores[f"{prefix}{split}_loss"], scores[f"{prefix}{split}_accuracy"] = loss, acc
             columns = {f"{p}{m}": scores[f"{p}{split}_{m}"].tolist() for p in views
                        for m in ("loss", "accuracy")}
             snap["rows"] += [{"round": round_idx, "client": c, "split": split,
-                              **{name: values[c] for name, values in columns.items()}}
-                             for c in range(self.n_clients)]
+                              **{name: values[i] for name, values in columns.items()}}
+                             for i, c in enumerate(ids)]
         scores["round"] = torch.full_like(scores["val_loss"], round_idx)
-        snap["last"], snap["last_model"] = scores, models
-        self._track_best(snap, scores, models)
-        self._early_stop(snap, scores)
+        return scores
 
-    def _track_best(self, snap: dict, scores: dict, models: Tree) -> None:
-        if "best" not in snap:
-            snap["best"], snap["best_model"] = dict(scores), tree_map(torch.Tensor.clone, models)
+    def _track(self, snap: dict, scores: dict, models: Tree, clients: Tensor) -> None:
+        """Update the last and best-val scores (and best models) of the evaluated `clients`."""
+        if "best" not in snap:   # round 0 scores every client
+            snap["last"] = scores
+            snap["best"] = {k: v.clone() for k, v in scores.items()}
+            snap["best_model"] = tree_map(torch.Tensor.clone, models)
+            snap["last_model"] = tree_map(torch.Tensor.clone, models)
             return
-        best = snap["best"]
+        assign(snap["last_model"], clients, models)
+        best = {k: v[clients] for k, v in snap["best"].items()}
         acc, best_acc = scores["val_accuracy"], best["val_accuracy"]
         tie = (acc == best_acc) | (acc.isnan() & best_acc.isnan())
         improved = (acc > best_acc) | (tie & (scores["val_loss"] < best["val_loss"]))
         if not self.plan.best_on_val:
             improved = torch.ones_like(improved)
-        snap["best"] = {k: torch.where(improved, scores[k], best[k]) for k in scores}
-        snap["best_model"] = where(improved, models, snap["best_model"])
+        for k in scores:
+            snap["last"][k].index_copy_(0, clients, scores[k])
+            snap["best"][k].index_copy_(0, clients, torch.where(improved, scores[k], best[k]))
+        assign(snap["best_model"], clients,
+               where(improved, models, select(snap["best_model"], clients)))
 
     def _early_stop(self, snap: dict, scores: dict) -> None:
         if self.plan.early_stop is None or snap["round"] == 0:
@@ -291,46 +355,21 @@ class Federation:
 
     # ---- checkpoints ------------------------------------------------------------------------
     def _save(self, snap: dict, round_idx: int) -> None:
-        if self.store is None:
-            return
-        store = self.store
-        store.put_bytes(f"round_{round_idx:04d}.pt", _dump(snap["global"]))
-        store.put_bytes(f"state_{round_idx:04d}.pt", _dump({k: v for k, v in snap.items()
-                                                             if k != "global"}))
-        store.put_bytes("progress.json", json.dumps({
-            "rounds_completed": round_idx, "stopped_early": snap["stopped"],
-            "fingerprint": self.fingerprint}).encode())
-        for key in store.list():
-            if key.startswith("state_") and key != f"state_{round_idx:04d}.pt":
-                _delete(store, key)
-            elif (key.startswith("round_") and not self.plan.keep_every_round
-                  and key != f"round_{round_idx:04d}.pt"):
-                _delete(store, key)
-
-    def _load(self, key: str):
-        """A checkpoint of the store; a damaged or tampered one is a DataError naming it."""
-        return load_tensors(io.BytesIO(self.store.get_bytes(key)), "a checkpoint the engine "
-                            "wrote", self.all_clients.device, f"{self.store.uri}/{key}")
+        if self.store is not None:
+            checkpoint.save(self.store, snap, round_idx, self.fingerprint,
+                            self.plan.keep_every_round)
 
     def _resume(self) -> dict | None:
-        if self.store is None or not self.store.exists("progress.json"):
+        if self.store is None:
             return None
-        progress = json.loads(self.store.get_bytes("progress.json"))
-        if progress.get("fingerprint") != self.fingerprint:
-            raise DivergenceError(
-                f"{self.store.uri} holds checkpoints of another configuration "
-                f"({progress.get('fingerprint')!r}, expected {self.fingerprint!r}); "
-                "move them away or point the storage elsewhere")
-        round_idx = progress["rounds_completed"]
-        snap = self._load(f"state_{round_idx:04d}.pt")
-        snap["global"] = self._load(f"round_{round_idx:04d}.pt")
-        log.info("resuming from round %d of %s", round_idx, self.store.uri)
-        return snap
+        return checkpoint.resume(self.store, self.fingerprint, self.all_clients.device)
 
 
-def _predict(algorithm: Algorithm):
+def _predict(algorithm: Algorithm, view: str = ""):
     """Adapt `algorithm.predict` to `evaluate`'s signature: each member its own model."""
     def predict(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
+        if view:
+            return algorithm.predict(model, x, ctx, key, view=view)
         return algorithm.predict(model, x, ctx, key)
 
     return predict
@@ -339,26 +378,3 @@ def _predict(algorithm: Algorithm):
 def _forward_shared(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
     """`evaluate`'s predict for one network shared by every member."""
     return ctx.forward(shared["model"], x)
-
-
-def _dump(obj) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(_to_cpu(obj), buffer)
-    return buffer.getvalue()
-
-
-
-
-
-def _to_cpu(obj):
-    if isinstance(obj, Tensor):
-        return obj.detach().cpu()
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_to_cpu(v) for v in obj]
-    return obj
-
-
-def _delete(store: Store, key: str) -> None:
-    store.delete(key)

@@ -95,3 +95,65 @@ def _adam(cfg: OptimizerConfig, p, lr_k, grad, state, step_idx) -> None:
     bias1, bias2 = 1 - beta1 ** step, 1 - beta2 ** step
     denom = (exp_avg_sq.sqrt() / bias2 ** 0.5).add_(cfg.eps)
     p.addcdiv_(exp_avg * (lr_k / bias1), denom, value=-1.0)
+
+
+@dataclass(frozen=True)
+class ServerOptimizerConfig:
+    """How the server moves the global model towards the round's aggregate.
+
+    Reddi et al., "Adaptive Federated Optimization" (ICLR 2021), Algorithm 2: the aggregate's
+    change Δ = aggregate − x (the negative pseudo-gradient) is applied as
+    ``fedavg``: x + η·Δ (η = 1: the aggregate itself), or with m = β₁·m + (1 − β₁)·Δ and
+    ``fedadam``: v = β₂·v + (1 − β₂)·Δ², ``fedyogi``: v = v − (1 − β₂)·Δ²·sign(v − Δ²),
+    x + η·m / (√v + τ); m starts at 0 and v at τ², without bias correction (as in the paper).
+    """
+
+    name: str = "fedavg"
+    lr: float = 1.0
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+
+    @classmethod
+    def from_spec(cls, section) -> "ServerOptimizerConfig":
+        """Read the spec's `federation.server_optimizer` section."""
+        return cls(section.name, section.server_lr, section.beta1, section.beta2, section.tau)
+
+
+def server_update(config: ServerOptimizerConfig, current: dict[str, Tensor],
+                  aggregate: dict[str, Tensor], state: dict[str, dict[str, Tensor]]
+                  ) -> tuple[dict[str, Tensor], dict[str, dict[str, Tensor]]]:
+    """New values of the aggregated keys and the optimizer state {"m": …, "v": …}.
+
+    Only floating-point keys move by the rule; others (a batch counter) take the aggregate.
+
+    >>> config = ServerOptimizerConfig("fedadam", lr=0.1, beta1=0.5, beta2=0.5, tau=0.5)
+    >>> new, state = server_update(config, {"w": torch.tensor([1.0])},
+    ...                            {"w": torch.tensor([2.0])}, {})
+    >>> new["w"].item(), state["m"]["w"].item(), state["v"]["w"].item()  # 1 + 0.1·0.5/(√0.625+0.5)
+    (1.0387..., 0.5, 0.625)
+    """
+    if config.name == "fedavg" and config.lr == 1.0:
+        return aggregate, state
+    moments = {"m": dict(state.get("m", {})), "v": dict(state.get("v", {}))}
+    out = {}
+    for key, value in aggregate.items():
+        x = current[key]
+        if not value.is_floating_point():
+            out[key] = value
+            continue
+        delta = value - x
+        if config.name == "fedavg":
+            out[key] = x + config.lr * delta
+            continue
+        m = moments["m"].get(key, torch.zeros_like(x))
+        v = moments["v"].get(key, torch.full_like(x, config.tau ** 2))
+        m = config.beta1 * m + (1 - config.beta1) * delta
+        square = delta * delta
+        if config.name == "fedyogi":
+            v = v - (1 - config.beta2) * square * torch.sign(v - square)
+        else:
+            v = config.beta2 * v + (1 - config.beta2) * square
+        moments["m"][key], moments["v"][key] = m, v
+        out[key] = x + config.lr * m / (v.sqrt() + config.tau)
+    return out, moments

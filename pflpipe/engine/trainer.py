@@ -97,6 +97,16 @@ class Job:
     hp: dict[str, Tensor] = field(default_factory=dict)   # per-member scalars [M] (λ, T, …)
     batches_per_step: int = 1
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    #: [M] local indices of the samples member m trains on (a part of its client's); all if None
+    samples: list[Tensor] | None = None
+    #: (objective, groups) updates that follow `objective`'s on the same mini-batch each step,
+    #: each with its own optimizer (alternating steps); the reported loss is `objective`'s
+    then: tuple[tuple[Objective, tuple[str, ...]], ...] = ()
+
+    @property
+    def updates(self) -> tuple[tuple[Objective, tuple[str, ...]], ...]:
+        """Every (objective, groups) update of one step, in order."""
+        return ((self.objective, self.train), *self.then)
 
     @property
     def members(self) -> int:
@@ -145,37 +155,50 @@ class BatchedTrainer:
         hp = {name: value[order.to(value.device)] for name, value in job.hp.items()}
         index = _index_table(job, order, max_steps).to(device)
         noise_keys = step_keys([job.seeds[m] for m in order.tolist()], max_steps).to(device)
-        keys = [(g, k) for g in job.train for k in state[g]]
-        params = [state[g][k] for g, k in keys]
-        lrs = [job.lr[g].to(device)[order.to(device)] for g, _ in keys]
-        optimizer = StackedOptimizer(job.optimizer, params, lrs)
-        step_fn = vmap(self._member_fn(job.objective), in_dims=(0, 0, None, 0))
+        parts = []   # per update: (step function, trained (group, key)s, its optimizer)
+        for objective, train in job.updates:
+            keys = [(g, k) for g in train for k in state[g]]
+            lrs = [job.lr[g].to(device)[order.to(device)] for g, _ in keys]
+            parts.append((vmap(self._member_fn(objective), in_dims=(0, 0, None, 0)), train, keys,
+                          StackedOptimizer(job.optimizer, [state[g][k] for g, k in keys], lrs)))
         total = torch.zeros(job.members, device=device)
         bad = torch.full((job.members,), -1, dtype=torch.long, device=device)
         # at step s the members with more than s steps are active: a prefix of the sorted order
         active = (sorted_steps.unsqueeze(0) > torch.arange(max_steps).unsqueeze(1)).sum(1).tolist()
         for step, k in enumerate(active):
             batch = {**self.gather(job, index[:k, step], clients[:k]), "key": noise_keys[:k, step]}
-            view = {g: {key: t[:k].detach().requires_grad_(g in job.train)
-                        for key, t in group.items()} for g, group in state.items()}
-            losses, updates = step_fn(view, batch, job.shared, {n: v[:k] for n, v in hp.items()})
-            leaves = [view[g][key] for g, key in keys]
-            grads = torch.autograd.grad(losses.sum(), leaves, allow_unused=True)
-            grads = [torch.zeros_like(leaf) if g is None else g
-                     for leaf, g in zip(leaves, grads, strict=True)]
-            optimizer.step(k, grads, step)
-            with torch.no_grad():
-                for g, group in updates.items():
-                    for key, value in group.items():
-                        state[g][key][:k].copy_(value)
-                losses = losses.detach()
-                total[:k] += losses
+            hp_k = {n: v[:k] for n, v in hp.items()}
+            for part, (step_fn, train, keys, optimizer) in enumerate(parts):
+                losses = self._update(state, k, batch, job.shared, hp_k, step_fn, train, keys,
+                                      optimizer, step)
+                if part == 0:
+                    total[:k] += losses
                 bad[:k] = torch.where((bad[:k] < 0) & ~torch.isfinite(losses), step, bad[:k])
         mean = total / sorted_steps.clamp_min(1).to(device)
         if torch.equal(order, torch.arange(job.members)):
             return TrainResult(state, mean, bad)
         inverse = torch.argsort(order).to(device)
         return TrainResult(select(state, inverse), mean[inverse], bad[inverse])
+
+    @staticmethod
+    def _update(state: Tree, k: int, batch: Batch, shared: Tree, hp: dict, step_fn,
+                train: tuple[str, ...], keys: list, optimizer: StackedOptimizer, step: int
+                ) -> Tensor:
+        """One optimizer step of the first `k` members on `train`; return their losses [k]."""
+        view = {g: {key: t[:k].detach().requires_grad_(g in train)
+                    for key, t in group.items()} for g, group in state.items()}
+        losses, updates = step_fn(view, batch, shared, hp)
+        leaves = [view[g][key] for g, key in keys]
+        if leaves:   # a group can be empty (FedRep's representation under a linear model)
+            grads = torch.autograd.grad(losses.sum(), leaves, allow_unused=True)
+            grads = [torch.zeros_like(leaf) if g is None else g
+                     for leaf, g in zip(leaves, grads, strict=True)]
+            optimizer.step(k, grads, step)
+        with torch.no_grad():
+            for g, group in updates.items():
+                for key, value in group.items():
+                    state[g][key][:k].copy_(value)
+        return losses.detach()
 
     @staticmethod
     def gather(job: Job, local: Tensor, clients: Tensor) -> Batch:
@@ -212,10 +235,21 @@ def _index_table(job: Job, order: Tensor, max_steps: int) -> Tensor:
     table = torch.full((job.members, max_steps, job.batches_per_step, job.batch_size), -1,
                        dtype=torch.long)
     for row, m in enumerate(order.tolist()):
-        steps = int(job.steps[m])
-        table[row, :steps] = schedule(int(counts[m]), steps, job.batch_size, job.seeds[m],
-                                      job.batches_per_step)
+        table[row, :int(job.steps[m])] = member_schedule(job, m, int(counts[m]))
     return table
+
+
+def member_schedule(job: Job, m: int, n: int) -> Tensor:
+    """Member m's local sample indices [steps, batches_per_step, B] among its client's n samples.
+
+    With `job.samples`, the schedule runs over member m's part and maps back into the client's.
+    """
+    samples = None if job.samples is None else job.samples[m]
+    local = schedule(n if samples is None else len(samples), int(job.steps[m]), job.batch_size,
+                     job.seeds[m], job.batches_per_step)
+    if samples is None:
+        return local
+    return torch.where(local >= 0, samples.cpu()[local.clamp_min(0)], local)
 
 
 def _chunk(job: Job, start: int, stop: int) -> Job:
@@ -225,7 +259,8 @@ def _chunk(job: Job, start: int, stop: int) -> Job:
         data=job.data, clients=job.clients[sl], steps=job.steps[sl],
         lr={g: v[sl] for g, v in job.lr.items()}, batch_size=job.batch_size,
         seeds=job.seeds[sl], shared=job.shared, hp={n: v[sl] for n, v in job.hp.items()},
-        batches_per_step=job.batches_per_step, optimizer=job.optimizer)
+        batches_per_step=job.batches_per_step, optimizer=job.optimizer,
+        samples=None if job.samples is None else job.samples[sl], then=job.then)
 
 
 class SequentialTrainer:
@@ -250,35 +285,47 @@ class SequentialTrainer:
         return TrainResult(out, losses, bad)
 
     def _train_member(self, job: Job, m: int) -> tuple[Tree, float, int]:
-        state = {g: {k: v.detach().clone().requires_grad_(g in job.train) for k, v in grp.items()}
+        state = {g: {k: v.detach().clone() for k, v in grp.items()}
                  for g, grp in member(job.state, m).items()}
-        optimizer = job.optimizer.torch_optimizer(
-            [{"params": list(state[g].values()), "lr": float(job.lr[g][m])} for g in job.train])
+        optimizers = [job.optimizer.torch_optimizer(
+            [{"params": list(state[g].values()), "lr": float(job.lr[g][m])} for g in train])
+            if any(state[g] for g in train) else None for _, train in job.updates]
         client = int(job.clients[m])
         x, y = job.data.client(client)
         extra = {name: value[job.data.offsets[client]:job.data.offsets[client + 1]]
                  for name, value in job.data.extra.items()}
         steps = int(job.steps[m])
-        order = schedule(len(y), steps, job.batch_size, job.seeds[m], job.batches_per_step)
+        order = member_schedule(job, m, len(y))
         hp = {name: value[m] for name, value in job.hp.items()}
         noise_keys = step_keys([job.seeds[m]], steps)[0].to(x.device)
         total, bad_step = 0.0, -1
         for step in range(steps):
             batch = {**_plain_batch(order[step], x, y, extra, job.batches_per_step),
                      "key": noise_keys[step]}
+            for part, ((objective, train), optimizer) in enumerate(
+                    zip(job.updates, optimizers, strict=True)):
+                loss = self._update(state, batch, job.shared, hp, objective, train, optimizer)
+                total += float(loss) if part == 0 else 0.0
+                if bad_step < 0 and not torch.isfinite(loss):
+                    bad_step = step
+        return tree_map(torch.Tensor.detach, state), total / max(steps, 1), bad_step
+
+    def _update(self, state: Tree, batch: Batch, shared: Tree, hp: dict, objective: Objective,
+                train: tuple[str, ...], optimizer: torch.optim.Optimizer | None) -> Tensor:
+        """One optimizer step of `objective` on the groups `train`; return the loss."""
+        for g, group in state.items():
+            for value in group.values():
+                value.requires_grad_(g in train)
+        loss, updates = _as_pair(objective(state, batch, shared, hp, self.ctx))
+        if optimizer is not None:   # None: the trained groups are empty
             optimizer.zero_grad()
-            loss, updates = _as_pair(job.objective(state, batch, job.shared, hp, self.ctx))
             loss.backward()
             optimizer.step()
-            with torch.no_grad():
-                for g, group in updates.items():
-                    for key, value in group.items():
-                        state[g][key].copy_(value)
-            value = float(loss.detach())
-            total += value
-            if bad_step < 0 and not torch.isfinite(loss):
-                bad_step = step
-        return tree_map(torch.Tensor.detach, state), total / max(steps, 1), bad_step
+        with torch.no_grad():
+            for g, group in updates.items():
+                for key, value in group.items():
+                    state[g][key].copy_(value)
+        return loss.detach()
 
 
 def _plain_batch(local: Tensor, x: Tensor, y: Tensor, extra: dict[str, Tensor],

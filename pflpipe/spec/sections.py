@@ -70,6 +70,31 @@ class EarlyStop(Section):
     min_delta: float = Field(0.0, ge=0, description="Smallest decrease counted as improvement.")
 
 
+class ServerOptimizer(Section):
+    """How the server applies each round's aggregate (Reddi et al., ICLR 2021, Algorithm 2).
+
+    Δ is the clients' weighted mean minus the global model x. fedavg: x ← x + η·Δ. fedadam and
+    fedyogi: m ← β₁m + (1 − β₁)Δ; v ← β₂v + (1 − β₂)Δ² (fedadam) or v ← v − (1 − β₂)Δ²·sign(v − Δ²)
+    (fedyogi); x ← x + η·m / (√v + τ), with m starting at 0 and v at τ².
+    """
+
+    name: Literal["fedavg", "fedadam", "fedyogi"] = Field(
+        "fedavg", description="fedavg, fedadam or fedyogi.")
+    lr: float | None = Field(
+        None, gt=0, description="η: server learning rate; 1 for fedavg (the weighted mean itself) "
+        "and 0.01 for fedadam and fedyogi when omitted.")
+    beta1: float = Field(0.9, ge=0, lt=1, description="β₁ (fedadam, fedyogi): momentum of Δ.")
+    beta2: float = Field(0.99, ge=0, lt=1,
+                         description="β₂ (fedadam, fedyogi): decay of the second moment v.")
+    tau: float = Field(1e-3, gt=0, description="τ (fedadam, fedyogi): adaptivity, the floor of "
+                       "the step's denominator.")
+
+    @property
+    def server_lr(self) -> float:
+        """η, resolved."""
+        return self.lr if self.lr is not None else (1.0 if self.name == "fedavg" else 0.01)
+
+
 class Federation(Section):
     """FedAvg's rounds and the default local-training settings of every algorithm."""
 
@@ -84,6 +109,23 @@ class Federation(Section):
         1.0, gt=0, le=1, description="Fraction of clients sampled per round (at least one)."
     )
     early_stop: EarlyStop | None = Field(None, description="Optional stop on a validation plateau.")
+    server_optimizer: ServerOptimizer = Field(
+        default_factory=ServerOptimizer,
+        description="How the server applies the round's aggregate, for every algorithm: fedavg "
+        "(the weighted mean), fedadam or fedyogi.",
+    )
+    eval_clients: Literal["all", "sampled"] = Field(
+        "all",
+        description="Which clients each evaluation scores: all, or only the round's sampled ones "
+        "(cross-device: a round's cost then grows with the sampled clients), with every client "
+        "scored at round 0, every full_eval_every rounds and after the last round. A client's "
+        "best round is chosen among the rounds it was scored in; early stopping looks at full "
+        "evaluations only.",
+    )
+    full_eval_every: int | None = Field(
+        None, ge=1,
+        description="With eval_clients: sampled, also score every client every n rounds.",
+    )
 
     @model_validator(mode="after")
     def _momentum_is_sgd(self):
@@ -334,4 +376,10 @@ class Engine(Section):
         description="Most tasks (seeds, personalization entries) the pipeline runs at once, "
         "as ParallelFor parallelism; on a cluster too when set. When omitted: `pflpipe run` "
         "runs 2 at once (kfp.local's most per loop; 1 on a one-core machine), a cluster all.",
+    )
+    checkpoint_every: int = Field(
+        1, ge=1,
+        description="Checkpoint the clients' states every n rounds (and after the last): with "
+        "many clients a checkpoint costs more than a round. A resumed run repeats at most n − 1 "
+        "rounds and ends with the same result.",
     )

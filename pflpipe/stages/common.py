@@ -17,7 +17,7 @@ import torch
 from pflpipe.data.files import load_tensors
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import FederationResult
-from pflpipe.engine.optim import OptimizerConfig
+from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig
 from pflpipe.engine.trainer import Context, make_trainer
 from pflpipe.engine.tree import Group, Tree
 from pflpipe.engine.two_level import GaussianLikelihood
@@ -127,6 +127,15 @@ def use_compile(spec, data: FederatedData, device: torch.device) -> bool:
 def optimizer(spec) -> OptimizerConfig:
     """The spec's local optimizer."""
     return OptimizerConfig.from_spec(spec.federation)
+
+
+def plan_settings(spec) -> dict:
+    """The `Plan` settings every federated stage takes from the spec as they are."""
+    fed = spec.federation
+    return {"optimizer": optimizer(spec), "eval_clients": fed.eval_clients,
+            "server_optimizer": ServerOptimizerConfig.from_spec(fed.server_optimizer),
+            "full_eval_every": fed.full_eval_every,
+            "checkpoint_every": spec.engine.checkpoint_every}
 
 
 #: The line a stage prints after each round; `pflpipe run` shows the latest one of each task.

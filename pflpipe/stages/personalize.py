@@ -58,7 +58,7 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     plan = Plan(
         rounds=rounds.rounds, local_epochs=rounds.local_epochs,
         batch_size=entry.batch_size or fed.batch_size, lr=algorithm.lr, seed=seed,
-        optimizer=common.optimizer(spec), client_fraction=rounds.client_fraction,
+        client_fraction=rounds.client_fraction, **common.plan_settings(spec),
         eval_every=entry.eval_every, stream=stream_of(label), best_on_val=s.has_validation,
         score_global=algorithm.has_global_model)
     store, key = common.checkpoint_store(spec, stage, {

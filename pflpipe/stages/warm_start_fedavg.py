@@ -60,8 +60,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
                         "has no validation split; remove early_stop, or give the clients "
                         "validation rows (partition.val_from_train for a predefined split)")
     plan = Plan(rounds=fed.rounds, local_epochs=fed.local_epochs, batch_size=fed.batch_size,
-                lr=fed.lr, seed=seed, optimizer=common.optimizer(spec),
-                client_fraction=fed.client_fraction,
+                lr=fed.lr, seed=seed, client_fraction=fed.client_fraction,
+                **common.plan_settings(spec),
                 early_stop=(fed.early_stop.patience, fed.early_stop.min_delta)
                 if fed.early_stop else None, keep_every_round=True, stream=0,
                 best_on_val=s.has_validation,
@@ -103,12 +103,18 @@ def _global_results(rows: list[dict], last: int, seed: int, data) -> tuple[list[
     """The global model's results; it is one model, so it has one best-val round.
 
     Its best-val round is the round with the best sample-weighted mean validation accuracy (ties:
-    lower mean loss, then the earlier round); without a validation split, the last round.
+    lower mean loss, then the earlier round) among the rounds that scored every client; without a
+    validation split, the last round.
     """
     best = last
     if common.has_validation(data):
-        accuracy = common.mean_by_round(rows, "val", "accuracy", data)
-        loss = common.mean_by_round(rows, "val", "loss", data)
+        scored: dict[int, int] = {}
+        for row in rows:
+            if row["split"] == "val":
+                scored[row["round"]] = scored.get(row["round"], 0) + 1
+        full = [r for r in rows if scored.get(r["round"]) == data.n_clients]
+        accuracy = common.mean_by_round(full, "val", "accuracy", data)
+        loss = common.mean_by_round(full, "val", "loss", data)
         best = min(accuracy, key=lambda r: (-accuracy[r], loss[r], r))
     index = {(r["round"], r["client"], r["split"]): r for r in rows}
     out = []
