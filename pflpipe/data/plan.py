@@ -109,6 +109,11 @@ def assign_clients(section, pooled: Pooled, rng: np.random.Generator
         return clients, None, {"samples_per_client": size}
     if strategy == "ds2":
         return splits.ds2(labels, n_classes, n_clients, section.alpha, rng, limits=limits), None, {}
+    if strategy == "dirichlet":
+        clients, size = splits.dirichlet(labels, n_classes, n_clients, section.alpha, rng,
+                                         samples_per_client=section.samples_per_client,
+                                         limits=limits)
+        return clients, None, {"samples_per_client": size}
     if strategy == "ds3":
         return splits.ds3(labels, n_classes, n_clients, rng, limits=limits,
                           classes_per_client=section.classes_per_client, mu=section.mu,

@@ -109,6 +109,39 @@ def ds2(labels: np.ndarray, n_classes: int, n_clients: int, alpha: float,
     return members(owner_from_counts(by_class, counts, rng), n_clients)
 
 
+def dirichlet(labels: np.ndarray, n_classes: int, n_clients: int, alpha: float,
+              rng: np.random.Generator, *, samples_per_client: int | None = None,
+              limits: Limits = DEFAULT_LIMITS) -> tuple[Clients, int]:
+    """Hsu et al. (2019) as Flow's CIFAR split: a class prior p_j ~ Dirichlet(α·1) per client.
+
+    Every client gets S samples (⌊N / n_clients⌋ when `samples_per_client` is omitted), its labels
+    drawn one at a time from its p_j; a class that runs out is removed from every client's prior,
+    which is renormalised (uniform over the classes left if none of its own is).
+
+    Returns:
+        The clients and the size S used.
+
+    """
+    by_class = class_indices(labels, n_classes)
+    have = np.array([len(indices) for indices in by_class])
+    size = samples_per_client or len(labels) // n_clients
+    check_sizes(np.array([size]), max(limits.min_samples, 1), f"dirichlet with {n_clients} clients",
+                "lower n_clients or min_samples, or raise samples_per_client")
+    check_capacity(np.array([n_clients * size]), np.array([len(labels)]),
+                   f"dirichlet with {n_clients} clients × {size} samples",
+                   "lower n_clients or samples_per_client")
+    priors = rng.dirichlet(np.full(n_classes, alpha), size=n_clients)
+    left, counts = have.copy(), np.zeros((n_classes, n_clients), dtype=np.int64)
+    for client in range(n_clients):
+        for _ in range(size):
+            p = priors[client] * (left > 0)
+            p = p / p.sum() if p.sum() > 0 else (left > 0) / np.count_nonzero(left)
+            label = rng.choice(n_classes, p=p)
+            counts[label, client] += 1
+            left[label] -= 1
+    return members(owner_from_counts(by_class, counts, rng), n_clients), size
+
+
 def ds3(labels: np.ndarray, n_classes: int, n_clients: int, rng: np.random.Generator, *,
         classes_per_client: int = 2, mu: float = 0.0, sigma: float = 2.0,
         limits: Limits = DEFAULT_LIMITS) -> Clients:
@@ -200,5 +233,6 @@ def _largest(fits, upper: int) -> int:
     return low
 
 
-__all__ = ["DEFAULT_LIMITS", "Clients", "Limits", "ds1", "ds2", "ds3", "ds4", "iid", "natural",
+__all__ = ["DEFAULT_LIMITS", "Clients", "Limits", "dirichlet", "ds1", "ds2", "ds3", "ds4", "iid",
+           "natural",
            "unassigned"]

@@ -123,6 +123,20 @@ class Ds2Partition(_Common):
     alpha: float = Field(0.9, gt=0, description="Dirichlet concentration α.")
 
 
+class DirichletPartition(_Common):
+    """Dirichlet label skew of Hsu et al. (2019), as Flow splits CIFAR: equal client sizes.
+
+    Each client draws a class prior p ~ Dirichlet(α·1) and its samples' labels one at a time from
+    p (a class that runs out leaves every prior). Small α: a few classes per client.
+    """
+
+    strategy: Literal["dirichlet"]
+    alpha: float = Field(0.1, gt=0, description="Dirichlet concentration α (Flow: 0.1 and 0.6).")
+    samples_per_client: int | None = Field(
+        None, ge=1, description="Samples per client; ⌊dataset size / n_clients⌋ when omitted."
+    )
+
+
 class Ds3Partition(_Common):
     """DS-3 (the pFedMe recipe): k classes per client, log-normal client sizes.
 
@@ -249,7 +263,8 @@ class PredefinedPartition(Section):
 
 
 Partition = Annotated[
-    IidPartition | Ds1Partition | Ds2Partition | Ds3Partition | Ds4Partition | ShardsPartition
-    | LabelSkewPartition | ConceptDriftPartition | NaturalPartition | PredefinedPartition,
+    IidPartition | Ds1Partition | Ds2Partition | DirichletPartition | Ds3Partition | Ds4Partition
+    | ShardsPartition | LabelSkewPartition | ConceptDriftPartition | NaturalPartition
+    | PredefinedPartition,
     Field(discriminator="strategy"),
 ]

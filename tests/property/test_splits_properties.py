@@ -237,7 +237,8 @@ def _hash(directory: Path, text: str, seed: int) -> str:
 
 
 @SLOW
-@given(strategy=st.sampled_from(["iid", "ds1", "ds2", "ds3", "shards", "label_skew"]),
+@given(strategy=st.sampled_from(["iid", "ds1", "ds2", "dirichlet", "ds3", "shards",
+                                 "label_skew"]),
        n_clients=st.integers(2, 6), seed=st.integers(0, 10_000))
 def test_same_seed_same_hash_and_another_seed_another_hash(strategy, n_clients, seed):
     with tempfile.TemporaryDirectory() as root:

@@ -125,6 +125,36 @@ def test_ds2_with_tiny_alpha_sends_each_class_to_one_client():
     assert (counts.max(axis=0) >= 99).all()
 
 
+def test_dirichlet_gives_equal_sizes_and_uses_every_sample_when_they_fit_exactly():
+    labels = sorted_labels(4, 25)
+
+    clients, size = splits.dirichlet(labels, 4, 5, 0.1, np.random.default_rng(0))
+
+    # 100 samples over 5 clients: 20 each, so exhausted classes leave the priors and every
+    # sample is placed exactly once
+    assert size == 20 and [len(c) for c in clients] == [20] * 5
+    assert sorted(np.concatenate(clients).tolist()) == list(range(100))
+
+
+def test_dirichlet_small_alpha_concentrates_and_large_alpha_spreads_the_labels():
+    labels = sorted_labels(10, 200)
+
+    def top_share(alpha):
+        clients, _ = splits.dirichlet(labels, 10, 20, alpha, np.random.default_rng(1),
+                                      samples_per_client=20)
+        counts = class_counts(labels, clients, 10)
+        return float((counts.max(axis=1) / counts.sum(axis=1)).mean())   # [clients, classes]
+
+    # Dir(0.1·1) puts most of a prior on one class; Dir(1000·1) is near uniform (0.1 each)
+    assert top_share(0.1) > 0.6 and top_share(1000.0) < 0.3
+
+
+def test_dirichlet_names_the_sizes_that_do_not_fit():
+    with pytest.raises(DataError, match=r"dirichlet with 5 clients × 30 samples"):
+        splits.dirichlet(sorted_labels(4, 25), 4, 5, 0.1, np.random.default_rng(0),
+                         samples_per_client=30)
+
+
 def test_ds3_gives_two_classes_and_a_floor_of_half_min_samples():
     labels = sorted_labels(10, 50)
 

@@ -1,0 +1,18 @@
+"""LG-FedAvg (Liang et al., 2020): local representations, a global head.
+
+The opposite split of FedPer: every client trains its whole model each round, but only the head
+(the model's declared head keys) is sent and averaged; the representation below it stays with
+the client. A client scores with its own representation and the global head.
+"""
+
+from pflpipe.algorithms.base import Algorithm, register
+from pflpipe.spec.algorithms.lg_fedavg import LgFedAvgParams
+
+
+@register
+class LgFedAvg(Algorithm[LgFedAvgParams]):
+    """FedAvg on the head; the representation stays local."""
+
+    def is_payload(self, key: str) -> bool:
+        """Only the head's keys are sent."""
+        return key in self.head

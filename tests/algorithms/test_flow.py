@@ -1,0 +1,189 @@
+"""Flow: the routed mixture of global and local layers, hard routing, statelessness, batching."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from pflpipe.algorithms.flow import Flow, Router, routed_forward, routed_units
+from pflpipe.engine.federation import Federation, Plan
+from pflpipe.engine.trainer import BatchedTrainer, Context
+from pflpipe.models import CnnCifar, FedAvgCnn, Mlp
+from pflpipe.spec.algorithms import FlowParams
+
+
+def _flow(lr=0.05, **params):
+    return Flow(FlowParams(name="flow", **params), head=frozenset(), lr=lr, local_epochs=1)
+
+
+class Toy(nn.Module):
+    """ŷ = h·relu(b·x): a one-weight base layer, a ReLU and a one-weight head (2 routed layers)."""
+
+    def __init__(self):
+        super().__init__()
+        self.base = nn.Sequential(nn.Linear(1, 1, bias=False), nn.ReLU())
+        self.head = nn.Linear(1, 1, bias=False)
+
+    def forward(self, x):
+        return self.head(self.base(x))
+
+
+def _router(logit_gap_1, logit_gap_2):
+    """A router on 1 input whose exits give π_g = σ(gap) at x = 1 (hidden h = relu(x) = 1)."""
+    router = Router(1, [1])
+    with torch.no_grad():
+        router.trunk[0].weight.fill_(1.0)
+        router.trunk[0].bias.zero_()
+        router.exits[0].weight.copy_(torch.tensor([[logit_gap_1], [0.0]]))
+        router.exits[0].bias.zero_()
+        router.last.weight.copy_(torch.tensor([[logit_gap_2], [0.0]]))
+        router.last.bias.zero_()
+    return router
+
+
+GLOBAL = {"base.0.weight": torch.tensor([[2.0]]), "head.weight": torch.tensor([[3.0]])}
+LOCAL = {"base.0.weight": torch.tensor([[1.0]]), "head.weight": torch.tensor([[0.5]])}
+
+
+def test_routing_mixture_on_a_two_layer_toy_matches_the_hand_computation():
+    # Prepare: x = 1; π_g = [σ(−ln 3), σ(0)] = [0.25, 0.5].
+    # Layer 1: global 2·1 = 2, local 1·1 = 1 → 0.25·2 + 0.75·1 = 1.25, ReLU 1.25
+    # Layer 2: global 3·1.25 = 3.75, local 0.5·1.25 = 0.625 → 0.5·3.75 + 0.5·0.625 = 2.1875
+    # Hard: layer 1 takes local (0.25 < 0.5): 1 → ReLU 1; layer 2 ties → global: 3·1 = 3
+    toy = Toy()
+    router = _router(-math.log(3.0), 0.0)
+    ctx = Context(toy, "regression", modules={"router": router})
+    model = {"model": GLOBAL, "local": LOCAL, "router": dict(router.named_parameters())}
+    x = torch.tensor([[1.0]])
+
+    # Execute
+    soft = _flow().predict(model, x, ctx, torch.tensor(0), view="soft")
+    hard = _flow().predict(model, x, ctx, torch.tensor(0))
+
+    # Assert
+    assert routed_units(toy) == 2
+    assert soft.item() == pytest.approx(2.1875)
+    assert hard.item() == pytest.approx(3.0)
+
+
+def test_router_regularizer_pushes_towards_the_global_route_by_hand():
+    # Prepare: the toy at x = 1, y = 2, π_g = [0.25, 0.5]; soft output 2.1875 (above), λ = 0.1.
+    # CE part: (2.1875 − 2)² = 0.03515625
+    # R = mean_k −log(π_k² + 10⁻⁶) = −[log(0.0625 + 10⁻⁶) + log(0.25 + 10⁻⁶)] / 2
+    toy = Toy()
+    router = _router(-math.log(3.0), 0.0)
+    ctx = Context(toy, "regression", modules={"router": router})
+    state = {"model": GLOBAL, "local": LOCAL, "router": dict(router.named_parameters())}
+    batch = {"x": torch.tensor([[1.0]]), "y": torch.tensor([2.0]), "mask": torch.ones(1)}
+    reg = -(math.log(0.0625 + 1e-6) + math.log(0.25 + 1e-6)) / 2
+
+    # Execute
+    loss = _flow(lam=0.1).router_objective(state, batch, {}, {}, ctx)
+    no_reg = _flow(lam=0.1, reg_target="none").router_objective(state, batch, {}, {}, ctx)
+
+    # Assert
+    assert no_reg.item() == pytest.approx(0.03515625)
+    assert loss.item() == pytest.approx(0.03515625 + 0.1 * reg)
+
+
+@pytest.mark.parametrize(("model", "shape"), [(Mlp((1, 8, 8), 10), (1, 8, 8)),
+                                              (CnnCifar((3, 32, 32), 10), (3, 32, 32)),
+                                              (FedAvgCnn((1, 28, 28), 10), (1, 28, 28))])
+def test_hard_routing_runs_one_copy_of_each_layer_per_instance(model, shape):
+    # Prepare: random global and local copies, a random router, 6 instances
+    torch.manual_seed(0)
+    global_params = {k: 0.3 * torch.randn_like(v) for k, v in model.state_dict().items()}
+    local_params = {k: 0.3 * torch.randn_like(v) for k, v in model.state_dict().items()}
+    algorithm = _flow()
+    router = algorithm.modules(shape, 10, model=model)["router"]
+    ctx = Context(model, modules={"router": router})
+    scored = {"model": global_params, "local": local_params,
+              "router": dict(router.named_parameters())}
+    x = torch.randn(6, *shape)
+
+    # Execute
+    with torch.no_grad():
+        hard = algorithm.predict(scored, x, ctx, torch.tensor(0))
+        pi = torch.softmax(router(x), -1)[..., 0]
+
+    # Assert: each instance's output is the plain network with, per routed layer, the copy its
+    # probability picks (global on ties)
+    prefixes = sorted({k.rsplit(".", 1)[0] for k in global_params},
+                      key=lambda p: list(global_params).index(f"{p}.weight"))
+    assert pi.shape == (6, routed_units(model)) == (6, len(prefixes))
+    for i in range(6):
+        picked = {k: (global_params if pi[i, prefixes.index(k.rsplit(".", 1)[0])] >= 0.5
+                      else local_params)[k] for k in global_params}
+        with torch.no_grad():
+            expected = ctx.forward(picked, x[i:i + 1])
+        assert torch.allclose(hard[i:i + 1], expected, rtol=1e-4, atol=1e-5)
+    # all-global and all-local routing are the plain networks
+    with torch.no_grad():
+        ones, zeros = torch.ones_like(pi), torch.zeros_like(pi)
+        assert torch.allclose(routed_forward(model, global_params, local_params, ones, x),
+                              ctx.forward(global_params, x), atol=1e-5)
+        assert torch.allclose(routed_forward(model, global_params, local_params, zeros, x),
+                              ctx.forward(local_params, x), atol=1e-5)
+
+
+class Scrambled(Flow):
+    """Flow whose clients leave their local copies wrecked after training."""
+
+    def finish(self, start, trained, shared):
+        return {**trained, "local": {k: v * 100 + 7 for k, v in trained["local"].items()}}
+
+
+def test_local_layers_do_not_survive_rounds(digits_ds3):
+    # Prepare: the same Flow, once with every client's local copy wrecked after each round
+    _, s, _ = digits_ds3
+    params = FlowParams(name="flow")
+    plan = Plan(rounds=2, local_epochs=1, batch_size=16, lr=0.05, seed=0)
+
+    # Execute
+    plain, wrecked = (Federation(cls(params, head=s.head, lr=0.05, local_epochs=1), s.ctx, s.data,
+                                 BatchedTrainer(s.ctx), plan).run(s.init)
+                      for cls in (Flow, Scrambled))
+
+    # Assert: global model, router and every score are unchanged: nothing of the local copy
+    # reaches the next round or the (re-personalized) scoring
+    assert all(torch.equal(plain.global_params[k], wrecked.global_params[k])
+               for k in plain.global_params)
+    assert all(torch.equal(plain.server["router"][k], wrecked.server["router"][k])
+               for k in plain.server["router"])
+    assert all(torch.equal(plain.last[k], wrecked.last[k]) for k in plain.last)
+    assert not torch.equal(plain.state["local"]["head.weight"],
+                           wrecked.state["local"]["head.weight"])
+
+
+def test_receive_recreates_local_from_the_global_model_and_sends_no_local():
+    algorithm = _flow()
+    global_params = {"w": torch.tensor([1.0])}
+    previous = {"model": {"w": torch.tensor([5.0])}, "local": {"w": torch.tensor([9.0])},
+                "router": {"r": torch.tensor([3.0])}}
+
+    shared = {"server": {"router": {"r": torch.zeros(1)}}}
+
+    state = algorithm.receive(global_params, previous, shared)
+
+    assert state["local"]["w"].item() == 1.0 and state["model"]["w"].item() == 1.0
+    assert state["router"]["r"].item() == 0.0
+
+
+def test_flow_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, on_both_trainers,
+                                                             differences):
+    _, s, _ = digits_ds3
+    algorithm = Flow(FlowParams(name="flow"), head=s.head, lr=0.05, local_epochs=1)
+
+    batched, sequential = on_both_trainers(algorithm)
+
+    assert differences(batched, sequential) == {}
+    assert all(torch.allclose(batched.server["router"][k], sequential.server["router"][k],
+                              atol=1e-5) for k in batched.server["router"])
+    assert {"soft_test_accuracy", "global_test_accuracy"} <= set(batched.best)
+
+
+def test_router_widths_must_fit_the_routed_layers():
+    with pytest.raises(ValueError, match=r"flow.router_widths: 2 width\(s\) given, but the "
+                                         r"model has 2 routed layers: give 1"):
+        _flow(router_widths=[4, 4]).modules((1, 8, 8), 10, model=Mlp((1, 8, 8), 10))
