@@ -1,15 +1,17 @@
 """Seconds per round at cross-device scale: 1,000 clients, 10 or 50 sampled per round.
 
-    python benchmarks/cross_device.py [--rounds 4] [--device cpu|cuda]
+    python benchmarks/cross_device.py [--rounds 8] [--device cpu|cuda] [--threads 1]
 
 MNIST-shaped synthetic images (60 per client, IID, 60 % train), the thesis's MNIST DNN
-(784 → 100 → 10), batch 20, one local epoch. For FedAvg and Flow, each row times the rounds
-between the first and the last (which score every client) with evaluation of every client each
-round (`eval_clients: all`) and of the round's sampled clients only (`sampled`), for 100 and
-1,000 clients in all. With `sampled`, a round's cost should not grow with the federation's size.
+(784 → 100 → 10), batch 20, one local epoch. For FedAvg and Flow, each row gives the median
+time of the rounds between the first and the last (which score every client) with evaluation of
+every client each round (`eval_clients: all`) and of the round's sampled clients only
+(`sampled`), for 100 and 1,000 clients in all. With `sampled`, a round's cost should not grow
+with the federation's size.
 """
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -25,7 +27,7 @@ from pflpipe.spec.algorithms import FlowParams
 
 def seconds_per_round(algorithm, n_clients: int, per_round: int, eval_clients: str,
                       rounds: int, device: torch.device) -> float:
-    """Mean wall time of rounds 2 … rounds − 1 (round 1 warms up; the last scores everyone)."""
+    """Median wall time of rounds 2 … rounds − 1 (round 1 warms up; the last scores everyone)."""
     data = make_data(60 * n_clients, n_clients, device)
     model = Mlp((1, 28, 28), 10).to(device)
     ctx = Context(model)
@@ -41,15 +43,17 @@ def seconds_per_round(algorithm, n_clients: int, per_round: int, eval_clients: s
                 client_fraction=per_round / n_clients, eval_clients=eval_clients)
     Federation(algorithm, ctx, data, BatchedTrainer(ctx), plan, on_round=on_round).run(init)
     timed = stamps[:-1]   # the last round ends with a full evaluation
-    return (timed[-1] - timed[0]) / (len(timed) - 1)
+    return statistics.median(b - a for a, b in zip(timed, timed[1:], strict=False))
 
 
 def main() -> None:
     """Print seconds per round for every configuration, and the all / sampled ratio."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     algorithms = {
         "fedavg": FedAvg(None, head=frozenset({"head.weight", "head.bias"}), lr=0.05,

@@ -10,7 +10,8 @@ clients whose PA beats GA, mean ± std over seeds; and Flow's PA under soft rout
     python benchmarks/flow_digits.py --seeds 0 1 2 --set federation.rounds=500 --only flow
 
 `--set a.b=v` overrides a spec value (YAML-parsed); `--only` keeps some personalization entries;
-`--workdir` keeps the stages' outputs (a rerun resumes from their checkpoints).
+`--workdir` keeps the stages' outputs (a rerun resumes from their checkpoints); `--threads`
+sets torch's CPU threads (default 1).
 """
 
 import argparse
@@ -19,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
 import yaml
 
 from pflpipe.metrics import table_from_records
@@ -100,7 +102,9 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--only", nargs="+")
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="flow-digits-"))
     spec = load(args.overrides, args.only, root)
     seconds: dict[str, float] = {}

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from pflpipe.algorithms.flow import Flow, Router, routed_forward, routed_units
+from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer, Context
 from pflpipe.models import CnnCifar, FedAvgCnn, Mlp
@@ -187,3 +188,29 @@ def test_router_widths_must_fit_the_routed_layers():
     with pytest.raises(ValueError, match=r"flow.router_widths: 2 width\(s\) given, but the "
                                          r"model has 2 routed layers: give 1"):
         _flow(router_widths=[4, 4]).modules((1, 8, 8), 10, model=Mlp((1, 8, 8), 10))
+
+
+@pytest.mark.parametrize("model", [Mlp((1, 16, 16), 3), CnnCifar((3, 16, 16), 3),
+                                   FedAvgCnn((1, 16, 16), 3)], ids=["mlp", "cnn_cifar",
+                                                                   "fedavg_cnn"])
+def test_flow_trains_every_builtin_model(model):
+    # Prepare: 2 clients of 8 random images each, 3 classes
+    generator = torch.Generator().manual_seed(0)
+    channels = 3 if isinstance(model, CnnCifar) else 1
+    splits = [SplitData.from_clients(
+        [torch.rand(8, channels, 16, 16, generator=generator) for _ in range(2)],
+        [torch.randint(0, 3, (8,), generator=generator) for _ in range(2)]) for _ in range(3)]
+    data = FederatedData(*splits)
+    ctx = Context(model)
+    init = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    plan = Plan(rounds=1, local_epochs=1, batch_size=4, lr=0.05, seed=0)
+
+    # Execute
+    result = Federation(_flow(), ctx, data, BatchedTrainer(ctx), plan).run(init)
+
+    # Assert: the global layers and the router moved; every view scored
+    assert any(not torch.equal(result.global_params[k], init[k]) for k in init)
+    assert {"router"} <= set(result.server) and set(result.best_model) == {"model", "local",
+                                                                           "router"}
+    assert all(torch.isfinite(result.last[k]).all() for k in ("test_loss", "soft_test_loss",
+                                                              "global_test_loss"))
