@@ -142,5 +142,6 @@ def _read(directory: Path) -> tuple[list[dict], list[str]]:
 
 def _mean(rows: list[dict], model: str, selection: str, column: str) -> float:
     values = [float(r[column]) for r in rows
-              if r["model"] == model and r["split"] == "test" and r["selection"] == selection]
+              if r["model"] == model and r["split"] == "test" and r["selection"] == selection
+              and not r.get("scope")]   # the personalized model's rows, not GA's
     return sum(values) / len(values) if values else float("nan")

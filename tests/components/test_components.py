@@ -24,6 +24,7 @@ from pflpipe.components.warm_start_fedavg import warm_start_fedavg
 from pflpipe.pipelines import build_pipeline
 from pflpipe.pipelines.cache import scoped_spec_json
 from pflpipe.spec import Spec, parse_spec
+from pflpipe.stages import common
 from pflpipe.tracking import open_parent_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,12 +131,17 @@ def test_select_teachers_chooses_a_round_per_client(chain):
 def test_collect_results_gathers_every_model_of_the_seed(chain):
     collected = json.loads((chain["seed0"] / "collected.json").read_text())
     assert collected == {"seed": 0, "models": ["fedavg", "local", "persfl", "fedper"]}
-    rows = (chain["seed0"] / "results.csv").read_text().splitlines()
-    assert len(rows) == 1 + 4 * 2 * 2 * N_CLIENTS  # models × splits × selections × clients
+    rows = common.read_csv(chain["seed0"] / "results.csv")
+    # models × splits × selections × clients, and fedper's global-model (GA) twin of each row
+    assert len(rows) == (4 + 1) * 2 * 2 * N_CLIENTS
     assert set(chain["metrics_artifact"].metadata) == {
         "fedavg.test_accuracy", "local.test_accuracy", "persfl.test_accuracy",
         "fedper.test_accuracy"}
     assert all(0 <= v <= 1 for v in chain["metrics_artifact"].metadata.values())
+    personalized = [float(r["accuracy"]) for r in rows if r["model"] == "fedper"
+                    and r["split"] == "test" and r["selection"] == "best_val" and not r["scope"]]
+    assert chain["metrics_artifact"].metadata["fedper.test_accuracy"] == pytest.approx(
+        sum(personalized) / N_CLIENTS)
 
 
 def test_evaluate_fairness_writes_the_report_and_an_html_artifact(chain):
