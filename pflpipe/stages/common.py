@@ -211,10 +211,10 @@ def federation_rows(result: FederationResult, model: str, seed: int, data: Feder
     """results.csv rows: each client's val and test scores at its best-val and last round.
 
     Without a validation split the engine's best-val round is the last one and only test rows
-    are written. When the engine scored the algorithm's global model too (``global_*`` scores), each row has
-    a twin of scope ``global`` holding the global model's scores at the same round; so for any
-    other view of the personalized model the algorithm declares (``soft_*``: scope ``soft``)
-    (docs/contracts.md).
+    are written. When the engine scored the algorithm's global model too (``global_*`` scores),
+    each row has a twin of scope ``global`` holding the global model's scores at the same round;
+    so for any other view of the personalized model the algorithm declares (``soft_*``: scope
+    ``soft``) (docs/contracts.md).
     """
     scopes = [(prefix[:-1], prefix) for prefix in _prefixes(result.best, "test_accuracy")]
     rows = []
