@@ -151,7 +151,12 @@ def test_report_covers_every_model_client_and_the_run(quickstart):
     assert second.report["run"]["spec hash"] == second.spec.content_hash()
     # the link to the seed table resolves in the published run folder
     assert (report / second.report["tables"]["seed 0: results.csv"]).resolve().is_file()
-    assert len(second.results) == 5 * 2 * 2 * N_CLIENTS  # models × splits × selections
+    rows = second.results
+    scope = rows["scope"].fillna("")
+    assert (scope == "").sum() == 5 * 2 * 2 * N_CLIENTS  # models × splits × selections
+    # each personalized row of an algorithm with a global model has its GA twin (scope global)
+    assert sorted(rows[scope == "global"]["model"].unique()) == ["fedavg_ft", "fedper"]
+    assert len(rows) == (5 + 2) * 2 * 2 * N_CLIENTS
     assert second.best in MODELS | {"fedavg_ft"}
 
 
