@@ -126,7 +126,7 @@ def test_regression_run_reports_negative_mse_per_client(killed_then_rerun):
     assert report["unit"] == "neg_mse"
     assert set(report["models"]) == {"local", "fedavg", "fedper"}
     tests = {(r["model"], r["client"]): float(r["loss"]) for r in rows
-             if r["split"] == "test" and r["selection"] == "best_val"}
+             if r["split"] == "test" and r["selection"] == "best_val" and not r["scope"]}
     for model in ("local", "fedavg", "fedper"):
         per_client = report["models"][model]["per_client"]
         assert {c: v["accuracy"] for c, v in per_client.items()} == {
@@ -153,8 +153,8 @@ def test_regression_runs_log_the_mse_as_loss_and_no_accuracy(killed_then_rerun):
         assert not [name for name in run.data.metrics if "accuracy" in name], run.info.run_name
     fedper_0 = next(r for r in clients if r.info.run_name == "client 0 · fedper")
     mse = next(float(r["loss"]) for r in rows if (r["model"], r["client"], r["split"],
-                                                  r["selection"]) == ("fedper", "0", "test",
-                                                                      "best_val"))
+                                                  r["selection"], r["scope"])
+               == ("fedper", "0", "test", "best_val", ""))
     assert fedper_0.data.metrics["best.test_loss"] == pytest.approx(mse, rel=1e-6)
     history = client.get_metric_history(fedper_0.info.run_id, "test_loss")
     assert [m.step for m in history] == [0, 1, 2]  # round 0: the warm start it begins from
