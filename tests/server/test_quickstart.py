@@ -246,10 +246,15 @@ def test_every_algorithm_logs_the_same_metric_vocabulary(server_runs):
     per_round = {"train_loss", "val_loss", "val_accuracy", "test_loss", "test_accuracy"}
     final = {f"{s}.{m}" for s in ("best", "last")
              for m in ("val_loss", "val_accuracy", "test_loss", "test_accuracy", "round")}
+    scores = ("val_loss", "val_accuracy", "test_loss", "test_accuracy")
+    # an algorithm with a global model logs its GA under the same names, prefixed global.
+    ga = {f"global.{m}" for m in scores} | {f"{s}.global.{m}" for s in ("best", "last")
+                                            for m in scores}
     for algorithm in MODELS:
         (run,) = [r for r in runs if r.data.tags.get("algorithm") == algorithm
                   and r.data.tags.get("client_id") == "3"]
-        assert set(run.data.metrics) == per_round | final, algorithm
+        scoped = ga if algorithm == "fedper" else set()
+        assert set(run.data.metrics) == per_round | final | scoped, algorithm
         history = client.get_metric_history(run.info.run_id, "test_accuracy")
         assert len(history) > 5 and len({m.step for m in history}) == len(history), algorithm
         assert all(0 <= m.value <= 1 for m in history)
