@@ -101,6 +101,8 @@ class CompiledTrainer(BatchedTrainer):
         self._steps: dict[tuple, tuple] = {}   # key -> (eager step, compiled step or None)
 
     def _train(self, job: Job) -> TrainResult:
+        if job.then:   # updates that follow on the same batch (Flow): the eager step has them
+            return super()._train(job)
         key = (job.objective, job.train, job.batches_per_step, job.optimizer)
         if key not in self._steps:
             fn = _step_fn(self.ctx, *key)
