@@ -25,6 +25,14 @@ class DivergenceError(PflpipeError):
         self.round_idx = round_idx
         super().__init__(message)
 
+    def __reduce__(self):
+        """Keep the client and round when pickled (a sharded stage's worker sends it)."""
+        return type(self), (str(self), self.client, self.round_idx)
+
+
+class WorkerError(PflpipeError):
+    """A worker process of a sharded stage died (killed, out of memory, a lost peer)."""
+
 
 class StorageError(PflpipeError):
     """An object store refused or failed a request (after retries)."""

@@ -101,6 +101,9 @@ class FederationResult:
 class Federation:
     """Runs an algorithm's rounds on the engine's trainer."""
 
+    #: Scores members on a split (`evaluate`'s signature); a sharded federation splits the work.
+    score = staticmethod(evaluate)
+
     def __init__(self, algorithm: Algorithm, ctx: Context, data: FederatedData, trainer,
                  plan: Plan, store: Store | None = None, fingerprint: str = "",
                  on_round: Callable[[int, list[dict]], None] | None = None):
@@ -133,7 +136,7 @@ class Federation:
             if last or round_idx % plan.checkpoint_every == 0:
                 self._save(snap, round_idx)
             elif plan.keep_every_round and self.store is not None:
-                self.store.put_bytes(f"round_{round_idx:04d}.pt", checkpoint.dump(snap["global"]))
+                self._keep(snap["global"], round_idx)
             if self.on_round:
                 self.on_round(round_idx, snap["rows"][first_row:])
         return FederationResult(snap["global"], snap["state"], snap["best_model"], snap["best"],
@@ -308,8 +311,8 @@ class Federation:
         scores, ids = {}, clients.tolist()
         for split in ("val", "test"):
             for prefix, (member_models, common_model, predict) in views.items():
-                loss, acc = evaluate(self.ctx, predict, member_models, common_model,
-                                     self.data.split(split), clients, keys=keys)
+                loss, acc = self.score(self.ctx, predict, member_models, common_model,
+                                       self.data.split(split), clients, keys=keys)
                 scores[f"{prefix}{split}_loss"], scores[f"{prefix}{split}_accuracy"] = loss, acc
             columns = {f"{p}{m}": scores[f"{p}{split}_{m}"].tolist() for p in views
                        for m in ("loss", "accuracy")}
@@ -354,6 +357,10 @@ class Federation:
         snap["stopped"] = early["bad"] >= patience
 
     # ---- checkpoints ------------------------------------------------------------------------
+    def _keep(self, global_params: Group, round_idx: int) -> None:
+        """Keep a round's global model between checkpoints (`Plan.keep_every_round`)."""
+        self.store.put_bytes(f"round_{round_idx:04d}.pt", checkpoint.dump(global_params))
+
     def _save(self, snap: dict, round_idx: int) -> None:
         if self.store is not None:
             checkpoint.save(self.store, snap, round_idx, self.fingerprint,

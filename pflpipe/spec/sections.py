@@ -383,3 +383,10 @@ class Engine(Section):
         "many clients a checkpoint costs more than a round. A resumed run repeats at most n − 1 "
         "rounds and ends with the same result.",
     )
+    workers: int = Field(
+        1, ge=1, le=256,
+        description="Processes a federated stage (warm start, personalization) runs as, each "
+        "training a contiguous shard of the clients (torch.distributed: gloo on CPU, NCCL when "
+        "every worker has its own GPU); the result equals one process's within float tolerance. "
+        "`pflpipe run` starts them on this machine (docs/cluster.md).",
+    )

@@ -15,7 +15,9 @@ from pathlib import Path
 import torch
 
 from pflpipe.data.files import load_tensors
+from pflpipe.engine import distributed
 from pflpipe.engine.data import FederatedData, SplitData
+from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import FederationResult
 from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig
 from pflpipe.engine.trainer import Context, make_trainer
@@ -195,6 +197,21 @@ def use_checkpoints(store: Store, resume: str, rounds: int) -> str:
         return "reused"
     note(f"resumed from round {done}/{rounds}")
     return "resumed"
+
+
+def federate(spec, recipe: Recipe, make: Callable[..., Recipe], args: tuple,
+             on_round: Callable[[int, list[dict]], None] | None = None) -> FederationResult:
+    """Run `recipe`'s rounds here, or as `engine.workers` processes sharing the clients.
+
+    The workers build their own recipe with ``make(*args)`` (a module-level function).
+    """
+    workers = spec.engine.workers
+    if workers == 1:
+        return recipe.run(on_round)
+    threads = max(1, torch.get_num_threads() // workers)
+    note(f"{workers} workers, each training a shard of the clients with {threads} torch "
+         f"thread{'s' if threads > 1 else ''}")
+    return distributed.launch(workers, make, args, on_round, recipe.data.train.x.device, threads)
 
 
 def engine_key(spec, s: Setup | None = None) -> dict:

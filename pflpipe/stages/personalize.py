@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.algorithms import build
-from pflpipe.engine.federation import Federation, Plan
+from pflpipe.engine.distributed import Recipe
+from pflpipe.engine.federation import Plan
 from pflpipe.errors import DataError
 from pflpipe.metrics.table import GLOBAL_SCOPE
 from pflpipe.stages import common
@@ -50,6 +51,34 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     `resume` says which of an earlier run's checkpoints to resume from (`common.RESUME`).
     """
     entry = spec.algorithm(label)
+    args = (spec, seed, label, partition_dir, checkpoints_dir, stage)
+    recipe = _recipe(*args)
+    plan, data = recipe.plan, recipe.data
+    common.use_checkpoints(recipe.store, resume, plan.rounds)
+    result = common.federate(spec, recipe, _recipe, args,
+                             common.round_progress(plan.rounds) if progress else None)
+    model = entry.display_name
+    results = common.federation_rows(result, model, seed, data)
+    history = common.history_rows(common.scored_rows(result.rows, data), model, seed)
+    summary = PersonalizeResult(model, result.rounds_completed, _mean(results, "best_val"),
+                                _mean(results, "last_round"), common.has_validation(data))
+    models = common.client_models(result.best_model)
+    common.write_results(Path(results_dir), results, history, models, summary.to_markdown())
+    tracker.log_params({"algorithm": entry.name, "seed": seed, "rounds": plan.rounds,
+                        **{k: v for k, v in entry.model_dump(mode="json").items()
+                           if v is not None and k != "name"}})
+    tracker.log_metrics({"best_val.test_accuracy": summary.best_val_test_accuracy,
+                         "last_round.test_accuracy": summary.last_round_test_accuracy,
+                         **_global_means(results)})
+    common.log_clients(tracker, stage, model, results, history,
+                       models=models if spec.tracking.log_models else None)
+    return summary
+
+
+def _recipe(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path | None,
+            stage: str) -> Recipe:
+    """The entry's federation (its workers build it again from the same arguments)."""
+    entry = spec.algorithm(label)
     s = common.setup(spec, seed, partition_dir)
     init = _starting_point(entry, s, checkpoints_dir)
     fed = spec.federation
@@ -64,25 +93,7 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     store, key = common.checkpoint_store(spec, stage, {
         "seed": seed, "partition": s.partition_hash, "entry": entry.model_dump(mode="json"),
         "plan": repr(plan), "init": _digest(init), **common.engine_key(spec, s)})
-    common.use_checkpoints(store, resume, plan.rounds)
-    result = Federation(algorithm, s.ctx, s.data, s.trainer, plan, store, key,
-                        common.round_progress(plan.rounds) if progress else None).run(init)
-    model = entry.display_name
-    results = common.federation_rows(result, model, seed, s.data)
-    history = common.history_rows(common.scored_rows(result.rows, s.data), model, seed)
-    summary = PersonalizeResult(model, result.rounds_completed, _mean(results, "best_val"),
-                                _mean(results, "last_round"), s.has_validation)
-    models = common.client_models(result.best_model)
-    common.write_results(Path(results_dir), results, history, models, summary.to_markdown())
-    tracker.log_params({"algorithm": entry.name, "seed": seed, "rounds": plan.rounds,
-                        **{k: v for k, v in entry.model_dump(mode="json").items()
-                           if v is not None and k != "name"}})
-    tracker.log_metrics({"best_val.test_accuracy": summary.best_val_test_accuracy,
-                         "last_round.test_accuracy": summary.last_round_test_accuracy,
-                         **_global_means(results)})
-    common.log_clients(tracker, stage, model, results, history,
-                       models=models if spec.tracking.log_models else None)
-    return summary
+    return Recipe(algorithm, s.ctx, s.data, s.trainer, plan, store, key, init)
 
 
 def stream_of(label: str) -> int:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.algorithms import FedAvg
-from pflpipe.engine.federation import Federation, Plan
+from pflpipe.engine.distributed import Recipe
+from pflpipe.engine.federation import Plan
 from pflpipe.errors import DataError
 from pflpipe.stages import common, track_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
@@ -53,6 +54,30 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
     With `progress` (and no `on_round`), a line per round goes to stdout (`common.PROGRESS`).
     `resume` says which of an earlier run's checkpoints to resume from (`common.RESUME`).
     """
+    recipe = _recipe(spec, seed, partition_dir)
+    fed, data, store = spec.federation, recipe.data, recipe.store
+    common.use_checkpoints(store, resume, fed.rounds)
+    if progress and on_round is None:
+        on_round = common.round_progress(fed.rounds)
+    result = common.federate(spec, recipe, _recipe, (spec, seed, partition_dir), on_round)
+    rows = common.scored_rows(result.rows, data)
+    _write_checkpoints(store, Path(checkpoints_dir), rows, data)
+    results, best_round = _global_results(rows, result.rounds_completed, seed, data)
+    history = common.history_rows(rows, MODEL, seed)
+    summary = WarmStartResult(
+        result.rounds_completed, result.stopped_early, best_round,
+        _mean(results, "last_round"), _mean(results, "best_val"), store.uri,
+        common.has_validation(data))
+    common.write_results(Path(results_dir), results, history, {
+        "global": result.global_params,
+        "global_best_val": common.load_round(checkpoints_dir, best_round, data.train.x.device)},
+        summary.to_markdown())
+    track_results.track_model(tracker, spec, seed, results_dir, partition_dir)
+    return summary
+
+
+def _recipe(spec, seed: int, partition_dir: Path) -> Recipe:
+    """The warm start's federation (its workers build it again from the same arguments)."""
     s = common.setup(spec, seed, partition_dir)
     fed = spec.federation
     if fed.early_stop and not s.has_validation:
@@ -69,24 +94,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
     store, key = common.checkpoint_store(spec, "warm_start_fedavg", {
         "seed": seed, "partition": s.partition_hash, "federation": fed.model_dump(mode="json"),
         **common.engine_key(spec, s)})
-    common.use_checkpoints(store, resume, fed.rounds)
     algorithm = FedAvg(None, head=s.head, lr=fed.lr, local_epochs=fed.local_epochs)
-    if progress and on_round is None:
-        on_round = common.round_progress(fed.rounds)
-    result = Federation(algorithm, s.ctx, s.data, s.trainer, plan, store, key, on_round).run(s.init)
-    rows = common.scored_rows(result.rows, s.data)
-    _write_checkpoints(store, Path(checkpoints_dir), rows, s.data)
-    results, best_round = _global_results(rows, result.rounds_completed, seed, s.data)
-    history = common.history_rows(rows, MODEL, seed)
-    summary = WarmStartResult(
-        result.rounds_completed, result.stopped_early, best_round,
-        _mean(results, "last_round"), _mean(results, "best_val"), store.uri, s.has_validation)
-    common.write_results(Path(results_dir), results, history, {
-        "global": result.global_params,
-        "global_best_val": common.load_round(checkpoints_dir, best_round, s.device)},
-        summary.to_markdown())
-    track_results.track_model(tracker, spec, seed, results_dir, partition_dir)
-    return summary
+    return Recipe(algorithm, s.ctx, s.data, s.trainer, plan, store, key, s.init)
 
 
 def _write_checkpoints(store, out_dir: Path, rows: list[dict], data) -> None:
