@@ -175,13 +175,13 @@ def launch(workers: int, make: Callable[..., Recipe], args: tuple,
             stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL)
             for rank in range(workers)]
         try:
-            _supervise(processes, on_round)
+            codes = _supervise(processes, on_round)
         finally:
             for process in processes:
                 if process.poll() is None:
                     process.kill()
                 process.wait()
-        _raise_failure(task, processes)
+        _raise_failure(task, codes)
         fields = load_tensors(task / _RESULT, "the result of the sharded federation",
                               device or torch.device("cpu"), str(task / _RESULT))
     return FederationResult(**fields)
@@ -190,21 +190,23 @@ def launch(workers: int, make: Callable[..., Recipe], args: tuple,
 _TASK, _RESULT, _ERROR, _ROUND = "task.pkl", "result.pt", "error.pkl", "pflpipe-worker round "
 
 
-def _supervise(processes: list[subprocess.Popen], on_round) -> None:
-    """Relay rank 0's round reports (acknowledged, so round r+1 starts after `on_round`)."""
+def _supervise(processes: list[subprocess.Popen], on_round) -> list[int | None]:
+    """Relay rank 0's round reports (acknowledged, so round r+1 starts after `on_round`).
+
+    Returns the workers' exit codes once every worker has exited, or as soon as one has failed.
+    """
     lines: queue.Queue = queue.Queue()
     reader = threading.Thread(target=_read_lines, args=(processes[0].stdout, lines), daemon=True)
     reader.start()
     while True:
+        codes = [process.poll() for process in processes]
+        if all(code == 0 for code in codes) or any(code not in (None, 0) for code in codes):
+            return codes
         try:
             line = lines.get(timeout=_POLL_S)
         except queue.Empty:
-            if any(p.poll() not in (None, 0) for p in processes):
-                return
             continue
-        if line is None:
-            return
-        if not line.startswith(_ROUND):
+        if line is None or not line.startswith(_ROUND):
             continue
         round_idx, rows = json.loads(line[len(_ROUND):])
         if on_round is not None:
@@ -219,17 +221,21 @@ def _read_lines(stream, lines: queue.Queue) -> None:
     lines.put(None)
 
 
-def _raise_failure(task: Path, processes: list[subprocess.Popen]) -> None:
-    """Raise the library error a worker sent, else a WorkerError naming the first one that died."""
+def _raise_failure(task: Path, codes: list[int | None]) -> None:
+    """Raise the library error a worker sent, else a WorkerError naming the worker that died.
+
+    A worker killed by a signal is named before one that exited with an error (its peers fail
+    when they lose it).
+    """
     if (task / _ERROR).exists():
         raise pickle.loads((task / _ERROR).read_bytes())
-    for rank, process in enumerate(processes):
-        code = process.returncode
-        if code != 0:
-            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            raise WorkerError(
-                f"worker {rank} of the sharded stage {how}; the other workers were stopped. "
-                "Finished rounds are checkpointed: run the stage again to resume from the last one")
+    failed = sorted((code > 0, rank, code) for rank, code in enumerate(codes) if code)
+    if failed:
+        _, rank, code = failed[0]
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        raise WorkerError(
+            f"worker {rank} of the sharded stage {how}; the other workers were stopped. "
+            "Finished rounds are checkpointed: run the stage again to resume from the last one")
 
 
 def _free_port() -> int:
