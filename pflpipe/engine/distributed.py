@@ -271,8 +271,11 @@ def worker(task: Path) -> None:
 
 def _report(round_idx: int, rows: list[dict]) -> None:
     print(_ROUND + json.dumps([round_idx, rows]), flush=True)
-    sys.stdin.readline()
+    if not sys.stdin.readline():  # the launcher is gone: stop rather than train unwatched
+        sys.exit(f"worker 0: the stage that launched it ended; stopped after round {round_idx}")
 
 
 if __name__ == "__main__":
-    worker(Path(sys.argv[1]))
+    from pflpipe.engine import distributed  # the module itself, not a second copy as __main__
+
+    distributed.worker(Path(sys.argv[1]))

@@ -14,7 +14,7 @@ import torch
 from pflpipe.engine.distributed import shard_bounds
 from pflpipe.errors import WorkerError
 from pflpipe.spec import parse_spec
-from pflpipe.stages import common, partition_data, personalize, warm_start_fedavg
+from pflpipe.stages import common, partition_data, personalize, train_local, warm_start_fedavg
 
 SPEC = """\
 experiment: {{name: workers, output_dir: {root}/out}}
@@ -33,12 +33,15 @@ def _spec(root: Path, workers: int, name: str):
 
 
 def _stages(spec, root: Path, name: str, on_round=None) -> Path:
-    """Warm start (FedAvg) then SCAFFOLD from its final model; return the output folder."""
+    """Warm start (FedAvg), SCAFFOLD from its final model, the local baseline; return the
+    output folder.
+    """
     out = root / name
     warm_start_fedavg.run(spec, 0, root / "partition", out / "checkpoints", out / "fedavg",
                           on_round=on_round)
     personalize.run(spec, 0, "scaffold", root / "partition", out / "checkpoints",
                     out / "scaffold")
+    train_local.run(spec, 0, root / "partition", out / "local")
     return out
 
 
@@ -51,7 +54,7 @@ def one_worker(tmp_path_factory):
 
 
 def _assert_same_results(a: Path, b: Path) -> None:
-    for stage in ("fedavg", "scaffold"):
+    for stage in ("fedavg", "scaffold", "local"):
         rows_a, rows_b = (common.read_csv(out / stage / "results.csv") for out in (a, b))
         assert len(rows_a) == len(rows_b) == 2 * 2 * 10  # selections × splits × clients
         for row_a, row_b in zip(rows_a, rows_b, strict=True):
@@ -59,7 +62,8 @@ def _assert_same_results(a: Path, b: Path) -> None:
                 {k: row_b[k] for k in ("client", "split", "selection", "round")}
             for column in ("accuracy", "loss"):
                 assert float(row_a[column]) == pytest.approx(float(row_b[column]), abs=1e-5)
-    for model in ["fedavg/models/global.pt", *(f"scaffold/models/client_{c:04d}.pt"
+    for model in ["fedavg/models/global.pt", *(f"{stage}/models/client_{c:04d}.pt"
+                                              for stage in ("scaffold", "local")
                                               for c in range(10))]:
         params_a, params_b = (torch.load(out / model) for out in (a, b))
         for key in params_a:
@@ -75,12 +79,13 @@ def test_shard_bounds_cut_contiguous_shards_of_even_work():
     assert shard_bounds(torch.tensor([], dtype=torch.long), 2) == [0, 0, 0]
 
 
-def test_two_gloo_workers_give_one_process_results_for_fedavg_and_scaffold(one_worker):
+def test_two_gloo_workers_give_one_process_results_for_fedavg_scaffold_and_local(one_worker):
     # Prepare: the same spec, engine.workers 2
     root, one = one_worker
     # Execute
     two = _stages(_spec(root, 2, "two"), root, "two")
-    # Assert: the global FedAvg model, SCAFFOLD's per-client models and every client's scores
+    # Assert: the global FedAvg model, SCAFFOLD's and the local baseline's per-client models
+    # and every client's scores
     _assert_same_results(one, two)
 
 
