@@ -5,6 +5,7 @@ real checkpoints; a worker killed with SIGKILL leaves checkpoints a rerun resume
 """
 
 import os
+import pickle
 import signal
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from pflpipe.engine.distributed import shard_bounds
-from pflpipe.errors import WorkerError
+from pflpipe.errors import DivergenceError, WorkerError
 from pflpipe.spec import parse_spec
 from pflpipe.stages import common, partition_data, personalize, train_local, warm_start_fedavg
 
@@ -77,6 +78,12 @@ def test_shard_bounds_cut_contiguous_shards_of_even_work():
     assert shard_bounds(torch.tensor([1, 1, 10]), 3) == [0, 3, 3, 3]
     assert shard_bounds(torch.tensor([5]), 2) == [0, 1, 1]
     assert shard_bounds(torch.tensor([], dtype=torch.long), 2) == [0, 0, 0]
+
+
+def test_divergence_error_keeps_client_and_round_through_pickle():
+    # a worker sends the library error it raised to the launcher pickled
+    error = pickle.loads(pickle.dumps(DivergenceError("client 3, round 2: NaN", 3, 2)))
+    assert (str(error), error.client, error.round_idx) == ("client 3, round 2: NaN", 3, 2)
 
 
 def test_two_gloo_workers_give_one_process_results_for_fedavg_scaffold_and_local(one_worker):
