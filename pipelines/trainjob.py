@@ -31,8 +31,9 @@ def train_job(spec: Spec, stage: str, name: str, task_uri: str) -> dict:
     if res.gpus:
         limits[res.gpu_type] = str(res.gpus)
     secret = getattr(spec.storage, "secret_name", None)
-    env = [{"name": variable, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-           for variable, key in S3_SECRET_ENV.items()] if secret else []
+    env = [{"name": variable, "valueFrom": {"secretKeyRef": {
+        "name": secret, "key": getattr(spec.storage.secret_keys, field)}}}
+        for field, variable in S3_SECRET_ENV.items()] if secret else []
     trainer = {
         "image": res.image,
         "command": ["torchrun", "--module", "pflpipe.engine.distributed", task_uri],
