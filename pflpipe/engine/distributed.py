@@ -11,9 +11,10 @@ worker was killed resumes from the last finished round.
 
 :func:`launch` starts the N workers on this machine, torchrun-style (a TCP store on 127.0.0.1;
 gloo on CPU, NCCL when every rank has a GPU of its own), relays rank 0's round reports to the
-caller's ``on_round`` before the next round starts, and returns rank 0's result. On a cluster
-the same entry, ``python -m pflpipe.engine.distributed TASK``, runs in each pod of a Kubeflow
-Trainer job, which sets the same environment (docs/cluster.md).
+caller's ``on_round`` before the next round starts, and returns rank 0's result. The worker
+entry, ``python -m pflpipe.engine.distributed TASK``, reads torchrun's environment, so a Kubeflow
+Trainer job can run it in each pod (pflpipe.pipelines.trainjob; the component does not submit
+that job yet, and TASK is a local folder: docs/cluster.md).
 """
 
 import dataclasses
