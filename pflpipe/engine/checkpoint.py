@@ -56,7 +56,7 @@ def resume(store: Store, fingerprint: str, device: torch.device) -> dict | None:
 def dump(obj) -> bytes:
     """Serialize tensors (moved to the CPU), dicts and lists with torch.save."""
     buffer = io.BytesIO()
-    torch.save(_to_cpu(obj), buffer)
+    torch.save(to_cpu(obj), buffer)
     return buffer.getvalue()
 
 
@@ -66,11 +66,12 @@ def load(store: Store, key: str, device: torch.device):
                         f"{store.uri}/{key}")
 
 
-def _to_cpu(obj):
+def to_cpu(obj):
+    """`obj` with every tensor (in dicts and lists) detached and on the CPU."""
     if isinstance(obj, Tensor):
         return obj.detach().cpu()
     if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
+        return {k: to_cpu(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_to_cpu(v) for v in obj]
+        return [to_cpu(v) for v in obj]
     return obj

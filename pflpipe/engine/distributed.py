@@ -38,9 +38,10 @@ from torch import Tensor
 
 from pflpipe.algorithms.base import Algorithm
 from pflpipe.data.files import load_tensors
+from pflpipe.engine.checkpoint import to_cpu
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.evaluate import evaluate
-from pflpipe.engine.federation import Federation, FederationResult, Plan, _to_cpu
+from pflpipe.engine.federation import Federation, FederationResult, Plan
 from pflpipe.engine.trainer import Context, Job, TrainResult, _chunk
 from pflpipe.engine.tree import Group, Tree, tree_map
 from pflpipe.errors import PflpipeError, WorkerError
@@ -262,7 +263,7 @@ def worker(task: Path) -> None:
         torch.set_num_threads(int(os.environ.get("PFLPIPE_WORKER_THREADS", "1")))
         result = recipe.run(_report if rank == 0 else None, cls=ShardedFederation)
         if rank == 0:
-            torch.save(_to_cpu(dataclasses.asdict(result)), task / _RESULT)
+            torch.save(to_cpu(dataclasses.asdict(result)), task / _RESULT)
     except PflpipeError as err:
         (task / _ERROR).write_bytes(pickle.dumps(err))
         sys.exit(1)
