@@ -57,10 +57,11 @@ def one_worker(tmp_path_factory):
 def _assert_same_results(a: Path, b: Path) -> None:
     for stage in ("fedavg", "scaffold", "local"):
         rows_a, rows_b = (common.read_csv(out / stage / "results.csv") for out in (a, b))
-        assert len(rows_a) == len(rows_b) == 2 * 2 * 10  # selections × splits × clients
+        # selections × splits × clients, and SCAFFOLD's global model scored beside (scope)
+        assert len(rows_a) == len(rows_b) == 2 * 2 * 10 * (2 if stage == "scaffold" else 1)
         for row_a, row_b in zip(rows_a, rows_b, strict=True):
-            assert {k: row_a[k] for k in ("client", "split", "selection", "round")} == \
-                {k: row_b[k] for k in ("client", "split", "selection", "round")}
+            assert {k: row_a.get(k) for k in ("client", "split", "selection", "round", "scope")} == \
+                {k: row_b.get(k) for k in ("client", "split", "selection", "round", "scope")}
             for column in ("accuracy", "loss"):
                 assert float(row_a[column]) == pytest.approx(float(row_b[column]), abs=1e-5)
     for model in ["fedavg/models/global.pt", *(f"{stage}/models/client_{c:04d}.pt"

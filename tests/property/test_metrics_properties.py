@@ -59,12 +59,15 @@ def test_jain_index_is_the_square_of_cosine_similarity(values):
 @given(st.lists(st.integers(-1000, 1000).map(lambda k: k / 1000), min_size=1, max_size=40),
        st.randoms(use_true_random=False))
 def test_every_metric_is_invariant_to_client_order(values, rng):
-    shuffled = list(values)
+    # each client a value and a sample count (1-13), moved together
+    clients = [(v, 1 + 7 * i % 13) for i, v in enumerate(values)]
+    shuffled = list(clients)
     rng.shuffle(shuffled)
+    reads = {"distribution": lambda c: [abs(v) for v, _ in c],
+             "accuracy_and_samples": lambda c: [[v, n] for v, n in c]}
     for metric in REGISTRY.values():
-        data = values if metric.reads != "distribution" else [abs(v) for v in values]
-        moved = shuffled if metric.reads != "distribution" else [abs(v) for v in shuffled]
-        assert metric.compute(data) == metric.compute(moved), metric.name
+        view = reads.get(metric.reads, lambda c: [v for v, _ in c])
+        assert metric.compute(view(clients)) == metric.compute(view(shuffled)), metric.name
 
 
 @st.composite
