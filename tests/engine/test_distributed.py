@@ -59,9 +59,9 @@ def _assert_same_results(a: Path, b: Path) -> None:
         rows_a, rows_b = (common.read_csv(out / stage / "results.csv") for out in (a, b))
         # selections × splits × clients, and SCAFFOLD's global model scored beside (scope)
         assert len(rows_a) == len(rows_b) == 2 * 2 * 10 * (2 if stage == "scaffold" else 1)
+        keys = ("client", "split", "selection", "round", "scope")
         for row_a, row_b in zip(rows_a, rows_b, strict=True):
-            assert {k: row_a.get(k) for k in ("client", "split", "selection", "round", "scope")} == \
-                {k: row_b.get(k) for k in ("client", "split", "selection", "round", "scope")}
+            assert {k: row_a.get(k) for k in keys} == {k: row_b.get(k) for k in keys}
             for column in ("accuracy", "loss"):
                 assert float(row_a[column]) == pytest.approx(float(row_b[column]), abs=1e-5)
     for model in ["fedavg/models/global.pt", *(f"{stage}/models/client_{c:04d}.pt"
