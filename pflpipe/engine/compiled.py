@@ -32,8 +32,15 @@ from torch.func import grad, vmap
 
 from pflpipe.engine.noise import step_keys
 from pflpipe.engine.optim import StackedOptimizer, update
-from pflpipe.engine.trainer import BatchedTrainer, Context, Job, Objective, TrainResult, gather
-from pflpipe.engine.trainer import _index_table as index_table
+from pflpipe.engine.trainer import (
+    BatchedTrainer,
+    Context,
+    Job,
+    Objective,
+    TrainResult,
+    gather,
+    index_table,
+)
 from pflpipe.engine.tree import Tree, select
 
 log = logging.getLogger(__name__)

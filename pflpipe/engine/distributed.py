@@ -42,7 +42,7 @@ from pflpipe.engine.checkpoint import to_cpu
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.federation import Federation, FederationResult, Plan
-from pflpipe.engine.trainer import Context, Job, TrainResult, _chunk
+from pflpipe.engine.trainer import Context, Job, TrainResult, chunk
 from pflpipe.engine.tree import Group, Tree, tree_map
 from pflpipe.errors import PflpipeError, WorkerError
 from pflpipe.storage.base import Store
@@ -119,7 +119,7 @@ class ShardedTrainer:
         bounds = shard_bounds(job.steps.clamp_min(1), dist.get_world_size())
         mine = _my_shard(bounds)
         if mine.stop > mine.start:
-            part = self.inner.train(_chunk(job, mine.start, mine.stop))
+            part = self.inner.train(chunk(job, mine.start, mine.stop))
         else:
             device = job.data.x.device
             part = TrainResult(tree_map(lambda t: t[:0], job.state), torch.zeros(0, device=device),

@@ -138,7 +138,7 @@ class BatchedTrainer:
         size = self.max_members or job.members
         if job.members <= size:
             return self._train(job)
-        parts = [self._train(_chunk(job, start, start + size))
+        parts = [self._train(chunk(job, start, start + size))
                  for start in range(0, job.members, size)]
         return TrainResult(
             {g: {k: torch.cat([p.state[g][k] for p in parts]) for k in parts[0].state[g]}
@@ -153,7 +153,7 @@ class BatchedTrainer:
         state = select(job.state, order.to(device))  # a copy: the job's tensors stay untouched
         clients = job.clients.to(device)[order.to(device)]
         hp = {name: value[order.to(value.device)] for name, value in job.hp.items()}
-        index = _index_table(job, order, max_steps).to(device)
+        index = index_table(job, order, max_steps).to(device)
         noise_keys = step_keys([job.seeds[m] for m in order.tolist()], max_steps).to(device)
         parts = []   # per update: (step function, trained (group, key)s, its optimizer)
         for objective, train in job.updates:
@@ -229,7 +229,7 @@ def gather(data: SplitData, local: Tensor, clients: Tensor, batches_per_step: in
     return batch
 
 
-def _index_table(job: Job, order: Tensor, max_steps: int) -> Tensor:
+def index_table(job: Job, order: Tensor, max_steps: int) -> Tensor:
     """Local sample indices [M, S_max, batches_per_step, B] of every member's steps, -1 padded."""
     counts = job.data.counts.cpu()[job.clients.cpu()]
     table = torch.full((job.members, max_steps, job.batches_per_step, job.batch_size), -1,
@@ -252,7 +252,8 @@ def member_schedule(job: Job, m: int, n: int) -> Tensor:
     return torch.where(local >= 0, samples.cpu()[local.clamp_min(0)], local)
 
 
-def _chunk(job: Job, start: int, stop: int) -> Job:
+def chunk(job: Job, start: int, stop: int) -> Job:
+    """Members start..stop of `job` as a job of their own."""
     sl = slice(start, stop)
     return Job(
         state=tree_map(lambda t: t[sl], job.state), train=job.train, objective=job.objective,

@@ -214,6 +214,21 @@ def federate(spec, recipe: Recipe, make: Callable[..., Recipe], args: tuple,
     return distributed.launch(workers, make, args, on_round, recipe.data.train.x.device, threads)
 
 
+def client_test_accuracies(results: list[dict], selection: str, scope: str = "") -> list[float]:
+    """Each client's test accuracy in the `results` rows of `selection` and `scope`.
+
+    Scope "" is the personalized model, `GLOBAL_SCOPE` the algorithm's global model.
+    """
+    return [r["accuracy"] for r in results if r["selection"] == selection
+            and r["split"] == "test" and r.get("scope", "") == scope]
+
+
+def mean_test_accuracy(results: list[dict], selection: str, scope: str = "") -> float:
+    """The mean over clients of `client_test_accuracies`."""
+    values = client_test_accuracies(results, selection, scope)
+    return sum(values) / len(values)
+
+
 def engine_key(spec, s: Setup | None = None) -> dict:
     """The spec settings that change trained numbers (compiled steps round differently)."""
     key = {"model": spec.model.model_dump(mode="json"), "engine": spec.engine.mode,

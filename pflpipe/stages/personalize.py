@@ -60,8 +60,10 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     model = entry.display_name
     results = common.federation_rows(result, model, seed, data)
     history = common.history_rows(common.scored_rows(result.rows, data), model, seed)
-    summary = PersonalizeResult(model, result.rounds_completed, _mean(results, "best_val"),
-                                _mean(results, "last_round"), common.has_validation(data))
+    summary = PersonalizeResult(model, result.rounds_completed,
+                                common.mean_test_accuracy(results, "best_val"),
+                                common.mean_test_accuracy(results, "last_round"),
+                                common.has_validation(data))
     models = common.client_models(result.best_model)
     common.write_results(Path(results_dir), results, history, models, summary.to_markdown())
     tracker.log_params({"algorithm": entry.name, "seed": seed, "rounds": plan.rounds,
@@ -127,12 +129,6 @@ def _digest(params) -> str:
     return digest.hexdigest()[:16]
 
 
-def _mean(results: list[dict], selection: str, scope: str = "") -> float:
-    values = [r["accuracy"] for r in results
-              if r["selection"] == selection and r["split"] == "test" and r["scope"] == scope]
-    return sum(values) / len(values)
-
-
 def _global_means(results: list[dict]) -> dict[str, float]:
     """Mean client test accuracy of the global model (GA) and % of clients whose PA beats it."""
     from pflpipe.metrics.generalization import BEATS_GLOBAL, personalization_gain
@@ -141,8 +137,7 @@ def _global_means(results: list[dict]) -> dict[str, float]:
         return {}
     out = {}
     for selection in ("best_val", "last_round"):
-        pa, ga = ([r["accuracy"] for r in results if r["selection"] == selection
-                   and r["split"] == "test" and r["scope"] == scope]
+        pa, ga = (common.client_test_accuracies(results, selection, scope)
                   for scope in ("", GLOBAL_SCOPE))
         out[f"{selection}.global.test_accuracy"] = sum(ga) / len(ga)
         out[f"{selection}.beats_global"] = BEATS_GLOBAL(personalization_gain(pa, ga))

@@ -66,7 +66,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
     history = common.history_rows(rows, MODEL, seed)
     summary = WarmStartResult(
         result.rounds_completed, result.stopped_early, best_round,
-        _mean(results, "last_round"), _mean(results, "best_val"), store.uri,
+        common.mean_test_accuracy(results, "last_round"),
+        common.mean_test_accuracy(results, "best_val"), store.uri,
         common.has_validation(data))
     common.write_results(Path(results_dir), results, history, {
         "global": result.global_params,
@@ -139,7 +140,3 @@ def _global_results(rows: list[dict], last: int, seed: int, data) -> tuple[list[
     return out, best
 
 
-def _mean(results: list[dict], selection: str) -> float:
-    values = [r["accuracy"] for r in results
-              if r["selection"] == selection and r["split"] == "test"]
-    return sum(values) / len(values)
