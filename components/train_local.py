@@ -12,8 +12,11 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 
 @dsl.component(base_image=PFLPIPE_IMAGE, install_kfp_package=False)
 def train_local(spec_json: str, seed: int, partition: Input[Dataset], results: Output[Model],
-                summary: Output[Markdown], resume: str = "all"):
-    """Train the local baseline; write its results directory (model `local`)."""
+                summary: Output[Markdown], resume: str = "all", shard: int = -1):
+    """Train the local baseline; write its results directory (model `local`).
+
+    `shard` ≥ 0: only that client shard of `engine.shards` (merged by `merge_shards`).
+    """
     from pathlib import Path
 
     from pflpipe.spec import Spec
@@ -21,5 +24,5 @@ def train_local(spec_json: str, seed: int, partition: Input[Dataset], results: O
 
     spec = Spec.model_validate_json(spec_json)
     result = stage.run(spec, seed, Path(partition.path), Path(results.path), progress=True,
-                       resume=resume)
+                       resume=resume, shard=None if shard < 0 else shard)
     Path(summary.path).write_text(result.to_markdown())

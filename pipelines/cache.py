@@ -19,6 +19,8 @@ from pflpipe.spec import Spec
 CACHED = ("partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",
           "distill_grid_search")
 
+#: Stages that run one task per client shard under `engine.shards` (pipelines.graph).
+SHARDED = ("train_local", "distill_grid_search")
 _TRAINING = ("model", "federation", "engine", "storage")
 #: The spec settings each cached stage reads (pflpipe.stages and what they call), as dotted
 #: paths; dataset and partition are always kept (a spec needs them), the experiment keeps only
@@ -40,6 +42,8 @@ def scoped_spec_json(spec: Spec, stage: str, label: str | None = None) -> str:
     """
     data = spec.model_dump(mode="json", by_alias=True)
     data["engine"]["parallel_tasks"] = None  # how many tasks run at once decides no result
+    if stage not in SHARDED:
+        data["engine"]["shards"] = 1
     kept = {"experiment": {"name": spec.experiment.name, "output_dir": spec.experiment.output_dir},
             "dataset": data["dataset"], "partition": data["partition"], "personalization": []}
     for path in READS[stage]:

@@ -7,6 +7,8 @@ for each seed:
         └─► train_local ─────────────────────────────────────────────────────────┴─► collect_results
 evaluate_fairness(Collected(collect_results))      one report, mean ± std over the seeds
 ```
+With `engine.shards` = N, train_local and distill_grid_search are each a loop of N tasks, one per
+client shard, followed by merge_shards (`pflpipe.stages.shards`).
 Every task but collect_results and evaluate_fairness is cached on the spec settings it reads
 (`pflpipe.pipelines.cache`); those two track into MLflow. Loop bodies receive only loop items
 (a personalize task's label and scoped spec), constants (the spec as JSON) and pipeline
@@ -21,6 +23,7 @@ from kfp.dsl import Artifact
 from pflpipe.components.collect_results import collect_results
 from pflpipe.components.distill_grid_search import distill_grid_search
 from pflpipe.components.evaluate_fairness import evaluate_fairness
+from pflpipe.components.merge_shards import merge_shards
 from pflpipe.components.partition_data import partition_data
 from pflpipe.components.personalize import personalize
 from pflpipe.components.select_teachers import select_teachers
@@ -106,19 +109,18 @@ def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
         spec, "warm_start_fedavg")
     checkpoints = warm.outputs["checkpoints"]
     gathered = {"fedavg": warm.outputs["results"]}
+    entries, at_once = personalizing
     if spec.runs_local:
-        gathered["local"] = configure(train_local(
-            spec_json=scoped["train_local"], seed=seed, resume=resume, partition=partition),
-            spec, "train_local").outputs["results"]
+        gathered["local"] = _sharded(spec, at_once, train_local, "train_local", dict(
+            spec_json=scoped["train_local"], seed=seed, resume=resume, partition=partition))
     if spec.has_persfl:
         teachers = configure(select_teachers(
             spec_json=scoped["select_teachers"], seed=seed, checkpoints=checkpoints),
             spec, "select_teachers")
-        gathered["persfl"] = configure(distill_grid_search(
-            spec_json=scoped["distill_grid_search"], seed=seed, partition=partition,
-            checkpoints=checkpoints, teachers=teachers.outputs["teachers"]),
-            spec, "distill_grid_search").outputs["results"]
-    entries, at_once = personalizing
+        gathered["persfl"] = _sharded(spec, at_once, distill_grid_search, "distill_grid_search",
+                                      dict(spec_json=scoped["distill_grid_search"], seed=seed,
+                                           partition=partition, checkpoints=checkpoints,
+                                           teachers=teachers.outputs["teachers"]))
     if entries:
         with dsl.ParallelFor(entries, name="for each algorithm", parallelism=at_once) as entry:
             personal = configure(personalize(
@@ -128,3 +130,19 @@ def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
     return configure(collect_results(
         spec_json=spec_json, seed=seed, partition=partition, checkpoints=checkpoints,
         **gathered, **tracking), spec, "collect_results")
+
+
+def _sharded(spec: Spec, at_once: int, component, stage: str, inputs: dict):
+    """The results of `stage`: one task, or one task per client shard and their merge.
+
+    With `engine.shards` > 1, a ParallelFor over the shards, then `merge_shards`
+    (`pflpipe.stages.shards`).
+    """
+    shards = spec.engine.shards
+    if shards == 1:
+        return configure(component(**inputs), spec, stage).outputs["results"]
+    with dsl.ParallelFor(list(range(shards)), name=f"for each {stage} shard",
+                         parallelism=at_once) as shard:
+        part = configure(component(**inputs, shard=shard), spec, stage)
+    return configure(merge_shards(shards=dsl.Collected(part.outputs["results"])), spec,
+                     "merge_shards").outputs["results"]

@@ -25,6 +25,7 @@ CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit")
 RUNNER_ERROR = re.compile(r" - ERROR - (.+)$")
 SEED = re.compile(r'^\s*"seed": (\d+),?$')
 LABEL = re.compile(r'^\s*"label": "([^"]+)",?$')
+SHARD = re.compile(r'^\s*"shard": (\d+),?$')
 #: `pflpipe.stages.common.PROGRESS`, printed by a training stage after each round.
 PROGRESS = re.compile(r"^\s*pflpipe progress: round (\d+)/(\d+)")
 #: `pflpipe.stages.notice.NOTE`: what a stage did beyond running (threads, resume, reuse).
@@ -165,6 +166,8 @@ class TaskLogRouter(io.TextIOBase):
             task.seed = int(match.group(1))
         if task.label is None and (match := LABEL.match(line)):
             task.label = match.group(1)
+        if task.label is None and (match := SHARD.match(line)):
+            task.label = f"shard {match.group(1)}"
         if match := PROGRESS.match(line):
             task.progress = (int(match.group(1)), int(match.group(2)))
             self._on_event("progress", task)

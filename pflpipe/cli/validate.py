@@ -59,6 +59,9 @@ def plan(spec) -> str:
     lines.append(f"  evaluate_fairness   baselines {spec.evaluation.baselines.local!r} and "
                  f"{spec.evaluation.baselines.global_!r}, metrics chosen on "
                  f"{spec.evaluation.selection}")
+    if spec.engine.shards > 1:
+        lines.append(f"  engine              train_local and distill_grid_search as "
+                     f"{spec.engine.shards} tasks each, one per client shard, then merge_shards")
     if spec.engine.workers > 1:
         lines.append(f"  engine              warm_start_fedavg, train_local and personalize as "
                      f"{spec.engine.workers} workers, each a shard of the clients")

@@ -43,13 +43,14 @@ def lambda_t_figure(grid: list[dict], chosen: list[dict], path: Path, split: str
     fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.6 * rows), squeeze=False,
                              sharex=True)
     colors = plt.cm.viridis([i / max(1, len(temperatures) - 1) for i in range(len(temperatures))])
+    picks = {row["client"]: row for row in chosen}
     for ax, client in zip(axes.flat, clients, strict=False):
         for color, t in zip(colors, temperatures, strict=True):
             points = sorted((r["lam"], r[f"{split}_accuracy"]) for r in grid
                             if r["client"] == client and r["temperature"] == t)
             ax.plot(*zip(*points, strict=True), marker="o", markersize=3, color=color,
                     label=f"T={t:g}")
-        pick = chosen[client]
+        pick = picks[client]
         ax.scatter([pick["lam"]], [pick[f"{split}_accuracy"]], s=90, facecolors="none",
                    edgecolors="#C44E52", linewidths=1.5, zorder=3)
         ax.set_title(f"client {client}", fontsize=9)

@@ -68,11 +68,11 @@ def run_grid(ctx: Context, trainer, data: FederatedData, teachers: Group, config
           "temperature": torch.tensor([p[1] for p in pairs], device=device).repeat(n_clients)}
     job = _job(ctx, data, teachers, clients, hp, torch.full_like(clients, config.epochs), config)
     result = trainer.train(job)
-    _check_finite(result.bad_step, clients, hp, config.lr)
+    _check_finite(result.bad_step, clients + data.first_client, hp, config.lr)
     students = result.state["model"]
     scores = _score(ctx, students, data, clients)
     chosen_index = _choose(scores, config.selection_split, n_clients, len(pairs))
-    grid = [{"client": int(c), "lam": float(hp["lam"][m]),
+    grid = [{"client": data.client_id(c), "lam": float(hp["lam"][m]),
              "temperature": float(hp["temperature"][m]),
              **{name: float(values[m]) for name, values in scores.items()}}
             for m, c in enumerate(clients.tolist())]
@@ -92,7 +92,8 @@ def _job(ctx: Context, data: FederatedData, teachers: Group, clients: Tensor,
         lr={"model": torch.full((len(clients),), config.lr, device=clients.device)},
         batch_size=config.batch_size,
         # one mini-batch order per client, shared by its grid points: pairs differ only in (λ, T)
-        seeds=[member_seed(config.seed, config.stream, c) for c in clients.tolist()],
+        seeds=[member_seed(config.seed, config.stream, data.client_id(c))
+               for c in clients.tolist()],
         hp=hp, optimizer=config.optimizer)
 
 
@@ -111,10 +112,10 @@ def chosen_history(ctx: Context, trainer, data: FederatedData, teachers: Group,
     clients = torch.arange(data.n_clients, device=device).repeat_interleave(n_epochs)
     epochs = torch.arange(n_epochs, device=device).repeat(data.n_clients)
     hp = {name: torch.tensor([chosen[c][name] for c in clients.tolist()], device=device)
-          for name in ("lam", "temperature")}
+          for name in ("lam", "temperature")}   # `chosen` by position, like the clients
     result = trainer.train(_job(ctx, data, teachers, clients, hp, epochs, config))
     scores = _score(ctx, result.state["model"], data, clients)
-    return [{"client": int(c), "round": int(e), "split": split,
+    return [{"client": data.client_id(c), "round": int(e), "split": split,
              "loss": float(scores[f"{split}_loss"][m]),
              "accuracy": "" if split == "train" else float(scores[f"{split}_accuracy"][m])}
             for m, (c, e) in enumerate(zip(clients.tolist(), epochs.tolist(), strict=True))

@@ -44,6 +44,12 @@ class SplitData:
         start, stop = int(self.offsets[client_id]), int(self.offsets[client_id + 1])
         return self.x[start:stop], self.y[start:stop]
 
+    def clients(self, start: int, stop: int) -> "SplitData":
+        """The split of clients start … stop - 1 only (a contiguous shard)."""
+        lo, hi = int(self.offsets[start]), int(self.offsets[stop])
+        return SplitData(self.x[lo:hi], self.y[lo:hi], self.offsets[start:stop + 1] - lo,
+                         {k: v[lo:hi] for k, v in self.extra.items()})
+
     def with_extra(self, **extra: Tensor) -> "SplitData":
         """A copy carrying more per-sample fields (e.g. teacher logits)."""
         return SplitData(self.x, self.y, self.offsets, {**self.extra, **extra})
@@ -56,11 +62,27 @@ class SplitData:
 
 @dataclass
 class FederatedData:
-    """The train, val and test splits of every client."""
+    """The train, val and test splits of every client.
+
+    A shard of a federation (`shard`) holds clients `first_client` … of the whole one: its
+    clients' random draws are keyed by those ids (`client_id`), so a client trains alike
+    whichever shard holds it.
+    """
 
     train: SplitData
     val: SplitData
     test: SplitData
+    first_client: int = 0
+
+    def client_id(self, position: int) -> int:
+        """The federation-wide id of the client at `position` of this data."""
+        return self.first_client + int(position)
+
+    def shard(self, start: int, stop: int) -> "FederatedData":
+        """Clients start … stop - 1 of this data, keeping their federation-wide ids."""
+        return FederatedData(*(self.split(name).clients(start, stop)
+                               for name in ("train", "val", "test")),
+                             first_client=self.first_client + start)
 
     @property
     def n_clients(self) -> int:
@@ -73,7 +95,8 @@ class FederatedData:
 
     def to(self, device: torch.device) -> "FederatedData":
         """Move every split to `device`."""
-        return FederatedData(self.train.to(device), self.val.to(device), self.test.to(device))
+        return FederatedData(self.train.to(device), self.val.to(device), self.test.to(device),
+                             self.first_client)
 
 
 def steps_for_epochs(counts: Tensor, batch_size: int, epochs: int, batches_per_step: int = 1

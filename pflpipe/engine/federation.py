@@ -235,8 +235,8 @@ class Federation:
             lr={g: torch.full_like(lr, phase.group_lr[g]) if g in phase.group_lr else lr
                 for g in groups},
             batch_size=batch_size,
-            seeds=[member_seed(plan.seed, plan.stream, round_idx, c, phase_idx)
-                   for c in clients.tolist()],
+            seeds=[member_seed(plan.seed, plan.stream, round_idx, self.data.client_id(c),
+                               phase_idx) for c in clients.tolist()],
             shared=shared, batches_per_step=phase.batches_per_step, optimizer=plan.optimizer,
             samples=samples,
             then=tuple((getattr(self.algorithm, name), train) for name, train in phase.then))
@@ -251,7 +251,8 @@ class Federation:
     def _part(self, round_idx: int, client: int, n: int, part: tuple[float, float]) -> Tensor:
         """A client's samples in `part` of its shuffle of this round (the same for every phase)."""
         generator = torch.Generator().manual_seed(
-            member_seed(self.plan.seed, self.plan.stream, round_idx, client, _PART_SALT))
+            member_seed(self.plan.seed, self.plan.stream, round_idx, self.data.client_id(client),
+                        _PART_SALT))
         order = torch.randperm(n, generator=generator)
         return order[round(part[0] * n):round(part[1] * n)]
 
@@ -260,7 +261,8 @@ class Federation:
         if not bad:
             return
         member = bad[0]
-        client, step, lr = int(clients[member]), int(result.bad_step[member]), float(lrs[member])
+        client = self.data.client_id(clients[member])
+        step, lr = int(result.bad_step[member]), float(lrs[member])
         done = "round 0" if round_idx == 1 else f"rounds 0–{round_idx - 1}"
         kept = (f"checkpoints of {done} are intact in {self.store.uri}"
                 if self.store is not None and round_idx > 0 else "nothing was checkpointed yet")
@@ -306,8 +308,9 @@ class Federation:
         views.update({f"{view}_": (models, {}, _predict(algo, view)) for view in algo.views})
         if self.plan.score_global:
             views["global_"] = ({}, {"model": algo.global_model(shared)}, _forward_shared)
+        first = self.data.first_client
         keys = step_keys([member_seed(self.plan.seed, self.plan.stream, round_idx, _EVAL_SALT)],
-                         self.n_clients)[0][clients.cpu()]
+                         first + self.n_clients)[0][first + clients.cpu()]
         scores, ids = {}, clients.tolist()
         for split in ("val", "test"):
             for prefix, (member_models, common_model, predict) in views.items():

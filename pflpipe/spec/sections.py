@@ -390,3 +390,10 @@ class Engine(Section):
         "every worker has its own GPU); the result equals one process's within float tolerance. "
         "`pflpipe run` starts them on this machine (docs/cluster.md).",
     )
+    shards: int = Field(
+        1, ge=1, le=1024,
+        description="Client shards the stages whose clients train alone (the local baseline "
+        "and PersFL's distillation grid) split into: one pipeline task per shard (KFP "
+        "ParallelFor; each with its own pod and resources on a cluster), merged into one "
+        "results directory that equals the unsharded one's within float tolerance.",
+    )

@@ -132,6 +132,9 @@ def _data_errors(spec: Spec):
         yield (("federation", "early_stop"), "stops on the validation loss, but "
                "partition.fractions.val is 0 (no validation split); remove early_stop or give "
                "val a fraction", None)
+    if partition.n_clients is not None and spec.engine.shards > partition.n_clients:
+        yield (("engine", "shards"), f"must be at most the {partition.n_clients} clients (one "
+               "client or more per shard)", spec.engine.shards)
     per_client = {"ds1": "classes_per_client", "ds3": "classes_per_client",
                   "label_skew": "labels_per_client"}.get(partition.strategy)
     if per_client and n_classes is not None and getattr(partition, per_client) > n_classes:

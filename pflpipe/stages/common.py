@@ -5,6 +5,7 @@ results directory (docs/contracts.md).
 """
 
 import csv
+import dataclasses
 import hashlib
 import json
 import logging
@@ -32,6 +33,8 @@ from pflpipe.tracking import Tracker, vocabulary
 log = logging.getLogger(__name__)
 RESULT_FIELDS = ("seed", "client", "model", "split", "selection", "round", "accuracy", "loss",
                  "n_samples", "scope")
+#: The tables of a results directory (docs/contracts.md).
+RESULTS_CSV, HISTORY_CSV = "results.csv", "history.csv"
 HISTORY_FIELDS = ("seed", "client", "model", "round", "split", "loss", "accuracy", "scope")
 #: Version of what the engine checkpoints; a new one never resumes from an older one's files.
 CHECKPOINT_FORMAT = 2
@@ -67,7 +70,11 @@ def scored_splits(data: FederatedData) -> tuple[str, ...]:
 
 
 def scored_rows(rows: list[dict], data: FederatedData) -> list[dict]:
-    """The engine's round rows without the (empty, NaN) validation rows of a partition without."""
+    """The engine's round rows, by client id.
+
+    Without the (empty, NaN) validation rows of a partition without a validation split.
+    """
+    rows = [{**r, "client": data.client_id(r["client"])} for r in rows]
     return rows if has_validation(data) else [r for r in rows if r["split"] != "val"]
 
 
@@ -90,8 +97,12 @@ def device_of(engine) -> torch.device:
     return torch.device(engine.device)
 
 
-def setup(spec, seed: int, partition_dir: Path) -> Setup:
-    """Load the partition and build the seeded model, context and trainer."""
+def setup(spec, seed: int, partition_dir: Path, shard: int | None = None) -> Setup:
+    """Load the partition and build the seeded model, context and trainer.
+
+    With `shard` = k, the data holds only the k-th of the spec's `engine.shards` client shards
+    (`client_shards`), its clients keeping their ids.
+    """
     from pflpipe.data import load_partition
 
     use_threads(spec.engine)
@@ -100,7 +111,16 @@ def setup(spec, seed: int, partition_dir: Path) -> Setup:
     splits = {name: SplitData.from_clients([c.split(name).x for c in partition.clients],
                                            [c.split(name).y for c in partition.clients])
               for name in ("train", "val", "test")}
-    data = FederatedData(**splits).to(device)
+    data = FederatedData(**splits)
+    if shard is not None:
+        bounds = client_shards(data.train.counts, spec.engine.shards)
+        if not 0 <= shard < spec.engine.shards:
+            raise DataError(f"shard {shard} does not exist: engine.shards is "
+                            f"{spec.engine.shards}")
+        data = data.shard(bounds[shard], bounds[shard + 1])
+        note(f"shard {shard + 1}/{spec.engine.shards}: clients {bounds[shard]}–"
+             f"{bounds[shard + 1] - 1}")
+    data = data.to(device)
     n_outputs = partition.n_classes if partition.task == "classification" else 1
     model = build_model(spec.model, partition.input_shape, n_outputs, seed)
     ctx = (GaussianLikelihood(model.to(device), sigma_sq=spec.dataset.sigma_sq)
@@ -109,6 +129,24 @@ def setup(spec, seed: int, partition_dir: Path) -> Setup:
     compiled = spec.engine.mode == "batched" and use_compile(spec, data, device)
     return Setup(data, ctx, make_trainer(spec.engine.mode, ctx, spec.engine.max_members, compiled),
                  init, head_keys(model, spec.model), partition.content_hash, device, compiled)
+
+
+def client_shards(counts: torch.Tensor, shards: int) -> list[int]:
+    """Bounds [shards + 1] of contiguous client shards of about equal training samples.
+
+    Every shard holds one client or more (the spec allows at most one shard per client).
+
+    >>> client_shards(torch.tensor([90, 5, 5]), 3)
+    [0, 1, 2, 3]
+    >>> client_shards(torch.tensor([10, 10, 10, 10]), 2)
+    [0, 2, 4]
+    """
+    bounds = distributed.shard_bounds(counts.clamp_min(1), shards)
+    for k in range(1, shards):
+        bounds[k] = max(bounds[k], bounds[k - 1] + 1)
+    for k in range(shards - 1, 0, -1):
+        bounds[k] = min(bounds[k], bounds[k + 1] - 1)
+    return bounds
 
 
 def use_compile(spec, data: FederatedData, device: torch.device) -> bool:
@@ -256,7 +294,8 @@ def federation_rows(result: FederationResult, model: str, seed: int, data: Feder
             for client in range(data.n_clients):
                 for scope, prefix in scopes:
                     rows.append({
-                        "seed": seed, "client": client, "model": model, "split": split,
+                        "seed": seed, "client": data.client_id(client), "model": model,
+                        "split": split,
                         "selection": selection, "round": int(scores["round"][client]),
                         "accuracy": float(scores[f"{prefix}{split}_accuracy"][client]),
                         "loss": float(scores[f"{prefix}{split}_loss"][client]),
@@ -296,8 +335,8 @@ def write_results(out_dir: Path, results: list[dict], history: list[dict],
     """Write a results directory: results.csv, history.csv, models/*.pt, summary.md."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_csv(out_dir / "results.csv", RESULT_FIELDS, results)
-    write_csv(out_dir / "history.csv", HISTORY_FIELDS, history)
+    write_csv(out_dir / RESULTS_CSV, RESULT_FIELDS, results)
+    write_csv(out_dir / HISTORY_CSV, HISTORY_FIELDS, history)
     for name, state_dict in (models or {}).items():
         (out_dir / "models").mkdir(exist_ok=True)
         torch.save({k: v.detach().cpu() for k, v in state_dict.items()},
@@ -305,8 +344,21 @@ def write_results(out_dir: Path, results: list[dict], history: list[dict],
     (out_dir / "summary.md").write_text(summary)
 
 
-def client_models(model: Tree | Group) -> dict[str, dict]:
+#: What a client shard's results directory says of itself (`pflpipe.stages.shards`).
+SHARD_JSON = "shard.json"
+
+
+def write_shard(out_dir: Path, data: FederatedData, summary) -> None:
+    """Record which clients a shard's results directory holds, and its summary (a dataclass)."""
+    (Path(out_dir) / SHARD_JSON).write_text(json.dumps(
+        {"clients": [data.first_client, data.n_clients],
+         "summary": dataclasses.asdict(summary)}, indent=1))
+
+
+def client_models(model: Tree | Group, first_client: int = 0) -> dict[str, dict]:
     """One state_dict per client from a stacked model [C, ...] (docs/contracts.md).
+
+    The first member is client `first_client` (a shard's first).
 
     A tree's ``model`` group keeps its keys (the file loads into the network); any other group's
     keys are prefixed ``<group>/``.
@@ -316,11 +368,23 @@ def client_models(model: Tree | Group) -> dict[str, dict]:
     flat = {(key if group == "model" else f"{group}/{key}"): value
             for group, tensors in model.items() for key, value in tensors.items()}
     n_clients = len(next(iter(flat.values())))
-    return {f"client_{c:04d}": {k: v[c] for k, v in flat.items()} for c in range(n_clients)}
+    return {client_file(first_client + c): {k: v[c] for k, v in flat.items()}
+            for c in range(n_clients)}
+
+
+def client_file(client: int) -> str:
+    """The name (no suffix) of a client's model file in a results directory's models/."""
+    return f"client_{client:04d}"
 
 
 def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
-    """Write `rows` as a CSV with the columns `fields` (other keys of a row are ignored)."""
+    """Write `rows` as a CSV with the columns `fields` (other keys of a row are ignored).
+
+    Rows with a ``client`` are written client by client, each client's in their given order:
+    so the merged tables of client shards equal the unsharded ones (`pflpipe.stages.shards`).
+    """
+    if "client" in fields:
+        rows = sorted(rows, key=lambda row: int(row["client"]))
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -372,7 +436,7 @@ def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],
         rounds = vocabulary.round_rows(r for r in history if int(r["client"]) == client)
         final = vocabulary.final_metrics(r for r in results if int(r["client"]) == client)
         with tracker.child(vocabulary.run_name(model, client, seed), tags) as run:
-            state, model_id = (models or {}).get(f"client_{client:04d}"), None
+            state, model_id = (models or {}).get(client_file(client)), None
             if state is not None and template is not None:
                 # the network's own keys; other state groups are prefixed "<group>/"
                 template.load_state_dict({k: v for k, v in state.items() if "/" not in k})

@@ -21,6 +21,8 @@ NO_VALIDATION_SPLIT = "train"
 GRID_FIELDS = ("client", "lam", "temperature", "train_loss", "train_accuracy", "val_loss",
                "val_accuracy", "test_loss", "test_accuracy")
 CHOSEN_FIELDS = ("client", "teacher_round", *GRID_FIELDS[1:])
+#: PersFL's tables beside results.csv and history.csv: every student's scores, each client's pick.
+GRID_CSV, CHOSEN_CSV = "grid.csv", "chosen.csv"
 #: The figures of a PersFL results directory: λ–T interaction, teacher rounds (copied).
 FIGURES = ("lambda_t.png", "teacher_rounds.png")
 
@@ -55,19 +57,22 @@ def model_name(spec) -> str:
 
 
 def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_dir: Path,
-        results_dir: Path, *, tracker: Tracker = NULL_TRACKER) -> DistillResult:
+        results_dir: Path, *, tracker: Tracker = NULL_TRACKER, shard: int | None = None
+        ) -> DistillResult:
     """Distil every client's teacher over the grid; write results, grid and figures.
 
     history.csv holds each client's chosen student per epoch (epoch 0: the teacher); the
     teachers' table and figure are copied from `teachers_dir`, so the results directory tells
-    the whole of PersFL.
+    the whole of PersFL. With `shard` = k, only the k-th of `engine.shards` client shards
+    (`pflpipe.stages.shards` merges the shards' directories).
     """
-    s = common.setup(spec, seed, partition_dir)
+    s = common.setup(spec, seed, partition_dir, shard)
     dist = spec.distillation
     teachers = json.loads((Path(teachers_dir) / "teachers.json").read_text())["teachers"]
+    mine = teachers[s.data.first_client:s.data.first_client + s.data.n_clients]
     rounds = {t["round"]: common.load_round(checkpoints_dir, t["round"], s.device)
-              for t in teachers}
-    params = {k: torch.stack([rounds[t["round"]][k] for t in teachers]) for k in s.init}
+              for t in mine}
+    params = {k: torch.stack([rounds[t["round"]][k] for t in mine]) for k in s.init}
     selection_split = dist.selection_split
     if selection_split == "val" and not s.has_validation:
         selection_split = NO_VALIDATION_SPLIT
@@ -82,20 +87,22 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     results = [{"seed": seed, "client": c["client"], "model": model, "split": split,
                 "selection": selection, "round": c["teacher_round"],
                 "accuracy": c[f"{split}_accuracy"], "loss": c[f"{split}_loss"],
-                "n_samples": int(s.data.split(split).counts[c["client"]])}
+                "n_samples": int(s.data.split(split).counts[c["client"] - s.data.first_client])}
                for selection in ("best_val", "last_round")
                for split in common.scored_splits(s.data) for c in chosen]
     summary = DistillResult(model, chosen, sum(c["test_accuracy"] for c in chosen) / len(chosen),
                             selection_split, s.has_validation)
     out = Path(results_dir)
-    models = common.client_models(grid.params)
+    models = common.client_models(grid.params, s.data.first_client)
     history = common.history_rows(
         chosen_history(s.ctx, s.trainer, s.data, params, config, grid.chosen), model, seed)
     common.write_results(out, results, history, models, summary.to_markdown())
-    common.write_csv(out / "grid.csv", GRID_FIELDS, grid.grid)
-    common.write_csv(out / "chosen.csv", CHOSEN_FIELDS, list(chosen))
+    common.write_csv(out / GRID_CSV, GRID_FIELDS, grid.grid)
+    common.write_csv(out / CHOSEN_CSV, CHOSEN_FIELDS, list(chosen))
     lambda_t_figure(grid.grid, grid.chosen, out / FIGURES[0])
     for name in ("teachers.csv", FIGURES[1]):
         shutil.copyfile(Path(teachers_dir) / name, out / name)
+    if shard is not None:
+        common.write_shard(out, s.data, summary)
     track_results.track_model(tracker, spec, seed, out, Path(partition_dir))
     return summary

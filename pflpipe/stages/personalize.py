@@ -44,14 +44,17 @@ class PersonalizeResult:
 
 def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path | None,
         results_dir: Path, *, tracker: Tracker = NULL_TRACKER, stage: str = STAGE,
-        progress: bool = False, resume: str = "all") -> PersonalizeResult:
+        progress: bool = False, resume: str = "all", shard: int | None = None
+        ) -> PersonalizeResult:
     """Run the personalization entry called `label`; write its results directory.
 
     With `progress`, a line per round goes to stdout (`common.PROGRESS`, for `pflpipe run`).
     `resume` says which of an earlier run's checkpoints to resume from (`common.RESUME`).
+    With `shard` = k, only the clients of the k-th of `engine.shards` client shards train (an
+    entry whose clients train alone: `pflpipe.stages.shards` merges the shards' directories).
     """
     entry = spec.algorithm(label)
-    args = (spec, seed, label, partition_dir, checkpoints_dir, stage)
+    args = (spec, seed, label, partition_dir, checkpoints_dir, stage, shard)
     recipe = _recipe(*args)
     plan, data = recipe.plan, recipe.data
     common.use_checkpoints(recipe.store, resume, plan.rounds)
@@ -64,8 +67,10 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
                                 common.mean_test_accuracy(results, "best_val"),
                                 common.mean_test_accuracy(results, "last_round"),
                                 common.has_validation(data))
-    models = common.client_models(result.best_model)
+    models = common.client_models(result.best_model, data.first_client)
     common.write_results(Path(results_dir), results, history, models, summary.to_markdown())
+    if shard is not None:
+        common.write_shard(Path(results_dir), data, summary)
     tracker.log_params({"algorithm": entry.name, "seed": seed, "rounds": plan.rounds,
                         **{k: v for k, v in entry.model_dump(mode="json").items()
                            if v is not None and k != "name"}})
@@ -78,10 +83,10 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
 
 
 def _recipe(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path | None,
-            stage: str) -> Recipe:
+            stage: str, shard: int | None = None) -> Recipe:
     """The entry's federation (its workers build it again from the same arguments)."""
     entry = spec.algorithm(label)
-    s = common.setup(spec, seed, partition_dir)
+    s = common.setup(spec, seed, partition_dir, shard)
     init = _starting_point(entry, s, checkpoints_dir)
     fed = spec.federation
     algorithm = build(entry, head=s.head, federation=fed)
@@ -94,7 +99,8 @@ def _recipe(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: P
         score_global=algorithm.has_global_model)
     store, key = common.checkpoint_store(spec, stage, {
         "seed": seed, "partition": s.partition_hash, "entry": entry.model_dump(mode="json"),
-        "plan": repr(plan), "init": _digest(init), **common.engine_key(spec, s)})
+        "plan": repr(plan), "init": _digest(init), **common.engine_key(spec, s),
+        **({} if shard is None else {"clients": [s.data.first_client, s.data.n_clients]})})
     return Recipe(algorithm, s.ctx, s.data, s.trainer, plan, store, key, init)
 
 

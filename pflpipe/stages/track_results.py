@@ -32,7 +32,7 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
         return
     results_dir = Path(results_dir)
     results, history = (common.read_csv(results_dir / name)
-                        for name in ("results.csv", "history.csv"))
+                        for name in (common.RESULTS_CSV, common.HISTORY_CSV))
     model = results[0]["model"]
     stage = STAGES.get(model, "personalize")
     several = len(spec.experiment.seeds) > 1

@@ -12,8 +12,11 @@ from pflpipe.tracking import NULL_TRACKER, Tracker
 
 def run(spec, seed: int, partition_dir: Path, results_dir: Path, *,
         tracker: Tracker = NULL_TRACKER, progress: bool = False,
-        resume: str = "all") -> personalize.PersonalizeResult:
-    """Train the local baseline; write its results directory (model name `local`)."""
+        resume: str = "all", shard: int | None = None) -> personalize.PersonalizeResult:
+    """Train the local baseline; write its results directory (model name `local`).
+
+    With `shard` = k, only the k-th of `engine.shards` client shards (`pflpipe.stages.shards`).
+    """
     return personalize.run(spec, seed, spec.local_params.display_name, partition_dir, None,
                            results_dir, tracker=tracker, stage="train_local", progress=progress,
-                           resume=resume)
+                           resume=resume, shard=shard)

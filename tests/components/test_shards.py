@@ -1,0 +1,192 @@
+"""Client shards: the local baseline and the distillation grid run per shard, then merged, equal
+the unsharded stages.
+
+Every stage runs in-process on digits (5 clients of different sizes, 3 shards of 1–2 clients);
+then one real `pflpipe run` of the sharded graph on the local runner (2 shards: 2 × 2 shard
+tasks and 2 merges) against the unsharded stages run in-process.
+"""
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from pflpipe.errors import DataError
+from pflpipe.pipelines.compile import compile_pipeline
+from pflpipe.spec import load_spec, parse_spec
+from pflpipe.stages import (
+    common,
+    distill_grid_search,
+    partition_data,
+    select_teachers,
+    shards,
+    train_local,
+    warm_start_fedavg,
+)
+
+SPEC = """\
+experiment: {{name: t, output_dir: {out}}}
+dataset: {{name: digits}}
+partition: {{strategy: ds2, n_clients: 5, alpha: 0.5}}
+federation: {{rounds: 3}}
+personalization: [{{name: persfl}}, {{name: local, epochs: 3}}]
+distillation: {{epochs: 2, lambdas: [0.0, 0.5], temperatures: [1.0, 4.0]}}
+engine: {{shards: 3, device: cpu, compile: false}}
+tracking: {{enabled: false}}
+"""
+SHARDS = 3
+
+
+@pytest.fixture(scope="module")
+def stages(tmp_path_factory):
+    """Both stages unsharded (`<stage>`) and as 3 shards merged (`<stage>-merged`)."""
+    work = tmp_path_factory.mktemp("shards")
+    spec = parse_spec(SPEC.format(out=work / "results"))
+    part, ckpt, teachers = work / "partition", work / "checkpoints", work / "teachers"
+    partition_data.run(spec, 0, part)
+    warm_start_fedavg.run(spec, 0, part, ckpt, work / "fedavg")
+    select_teachers.run(spec, ckpt, teachers)
+    train_local.run(spec, 0, part, work / "local")
+    distill_grid_search.run(spec, 0, part, ckpt, teachers, work / "persfl")
+    for k in range(SHARDS):
+        train_local.run(spec, 0, part, work / f"local-{k}", shard=k)
+        distill_grid_search.run(spec, 0, part, ckpt, teachers, work / f"persfl-{k}", shard=k)
+    summaries = {stage: shards.merge([work / f"{stage}-{k}" for k in reversed(range(SHARDS))],
+                                     work / f"{stage}-merged")
+                 for stage in ("local", "persfl")}
+    return work, spec, summaries
+
+
+def same_table(a: list[dict], b: list[dict]) -> None:
+    """Equal rows in the same order: ids exactly, numbers within float tolerance."""
+    assert len(a) == len(b) and len(a) > 0
+    for row_a, row_b in zip(a, b, strict=True):
+        assert row_a.keys() == row_b.keys()
+        for key, value in row_a.items():
+            try:
+                x, y = float(value), float(row_b[key])
+            except ValueError:
+                assert value == row_b[key], key
+                continue
+            assert math.isclose(x, y, rel_tol=1e-5, abs_tol=1e-6) or (
+                math.isnan(x) and math.isnan(y)), (key, row_a, row_b)
+
+
+def test_shards_are_contiguous_non_empty_and_hold_every_client(stages):
+    work, _, _ = stages
+    held = [common.read_csv(work / f"local-{k}" / "results.csv") for k in range(SHARDS)]
+
+    clients = [sorted({int(r["client"]) for r in rows}) for rows in held]
+
+    assert all(clients) and sum(clients, []) == list(range(5))
+
+
+@pytest.mark.parametrize("stage, tables", [
+    ("local", ("results.csv", "history.csv")),
+    ("persfl", ("results.csv", "history.csv", "grid.csv", "chosen.csv", "teachers.csv"))])
+def test_merged_shards_equal_the_unsharded_stage(stages, stage, tables):
+    work, _, _ = stages
+    whole, merged = work / stage, work / f"{stage}-merged"
+
+    for table in tables:
+        same_table(common.read_csv(whole / table), common.read_csv(merged / table))
+    names = sorted(p.name for p in (whole / "models").iterdir())
+    assert names == sorted(p.name for p in (merged / "models").iterdir())
+    assert len(names) == 5
+    for name in names:
+        a = torch.load(whole / "models" / name, weights_only=True)
+        b = torch.load(merged / "models" / name, weights_only=True)
+        assert a.keys() == b.keys()
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6)
+    assert (merged / "summary.md").read_text() == (whole / "summary.md").read_text()
+    assert not (merged / common.SHARD_JSON).exists()
+
+
+def test_merged_persfl_keeps_its_figures(stages):
+    work, _, summaries = stages
+    merged = work / "persfl-merged"
+
+    assert all((merged / name).stat().st_size > 0 for name in distill_grid_search.FIGURES)
+    assert [c["client"] for c in summaries["persfl"].chosen] == list(range(5))
+
+
+def test_a_missing_shard_is_named(stages, tmp_path):
+    work, _, _ = stages
+
+    with pytest.raises(DataError, match="starts at client .*end at client"):
+        shards.merge([work / "local-0", work / "local-2"], tmp_path / "out")
+
+
+def test_a_shard_beyond_the_specs_shards_is_refused(stages, tmp_path):
+    work, spec, _ = stages
+
+    with pytest.raises(DataError, match="shard 3 does not exist: engine.shards is 3"):
+        train_local.run(spec, 0, work / "partition", tmp_path / "x", shard=3)
+
+
+# ---- the sharded graph on the local runner ----------------------------------------------
+PIPELINE_SPEC = """\
+experiment: {{name: sharded, output_dir: {out}}}
+dataset: {{name: digits}}
+partition: {{strategy: ds2, n_clients: 5, alpha: 0.5}}
+federation: {{rounds: 3}}
+personalization: [{{name: persfl}}, {{name: local, epochs: 3}}]
+distillation: {{epochs: 2, lambdas: [0.0, 0.5], temperatures: [1.0, 4.0]}}
+engine: {{shards: 2, device: cpu, compile: false}}
+tracking: {{enabled: false}}
+"""
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("sharded")
+    (work / "spec.yaml").write_text(PIPELINE_SPEC.format(out=work / "results"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    run = subprocess.run([str(Path(sys.executable).with_name("pflpipe")), "run", "spec.yaml"],
+                         cwd=work, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout + run.stderr
+    spec = load_spec(work / "spec.yaml")
+    alone = work / "alone"
+    partition_data.run(spec, 0, alone / "partition")
+    warm_start_fedavg.run(spec, 0, alone / "partition", alone / "checkpoints", alone / "fedavg")
+    select_teachers.run(spec, alone / "checkpoints", alone / "teachers")
+    train_local.run(spec, 0, alone / "partition", alone / "local")
+    distill_grid_search.run(spec, 0, alone / "partition", alone / "checkpoints",
+                            alone / "teachers", alone / "persfl")
+    return work, run.stdout
+
+
+def test_every_shard_is_a_task_of_its_own(sharded_run):
+    _, output = sharded_run
+
+    for stage in ("train_local", "distill_grid_search"):
+        for shard in (0, 1):
+            assert f"{stage}[shard {shard}] · seed 0" in output, output
+    assert output.count("merge_shards") == 2, output
+
+
+@pytest.mark.parametrize("model, tables", [
+    ("local", ("results.csv", "history.csv")),
+    ("persfl", ("results.csv", "history.csv", "grid.csv", "chosen.csv"))])
+def test_the_sharded_pipeline_equals_the_unsharded_stages(sharded_run, model, tables):
+    work, _ = sharded_run
+    piped = work / "results" / "latest" / "seed-0" / model
+
+    for table in tables:
+        same_table(common.read_csv(work / "alone" / model / table), common.read_csv(piped / table))
+    assert len(list((piped / "models").glob("client_*.pt"))) == 5
+
+
+def test_unsharded_stages_compile_without_shard_loops(tmp_path):
+    spec = parse_spec(PIPELINE_SPEC.format(out=tmp_path).replace("shards: 2", "shards: 1"))
+
+    ir = next(yaml.safe_load_all(compile_pipeline(spec, tmp_path / "p.yaml").read_text()))
+
+    assert "comp-merge-shards" not in ir["components"]
+
