@@ -12,12 +12,15 @@ worker was killed resumes from the last finished round.
 :func:`launch` starts the N workers on this machine, torchrun-style (a TCP store on 127.0.0.1;
 gloo on CPU, NCCL when every rank has a GPU of its own), relays rank 0's round reports to the
 caller's ``on_round`` before the next round starts, and returns rank 0's result. The worker
-entry, ``python -m pflpipe.engine.distributed TASK``, reads torchrun's environment, so a Kubeflow
+entry, ``python -m pflpipe.engine.distributed TASK``, reads torchrun's environment, and TASK is
+a store URI (a local folder, or an S3 prefix that workers in other pods can read), so a Kubeflow
 Trainer job can run it in each pod (pflpipe.pipelines.trainjob; the component does not submit
-that job yet, and TASK is a local folder: docs/cluster.md).
+that job yet: docs/cluster.md).
 """
 
 import dataclasses
+import hashlib
+import io
 import json
 import logging
 import os
@@ -30,7 +33,6 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -44,7 +46,8 @@ from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.federation import Federation, FederationResult, Plan
 from pflpipe.engine.trainer import Context, Job, TrainResult, chunk
 from pflpipe.engine.tree import Group, Tree, tree_map
-from pflpipe.errors import PflpipeError, WorkerError
+from pflpipe.errors import PflpipeError, StorageError, WorkerError
+from pflpipe.storage import ENDPOINT_ENV, LocalStore, open_uri
 from pflpipe.storage.base import Store
 
 log = logging.getLogger(__name__)
@@ -158,38 +161,73 @@ class ShardedFederation(Federation):
 # ---- launching ----------------------------------------------------------------------------
 def launch(workers: int, make: Callable[..., Recipe], args: tuple,
            on_round: Callable[[int, list[dict]], None] | None = None,
-           device: torch.device | None = None, threads: int = 1) -> FederationResult:
+           device: torch.device | None = None, threads: int = 1,
+           task: Store | None = None) -> FederationResult:
     """Run ``make(*args)``'s federation as `workers` local processes; return rank 0's result.
 
     Each worker is ``python -m pflpipe.engine.distributed TASK`` with torchrun's environment
     (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) and `threads` torch threads; `make` must be
     importable by name. The workers' own output lines repeat the caller's and are dropped.
+
+    `task` is the store the task goes out and the result comes back through (TASK is its URI):
+    a local temporary folder unless given, e.g. `task_store` under the stage's checkpoint store
+    when the store is S3 (what workers in other pods can read). The workers are given an S3
+    store's endpoint in their environment (`pflpipe.storage.ENDPOINT_ENV`).
     """
-    with tempfile.TemporaryDirectory(prefix="pflpipe-workers-") as tmp:
-        task = Path(tmp)
-        (task / _TASK).write_bytes(pickle.dumps((make, args)))
-        env = {**os.environ, "WORLD_SIZE": str(workers), "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(_free_port()), "PFLPIPE_WORKER_THREADS": str(threads)}
-        processes = [subprocess.Popen(
-            [sys.executable, "-m", __name__, str(task)],
-            env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, text=True,
-            stdin=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL)
-            for rank in range(workers)]
-        try:
-            codes = _supervise(processes, on_round)
-        finally:
-            for process in processes:
-                if process.poll() is None:
-                    process.kill()
-                process.wait()
-        _raise_failure(task, codes)
-        fields = load_tensors(task / _RESULT, "the result of the sharded federation",
-                              device or torch.device("cpu"), str(task / _RESULT))
+    if task is None:
+        with tempfile.TemporaryDirectory(prefix="pflpipe-workers-") as tmp:
+            return _launch(workers, make, args, on_round, device, threads, LocalStore(tmp))
+    result = _launch(workers, make, args, on_round, device, threads, task)
+    for key in (_TASK, _RESULT):
+        task.delete(key)
+    return result
+
+
+def task_store(checkpoints: Store, make: Callable[..., Recipe], args: tuple) -> Store:
+    """Where a stage's workers find ``make(*args)`` beside its checkpoints: ``workers/<digest>``.
+
+    The digest is the task's own, so a rerun of the same task (after a worker died) reuses the
+    prefix: `launch` clears an earlier attempt's result and error before it starts the workers.
+    """
+    digest = hashlib.sha256(pickle.dumps((make, args))).hexdigest()[:16]
+    return checkpoints.child(f"workers/{digest}")
+
+
+def _launch(workers: int, make, args: tuple, on_round, device: torch.device | None,
+            threads: int, task: Store) -> FederationResult:
+    for key in (_RESULT, _ERROR):  # an earlier attempt's, which this one must not report
+        task.delete(key)
+    task.put_bytes(_TASK, pickle.dumps((make, args)))
+    env = {**os.environ, "WORLD_SIZE": str(workers), "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(_free_port()), "PFLPIPE_WORKER_THREADS": str(threads),
+           _ACK: "1"}
+    if getattr(task, "endpoint_url", None):
+        env[ENDPOINT_ENV[0]] = task.endpoint_url
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", __name__, task.uri],
+        env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, text=True,
+        stdin=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
+        stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL)
+        for rank in range(workers)]
+    try:
+        codes = _supervise(processes, on_round)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+    _raise_failure(task, codes)
+    where = f"{task.uri}/{_RESULT}"
+    fields = load_tensors(io.BytesIO(task.get_bytes(_RESULT)),
+                          "the result of the sharded federation", device or torch.device("cpu"),
+                          where)
     return FederationResult(**fields)
 
 
 _TASK, _RESULT, _ERROR, _ROUND = "task.pkl", "result.pt", "error.pkl", "pflpipe-worker round "
+#: Set by `launch`: rank 0 waits for its acknowledgement of each round on stdin. Without it (a
+#: Trainer job's pods) rank 0 prints the round lines and goes on.
+_ACK = "PFLPIPE_WORKER_ACK"
 
 
 def _supervise(processes: list[subprocess.Popen], on_round) -> list[int | None]:
@@ -223,14 +261,14 @@ def _read_lines(stream, lines: queue.Queue) -> None:
     lines.put(None)
 
 
-def _raise_failure(task: Path, codes: list[int | None]) -> None:
+def _raise_failure(task: Store, codes: list[int | None]) -> None:
     """Raise the library error a worker sent, else a WorkerError naming the worker that died.
 
     A worker killed by a signal is named before one that exited with an error (its peers fail
     when they lose it).
     """
-    if (task / _ERROR).exists():
-        raise pickle.loads((task / _ERROR).read_bytes())
+    if task.exists(_ERROR):
+        raise pickle.loads(task.get_bytes(_ERROR))
     failed = sorted((code > 0, rank, code) for rank, code in enumerate(codes) if code)
     if failed:
         _, rank, code = failed[0]
@@ -246,33 +284,57 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def worker(task: Path) -> None:
+def worker(uri: str) -> None:
     """One rank (torchrun's environment): join the group, build the recipe, train its shards.
 
-    Rank 0 reports each round on stdout and waits for the launcher's acknowledgement, and saves
-    the result; a library error is saved for the launcher to raise as it is.
+    The task comes from the store at `uri` (`pflpipe.storage.open_uri`: a local folder or an S3
+    prefix). Rank 0 reports each round on stdout (and waits for `launch`'s acknowledgement when
+    `launch` started it), and writes the result there; a library error is written there for the
+    launcher to raise as it is. A task that cannot be read stops the worker, before it joins the
+    group, with a message naming the URI.
     """
     rank, workers = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    task, make, args = _read_task(uri, rank)
     use_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= workers
     if use_gpus:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     dist.init_process_group("nccl" if use_gpus else "gloo", init_method="env://")
     try:
-        make, args = pickle.loads((task / _TASK).read_bytes())
         recipe = make(*args)
         torch.set_num_threads(int(os.environ.get("PFLPIPE_WORKER_THREADS", "1")))
-        result = recipe.run(_report if rank == 0 else None, cls=ShardedFederation)
+        report = (_report if os.environ.get(_ACK) == "1" else _print_round) if rank == 0 else None
+        result = recipe.run(report, cls=ShardedFederation)
         if rank == 0:
-            torch.save(to_cpu(dataclasses.asdict(result)), task / _RESULT)
+            buffer = io.BytesIO()
+            torch.save(to_cpu(dataclasses.asdict(result)), buffer)
+            task.put_bytes(_RESULT, buffer.getvalue())
     except PflpipeError as err:
-        (task / _ERROR).write_bytes(pickle.dumps(err))
+        task.put_bytes(_ERROR, pickle.dumps(err))
         sys.exit(1)
     finally:
         dist.destroy_process_group()
 
 
-def _report(round_idx: int, rows: list[dict]) -> None:
+def _read_task(uri: str, rank: int) -> tuple[Store, Callable[..., Recipe], tuple]:
+    """The task's store and ``(make, args)``; exit with a message naming `uri` if unreadable."""
+    where = f"{uri.rstrip('/')}/{_TASK}"
+    try:
+        task = open_uri(uri)
+        make, args = pickle.loads(task.get_bytes(_TASK))
+    except FileNotFoundError:
+        sys.exit(f"worker {rank}: no task at {where}; the stage that launches the workers writes "
+                 "it before it starts them (is TASK the launcher's URI, and its store this one?)")
+    except (StorageError, ValueError) as err:
+        sys.exit(f"worker {rank}: could not read its task {where}: {err}")
+    return task, make, args
+
+
+def _print_round(round_idx: int, rows: list[dict]) -> None:
     print(_ROUND + json.dumps([round_idx, rows]), flush=True)
+
+
+def _report(round_idx: int, rows: list[dict]) -> None:
+    _print_round(round_idx, rows)
     if not sys.stdin.readline():  # the launcher is gone: stop rather than train unwatched
         sys.exit(f"worker 0: the stage that launched it ended; stopped after round {round_idx}")
 
@@ -280,4 +342,4 @@ def _report(round_idx: int, rows: list[dict]) -> None:
 if __name__ == "__main__":
     from pflpipe.engine import distributed  # the module itself, not a second copy as __main__
 
-    distributed.worker(Path(sys.argv[1]))
+    distributed.worker(sys.argv[1])

@@ -4,6 +4,9 @@ Only this package imports boto3, and only inside `pflpipe.storage.s3`, which `op
 when a spec asks for S3, so importing this package stays light.
 """
 
+import os
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from pflpipe.storage.base import Store, download_dir, upload_dir
@@ -25,6 +28,36 @@ def open_store(storage_spec, default_root: str | Path) -> Store:
     return LocalStore(storage_spec.path or default_root)
 
 
+#: The environment variables (boto3's own names, first one set wins) that give the endpoint of an
+#: S3 store named by its URI alone (`open_uri`): a URI holds a bucket and a prefix, never an
+#: endpoint or credentials.
+ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def open_uri(uri: str) -> Store:
+    """Return the store at `uri`: ``s3://bucket/prefix``, ``file:///path`` or a local path.
+
+    An S3 store takes its endpoint from the first of `ENDPOINT_ENV` that is set (AWS itself
+    otherwise), its region and credentials from boto3's default chain (AWS_DEFAULT_REGION,
+    AWS_ACCESS_KEY_ID, ...), as a process that was handed only the URI can.
+    """
+    if uri.startswith("s3://"):
+        from pflpipe.storage.s3 import S3Store, parse_s3_uri
+
+        bucket, prefix = parse_s3_uri(uri)
+        endpoint = next((os.environ[name] for name in ENDPOINT_ENV if os.environ.get(name)), None)
+        return S3Store(bucket, prefix, endpoint_url=endpoint)
+    if uri.startswith("file:"):
+        parsed = urllib.parse.urlparse(uri)
+        if parsed.netloc not in ("", "localhost"):
+            raise ValueError(f"not a local file URI (host {parsed.netloc!r}): {uri}")
+        return LocalStore(urllib.request.url2pathname(parsed.path))
+    if "://" in uri:
+        raise ValueError(f"not a store URI: {uri} (expected s3://bucket/prefix, file:///path or "
+                         "a local path)")
+    return LocalStore(uri)
+
+
 def upload_results(spec, directory: str | Path, name: str) -> list[str]:
     """Copy a results directory into the spec's S3 store under ``results/<name>/``.
 
@@ -37,4 +70,5 @@ def upload_results(spec, directory: str | Path, name: str) -> list[str]:
     return upload_dir(store, Path(directory), f"results/{name}")
 
 
-__all__ = ["LocalStore", "Store", "download_dir", "open_store", "upload_dir", "upload_results"]
+__all__ = ["ENDPOINT_ENV", "LocalStore", "Store", "download_dir", "open_store", "open_uri",
+           "upload_dir", "upload_results"]

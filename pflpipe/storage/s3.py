@@ -187,6 +187,11 @@ class S3Store:
     def __repr__(self) -> str:
         return f"S3Store({self.uri!r}, endpoint_url={self._conn.endpoint_url!r})"
 
+    @property
+    def endpoint_url(self) -> str | None:
+        """The endpoint the store talks to (None: AWS's own)."""
+        return self._conn.endpoint_url
+
     def _key(self, key: str) -> str:
         if any(part == ".." for part in key.split("/")):
             raise ValueError(f"key {key!r} leaves the store root {self.uri}")

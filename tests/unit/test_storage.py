@@ -3,7 +3,7 @@
 import pytest
 
 from pflpipe.spec.sections import LocalStorage, S3Storage
-from pflpipe.storage import LocalStore, download_dir, open_store, upload_dir
+from pflpipe.storage import LocalStore, download_dir, open_store, open_uri, upload_dir
 
 
 def test_local_store_round_trips_bytes_and_leaves_no_temporary_files(tmp_path):
@@ -81,6 +81,33 @@ def test_open_store_s3_builds_an_s3_store_from_the_spec():
     assert isinstance(store, S3Store)
     assert store.uri == "s3://experiments/pfl/run-1"
     assert store.child("checkpoints").uri == "s3://experiments/pfl/run-1/checkpoints"
+
+
+def test_open_uri_of_a_local_store_is_its_root_as_path_or_file_uri(tmp_path):
+    store = LocalStore(tmp_path / "a folder")
+    store.put_bytes("task.pkl", b"x")
+
+    assert store.uri.endswith("/a%20folder")
+    for uri in (store.uri, str(tmp_path / "a folder")):
+        assert open_uri(uri).root == store.root
+        assert open_uri(uri).get_bytes("task.pkl") == b"x"
+
+
+def test_open_uri_of_s3_takes_the_endpoint_from_the_environment(monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://minio:9000")
+    assert open_uri("s3://runs/ckpt/workers/ab").endpoint_url == "http://minio:9000"
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3.internal:9000")
+    store = open_uri("s3://runs/ckpt/workers/ab/")
+
+    assert (store.uri, store.endpoint_url) == ("s3://runs/ckpt/workers/ab",
+                                               "http://s3.internal:9000")
+
+
+@pytest.mark.parametrize("uri", ["gs://bucket/x", "file://otherhost/tmp/x"])
+def test_open_uri_refuses_what_is_not_a_store_here(uri):
+    with pytest.raises(ValueError, match="not a"):
+        open_uri(uri)
 
 
 @pytest.mark.parametrize(("uri", "expected"), [
