@@ -187,17 +187,34 @@ def task_store(checkpoints: Store, make: Callable[..., Recipe], args: tuple) -> 
     """Where a stage's workers find ``make(*args)`` beside its checkpoints: ``workers/<digest>``.
 
     The digest is the task's own, so a rerun of the same task (after a worker died) reuses the
-    prefix: `launch` clears an earlier attempt's result and error before it starts the workers.
+    prefix: `write_task` clears an earlier attempt's result and error. A launcher of workers
+    elsewhere (a Trainer job) writes the task with `write_task`, starts the workers with the
+    store's URI and, once they are done, takes rank 0's result with `read_result`.
     """
     digest = hashlib.sha256(pickle.dumps((make, args))).hexdigest()[:16]
     return checkpoints.child(f"workers/{digest}")
 
 
-def _launch(workers: int, make, args: tuple, on_round, device: torch.device | None,
-            threads: int, task: Store) -> FederationResult:
+def write_task(task: Store, make: Callable[..., Recipe], args: tuple) -> None:
+    """Write ``(make, args)`` for the workers into `task`, clearing an earlier attempt's result."""
     for key in (_RESULT, _ERROR):  # an earlier attempt's, which this one must not report
         task.delete(key)
     task.put_bytes(_TASK, pickle.dumps((make, args)))
+
+
+def read_result(task: Store, device: torch.device | None = None) -> FederationResult:
+    """Rank 0's result in `task`; the library error a worker left there instead is raised."""
+    if task.exists(_ERROR):
+        raise pickle.loads(task.get_bytes(_ERROR))
+    fields = load_tensors(io.BytesIO(task.get_bytes(_RESULT)),
+                          "the result of the sharded federation", device or torch.device("cpu"),
+                          f"{task.uri}/{_RESULT}")
+    return FederationResult(**fields)
+
+
+def _launch(workers: int, make, args: tuple, on_round, device: torch.device | None,
+            threads: int, task: Store) -> FederationResult:
+    write_task(task, make, args)
     env = {**os.environ, "WORLD_SIZE": str(workers), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(_free_port()), "PFLPIPE_WORKER_THREADS": str(threads),
            _ACK: "1"}
@@ -216,12 +233,9 @@ def _launch(workers: int, make, args: tuple, on_round, device: torch.device | No
             if process.poll() is None:
                 process.kill()
             process.wait()
-    _raise_failure(task, codes)
-    where = f"{task.uri}/{_RESULT}"
-    fields = load_tensors(io.BytesIO(task.get_bytes(_RESULT)),
-                          "the result of the sharded federation", device or torch.device("cpu"),
-                          where)
-    return FederationResult(**fields)
+    if any(codes):
+        _raise_failure(task, codes)
+    return read_result(task, device)
 
 
 _TASK, _RESULT, _ERROR, _ROUND = "task.pkl", "result.pt", "error.pkl", "pflpipe-worker round "
@@ -262,7 +276,7 @@ def _read_lines(stream, lines: queue.Queue) -> None:
 
 
 def _raise_failure(task: Store, codes: list[int | None]) -> None:
-    """Raise the library error a worker sent, else a WorkerError naming the worker that died.
+    """Raise the library error a worker sent, else a WorkerError naming a worker that failed.
 
     A worker killed by a signal is named before one that exited with an error (its peers fail
     when they lose it).
@@ -270,12 +284,11 @@ def _raise_failure(task: Store, codes: list[int | None]) -> None:
     if task.exists(_ERROR):
         raise pickle.loads(task.get_bytes(_ERROR))
     failed = sorted((code > 0, rank, code) for rank, code in enumerate(codes) if code)
-    if failed:
-        _, rank, code = failed[0]
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        raise WorkerError(
-            f"worker {rank} of the sharded stage {how}; the other workers were stopped. "
-            "Finished rounds are checkpointed: run the stage again to resume from the last one")
+    _, rank, code = failed[0]
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    raise WorkerError(
+        f"worker {rank} of the sharded stage {how}; the other workers were stopped. "
+        "Finished rounds are checkpointed: run the stage again to resume from the last one")
 
 
 def _free_port() -> int:

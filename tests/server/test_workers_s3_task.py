@@ -6,9 +6,7 @@ environment. Real worker processes, real gloo on 127.0.0.1, a real S3 server; th
 the local-folder run's.
 """
 
-import io
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -88,26 +86,26 @@ def test_launch_through_an_s3_task_store_equals_the_local_folder_run(local_run, 
 
 def test_torchrun_workers_given_only_an_s3_uri_write_the_local_run_result(local_run, s3_server,
                                                                           bucket, monkeypatch):
-    # Prepare: the task written where a component would write it; the workers' environment has
-    # the endpoint (as a TrainJob's pods do), no launcher watches them
+    # Prepare: the task written as a Trainer-job launcher would (`task_store`, `write_task`);
+    # the workers' environment has the endpoint (as a TrainJob's pods do), no launcher watches
     root, local = local_run
     spec = _spec(root, f"{{kind: s3, bucket: {bucket}, endpoint_url: {s3_server}}}")
-    uri = f"s3://{bucket}/checkpoints/warm_start_fedavg/x/workers/y"
-    store = S3Store(bucket, "checkpoints/warm_start_fedavg/x/workers/y", endpoint_url=s3_server)
-    store.put_bytes("task.pkl", pickle.dumps((warm_start_fedavg._recipe,
-                                              (spec, 0, root / "partition"))))
+    args = (spec, 0, root / "partition")
+    checkpoints = S3Store(bucket, "checkpoints/warm_start_fedavg/x", endpoint_url=s3_server)
+    task = distributed.task_store(checkpoints, warm_start_fedavg._recipe, args)
+    distributed.write_task(task, warm_start_fedavg._recipe, args)
     env = {**os.environ, ENDPOINT_ENV[0]: s3_server}
     # Execute: torchrun, 2 processes on this node (a TrainJob runs 1 per node on N nodes)
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "--module", "pflpipe.engine.distributed", uri],
+         "--module", "pflpipe.engine.distributed", task.uri],
         env=env, capture_output=True, text=True, timeout=600)
     # Assert: rank 0 printed its rounds and wrote the result, the local run's numbers
     assert done.returncode == 0, done.stderr[-3000:]
     assert [line.split()[2] for line in done.stdout.splitlines()
             if line.startswith("pflpipe-worker round ")] == ["[1,", "[2,"]
-    fields = torch.load(io.BytesIO(store.get_bytes("result.pt")), weights_only=True)
-    _assert_same(local, distributed.FederationResult(**fields))
+    assert task.exists("result.pt")
+    _assert_same(local, distributed.read_result(task))
 
 
 def free_port() -> int:
