@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from pflpipe.engine import distributed
+from pflpipe.errors import DataError
 from pflpipe.spec import parse_spec
 from pflpipe.stages import partition_data, warm_start_fedavg
 from pflpipe.storage import ENDPOINT_ENV
@@ -106,6 +107,19 @@ def test_torchrun_workers_given_only_an_s3_uri_write_the_local_run_result(local_
             if line.startswith("pflpipe-worker round ")] == ["[1,", "[2,"]
     assert task.exists("result.pt")
     _assert_same(local, distributed.read_result(task))
+
+
+def test_a_library_error_of_the_workers_comes_back_through_s3_as_it_is(tmp_path, s3_server,
+                                                                       bucket):
+    # Prepare: a task whose partition folder does not exist (what a pod without the component's
+    # artifact paths meets: docs/cluster.md)
+    spec = _spec(tmp_path, f"{{kind: s3, bucket: {bucket}, endpoint_url: {s3_server}}}")
+    args = (spec, 0, tmp_path / "no-partition")
+    task = S3Store(bucket, "workers/t", endpoint_url=s3_server)
+    # Execute / Assert: the workers' DataError, raised by the launcher; left in S3 to look at
+    with pytest.raises(DataError, match=f"{tmp_path / 'no-partition'} is not a partition"):
+        distributed.launch(2, warm_start_fedavg._recipe, args, task=task)
+    assert task.list() == ["error.pkl", "task.pkl"]
 
 
 def free_port() -> int:
