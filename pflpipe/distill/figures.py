@@ -8,19 +8,17 @@ import math
 from pathlib import Path
 
 
-def _pyplot():
-    import matplotlib
+def _figure(**kwargs):
+    """A matplotlib `Figure` drawn by Agg, without pyplot (whose import costs a stage ~1 s)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure(**kwargs)
 
 
 def teacher_rounds_figure(rounds: list[int], last_round: int, path: Path) -> Path:
     """Bar chart of each client's optimal teacher round."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(rounds) + 1.5), 3.2))
+    fig = _figure(figsize=(max(4.0, 0.45 * len(rounds) + 1.5), 3.2))
+    ax = fig.subplots()
     ax.bar(range(len(rounds)), rounds, color="#4C72B0")
     ax.axhline(last_round, color="#C44E52", linestyle="--", linewidth=1, label="last round")
     ax.set(xlabel="client", ylabel="teacher round", title="Optimal teacher round per client")
@@ -29,20 +27,21 @@ def teacher_rounds_figure(rounds: list[int], last_round: int, path: Path) -> Pat
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return Path(path)
 
 
 def lambda_t_figure(grid: list[dict], chosen: list[dict], path: Path, split: str = "test") -> Path:
     """Accuracy on `split` vs λ, one line per T, one panel per client; the chosen pair ringed."""
-    plt = _pyplot()
+    from matplotlib import colormaps
+
     clients = sorted({row["client"] for row in grid})
     temperatures = sorted({row["temperature"] for row in grid})
     cols = min(5, len(clients))
     rows = math.ceil(len(clients) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.6 * rows), squeeze=False,
-                             sharex=True)
-    colors = plt.cm.viridis([i / max(1, len(temperatures) - 1) for i in range(len(temperatures))])
+    fig = _figure(figsize=(3.0 * cols, 2.6 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False, sharex=True)
+    colors = colormaps["viridis"]([i / max(1, len(temperatures) - 1)
+                                   for i in range(len(temperatures))])
     picks = {row["client"]: row for row in chosen}
     for ax, client in zip(axes.flat, clients, strict=False):
         for color, t in zip(colors, temperatures, strict=True):
@@ -66,5 +65,4 @@ def lambda_t_figure(grid: list[dict], chosen: list[dict], path: Path, split: str
                frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return Path(path)

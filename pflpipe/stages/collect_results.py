@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.errors import DataError
-from pflpipe.stages import track_results
 from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
@@ -106,6 +105,8 @@ def track(spec, out_dir: Path, tracker: Tracker) -> None:
     """Log a collected seed into the parent run `tracker`: its partition hash, every model."""
     if tracker is NULL_TRACKER:
         return
+    from pflpipe.stages import track_results  # torch: only when there is a run to log into
+
     out = Path(out_dir)
     collected = json.loads((out / MANIFEST).read_text())
     manifest = json.loads((out / "partition" / "manifest.json").read_text())

@@ -27,6 +27,7 @@ from pflpipe.engine.two_level import GaussianLikelihood
 from pflpipe.errors import DataError
 from pflpipe.models import build_model, head_keys
 from pflpipe.stages.notice import note
+from pflpipe.stages.tables import read_csv  # noqa: F401 - common.read_csv
 from pflpipe.storage import Store, open_store
 from pflpipe.tracking import Tracker, vocabulary
 
@@ -389,12 +390,6 @@ def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-
-
-def read_csv(path: Path) -> list[dict]:
-    """Rows of a CSV written by a stage."""
-    with Path(path).open(newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def load_round(directory: Path, round_idx: int, device: torch.device) -> Group:

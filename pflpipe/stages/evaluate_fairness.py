@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.errors import DataError
-from pflpipe.stages import common
+from pflpipe.stages.tables import read_csv
 from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
@@ -148,7 +148,7 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
     seeds = {_seed_of(d): d for d in results_dirs if _seed_of(d) is not None}
     history = tuple(row for directory in seeds.values() for model in _models(directory)
                     if (directory / model / "history.csv").is_file()
-                    for row in common.read_csv(directory / model / "history.csv"))
+                    for row in read_csv(directory / model / "history.csv"))
     images = {}
     if seeds:
         first = seeds[min(seeds)]

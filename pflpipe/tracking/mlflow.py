@@ -86,11 +86,40 @@ def _client(tracking_uri: str):
         return MlflowClient(tracking_uri=tracking_uri)
     from filelock import FileLock
 
+    _sqlite_write_ahead_log()
     database = Path(tracking_uri[len("sqlite:///"):].partition("?")[0])
     with FileLock(f"{database}.lock"):
         client = MlflowClient(tracking_uri=tracking_uri)
     _READY.add(tracking_uri)
     return client
+
+
+def _sqlite_write_ahead_log() -> None:
+    """Open every sqlite connection of this process in WAL mode with synchronous=NORMAL.
+
+    MLflow's store commits after every call (a run, a batch of metrics, a logged model), and in
+    sqlite's default mode each commit waits for the disk twice; with a write-ahead log a commit
+    only appends to it, and readers (``mlflow ui``) no longer block the writer. WAL is recorded
+    in the database file, so every later client finds it. NORMAL still keeps the database
+    consistent on a crash; what a power cut can lose is the last commits before it.
+    """
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    if not event.contains(Engine, "connect", _write_ahead_log):
+        event.listen(Engine, "connect", _write_ahead_log)
+
+
+def _write_ahead_log(connection, _record) -> None:
+    import sqlite3
+
+    if not isinstance(connection, sqlite3.Connection):
+        return
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError:  # another process holds the database: keep its mode
+        log.debug("sqlite journal mode left as it is", exc_info=True)
+    connection.execute("PRAGMA synchronous=NORMAL")
 
 
 def _retrying(what: str, tracking_uri: str, fn: Callable[..., T], *args, **kwargs) -> T:
@@ -330,9 +359,37 @@ def _save_torch_model(module: Any, path: Path) -> None:
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        mlflow.pytorch.save_model(
-            module, str(path), serialization_format="pickle",
-            pip_requirements=[f"pflpipe=={__version__}",
-                              f"torch=={torch.__version__.split('+')[0]}"])
+        with _package_map_built_once():
+            mlflow.pytorch.save_model(
+                module, str(path), serialization_format="pickle",
+                pip_requirements=[f"pflpipe=={__version__}",
+                                  f"torch=={torch.__version__.split('+')[0]}"])
     finally:
         quiet.setLevel(level)
+
+
+@contextmanager
+def _package_map_built_once() -> Iterator[None]:
+    """Let MLflow build its package → module map once per process, not once per requirement.
+
+    ``save_model`` checks each pip requirement against the installed packages and, for each,
+    rebuilds that map from every installed distribution (mlflow 3.x,
+    ``requirements_utils._init_packages_to_modules_map``): 3 requirements × every client's model
+    of a stage cost seconds. The map depends only on what is installed, so building it again
+    within one process gives the same map; the check itself still runs for every model.
+    """
+    try:
+        from mlflow.utils import requirements_utils as requirements
+
+        build = requirements._init_packages_to_modules_map
+        built = requirements._PACKAGES_TO_MODULES is not None
+    except (ImportError, AttributeError):  # another mlflow: leave it alone
+        yield
+        return
+    if not built:
+        build()
+    requirements._init_packages_to_modules_map = lambda: None
+    try:
+        yield
+    finally:
+        requirements._init_packages_to_modules_map = build
