@@ -359,7 +359,7 @@ def _save_torch_model(module: Any, path: Path) -> None:
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:
-        with _package_map_built_once():
+        with _requirements_unchecked():
             mlflow.pytorch.save_model(
                 module, str(path), serialization_format="pickle",
                 pip_requirements=[f"pflpipe=={__version__}",
@@ -369,27 +369,23 @@ def _save_torch_model(module: Any, path: Path) -> None:
 
 
 @contextmanager
-def _package_map_built_once() -> Iterator[None]:
-    """Let MLflow build its package → module map once per process, not once per requirement.
+def _requirements_unchecked() -> Iterator[None]:
+    """Skip MLflow's check of a saved model's pip requirements against the installed packages.
 
-    ``save_model`` checks each pip requirement against the installed packages and, for each,
-    rebuilds that map from every installed distribution (mlflow 3.x,
-    ``requirements_utils._init_packages_to_modules_map``): 3 requirements × every client's model
-    of a stage cost seconds. The map depends only on what is installed, so building it again
-    within one process gives the same map; the check itself still runs for every model.
+    The requirements `_save_torch_model` writes are the versions of this very process (pflpipe,
+    torch, and mlflow's own pin), so the check cannot find a mismatch; yet for each model it maps
+    every installed distribution to its modules (mlflow 3.x) — seconds per stage that logs a
+    model per client.
     """
     try:
-        from mlflow.utils import requirements_utils as requirements
+        from mlflow.utils import environment
 
-        build = requirements._init_packages_to_modules_map
-        built = requirements._PACKAGES_TO_MODULES is not None
+        check = environment.warn_dependency_requirement_mismatches
     except (ImportError, AttributeError):  # another mlflow: leave it alone
         yield
         return
-    if not built:
-        build()
-    requirements._init_packages_to_modules_map = lambda: None
+    environment.warn_dependency_requirement_mismatches = lambda requirements: None
     try:
         yield
     finally:
-        requirements._init_packages_to_modules_map = build
+        environment.warn_dependency_requirement_mismatches = check

@@ -222,3 +222,30 @@ def test_import_of_tracking_and_storage_loads_neither_mlflow_nor_boto3():
                             check=True)
 
     assert result.stdout.strip() == "[]"
+
+
+def test_sqlite_store_is_written_in_wal_mode(in_tmp):
+    import sqlite3
+
+    open_parent_run(parse_spec(BASE)).finish()
+
+    with sqlite3.connect(in_tmp / "mlflow.db") as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_saved_model_pins_this_environment_and_mlflow_check_is_restored(tmp_path):
+    import mlflow
+    import torch
+    from mlflow.utils import environment
+
+    import pflpipe
+    from pflpipe.tracking.mlflow import _save_torch_model
+
+    check = environment.warn_dependency_requirement_mismatches
+
+    _save_torch_model(torch.nn.Linear(2, 1), tmp_path / "model")
+
+    requirements = (tmp_path / "model" / "requirements.txt").read_text().split()
+    assert requirements == [f"mlflow=={mlflow.__version__}", f"pflpipe=={pflpipe.__version__}",
+                            f"torch=={torch.__version__.split('+')[0]}"]
+    assert environment.warn_dependency_requirement_mismatches is check
