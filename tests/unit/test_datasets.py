@@ -271,6 +271,18 @@ def test_digits_are_uint8_images_scaled_by_one_sixteenth():
     assert int(pooled.x.max()) == 16 and pooled.transform.scale == 1 / 16
 
 
+def test_digits_read_from_the_shipped_file_equal_load_digits():
+    from sklearn.datasets import load_digits
+
+    from pflpipe.data.datasets import digits_arrays
+
+    images, target = digits_arrays()
+    bunch = load_digits()
+
+    assert np.array_equal(images, bunch.images) and images.dtype == bunch.images.dtype
+    assert np.array_equal(target, bunch.target) and target.dtype == bunch.target.dtype
+
+
 def test_gaussian_without_spread_observes_theta0():
     spec = make_spec("{name: gaussian, sigma0_sq: 0, sigma_sq: 1.0e-10, n_min: 3, n_max: 5}",
                      "{strategy: natural, n_clients: 4, min_samples: 3}")
