@@ -128,6 +128,8 @@ class CompiledTrainer(BatchedTrainer):
             if compiled is None:   # did not compile: this job's remaining steps run eagerly
                 eager(*args)
         mean = run.total / sorted_steps.clamp_min(1).to(run.total.device)
+        if torch.equal(order, torch.arange(job.members)):
+            return TrainResult(run.state, mean, run.bad)
         inverse = torch.argsort(order).to(run.total.device)
         return TrainResult(select(run.state, inverse), mean[inverse], run.bad[inverse])
 

@@ -26,9 +26,12 @@ def evaluate(ctx, predict: Predict, state: Tree, shared: Tree, split: SplitData,
     """
     device = split.x.device
     counts = split.counts[clients.to(split.offsets.device)].to(device)
-    order = torch.argsort(counts.cpu(), descending=True, stable=True).to(device)
+    order = torch.argsort(counts.cpu(), descending=True, stable=True)
+    identity = torch.equal(order, torch.arange(len(order)))
+    order = order.to(device)
     sorted_counts, starts = counts[order], split.offsets[clients.to(device)][order]
-    state = tree_map(lambda t: t[order], state)
+    if not identity:   # already in order (equal clients): no copy of every member's state
+        state = tree_map(lambda t: t[order], state)
     if keys is None:
         member, keys = (lambda st, x, key: predict(st, shared, x, ctx)), torch.zeros_like(order)
     else:
@@ -58,5 +61,7 @@ def evaluate(ctx, predict: Predict, state: Tree, shared: Tree, split: SplitData,
     loss, accuracy = loss_sum / n, correct / n
     if ctx.task == "regression":
         accuracy = torch.full_like(loss, float("nan"))
+    if identity:
+        return loss, accuracy
     inverse = torch.argsort(order)
     return loss[inverse], accuracy[inverse]

@@ -34,7 +34,7 @@ from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.noise import step_keys
 from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig, server_update
 from pflpipe.engine.trainer import Context, Job
-from pflpipe.engine.tree import Group, Tree, assign, broadcast, merge, select, tree_map, where
+from pflpipe.engine.tree import Group, Tree, assign, assign_if, broadcast, merge, select, tree_map
 from pflpipe.errors import DivergenceError
 from pflpipe.storage.base import Store
 
@@ -343,8 +343,7 @@ class Federation:
         for k in scores:
             snap["last"][k].index_copy_(0, clients, scores[k])
             snap["best"][k].index_copy_(0, clients, torch.where(improved, scores[k], best[k]))
-        assign(snap["best_model"], clients,
-               where(improved, models, select(snap["best_model"], clients)))
+        assign_if(snap["best_model"], clients, improved, models)
 
     def _early_stop(self, snap: dict, scores: dict) -> None:
         if self.plan.early_stop is None or snap["round"] == 0:

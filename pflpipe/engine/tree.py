@@ -51,13 +51,24 @@ def assign(target: Tree, index: Tensor, source: Tree) -> None:
                 into[key].index_copy_(0, index, value.to(into[key].dtype))
 
 
-def where(mask: Tensor, new: Tree, old: Tree) -> Tree:
-    """Per member, take `new` where `mask` [M] is true, else `old`."""
-    def pick(a: Tensor, b: Tensor) -> Tensor:
-        return torch.where(mask.view(-1, *([1] * (a.dim() - 1))), a, b)
+def assign_if(target: Tree, index: Tensor, mask: Tensor, source: Tree) -> None:
+    """Write `source`'s members where `mask` [M] is true into rows `index` of `target`, in place.
 
-    return {group: {key: pick(new[group][key], old[group][key]) for key in new[group]}
-            for group in new}
+    Rows whose mask is false keep their values. When `index` is every row in order, one
+    ``torch.where`` into `target` (no copy of either tree); else only the chosen rows are copied.
+    """
+    members = len(next(iter(target["model"].values())))
+    every = len(index) == members and torch.equal(index.cpu(), torch.arange(members))
+    rows = None if every else mask.nonzero().flatten()
+    with torch.no_grad():
+        for group, tensors in source.items():
+            for key, value in tensors.items():
+                into = target[group][key]
+                if every:
+                    torch.where(mask.view(-1, *([1] * (value.dim() - 1))), value.to(into.dtype),
+                                into, out=into)
+                else:
+                    into.index_copy_(0, index[rows], value[rows].to(into.dtype))
 
 
 def sq_dist(a: Mapping[str, Tensor], b: Mapping[str, Tensor]) -> Tensor:
