@@ -34,7 +34,7 @@ from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.noise import step_keys
 from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig, server_update
 from pflpipe.engine.trainer import Context, Job
-from pflpipe.engine.tree import Group, Tree, assign, assign_if, broadcast, merge, select, tree_map
+from pflpipe.engine.tree import Group, Tree, assign, assign_if, merge, renew, select, tree_map
 from pflpipe.errors import DivergenceError
 from pflpipe.storage.base import Store
 
@@ -163,7 +163,7 @@ class Federation:
                   for name, module in self.ctx.modules.items()}
         server.update(algo.init_server(init_global, n))
         kept = algo.init_clients(init_global, n)
-        initial = {"model": broadcast(init_global, n), **kept}
+        initial = {"model": {k: v.expand(n, *v.shape) for k, v in init_global.items()}, **kept}
         shared = {"global": init_global, "server": server}
         state = vmap(algo.receive, in_dims=(None, 0, None))(init_global, initial, shared)
         state = tree_map(torch.Tensor.clone, state)  # distinct: a receive may alias groups
@@ -177,7 +177,10 @@ class Federation:
     def _round(self, snap: dict, round_idx: int) -> None:
         algo, global_params = self.algorithm, snap["global"]
         clients = self._sample(round_idx)
-        info = self._info(snap, round_idx, clients, select(snap["state"], clients))
+        every = clients is self.all_clients   # then the round's states replace the old ones
+        states = ({g: dict(tensors) for g, tensors in snap["state"].items()} if every
+                  else select(snap["state"], clients))
+        info = self._info(snap, round_idx, clients, states)
         shared = {"global": global_params, "server": snap["server"]}
         sent = algo.dispatch(info)
         state = vmap(algo.receive, in_dims=(None if sent is None else 0, 0, None))(
@@ -190,7 +193,10 @@ class Federation:
         new_global, snap["server_optimizer"] = server_update(
             self.plan.server_optimizer, global_params, new_global, snap.get("server_optimizer", {}))
         snap["global"] = merge(global_params, new_global)
-        assign(snap["state"], clients, state)
+        if every:
+            renew(snap["state"], state)
+        else:
+            assign(snap["state"], clients, state)
         snap["round"] = round_idx
 
     def _info(self, snap: dict, round_idx: int, clients: Tensor, states: Tree) -> Round:

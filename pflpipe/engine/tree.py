@@ -51,6 +51,28 @@ def assign(target: Tree, index: Tensor, source: Tree) -> None:
                 into[key].index_copy_(0, index, value.to(into[key].dtype))
 
 
+def renew(target: Tree, source: Tree) -> None:
+    """Make `source`'s members every member of `target`: its tensors replace target's.
+
+    Unlike `assign`, no tensor is written in place: whoever holds one of target's old tensors
+    (the round's start, an algorithm's server state) keeps its values, so the caller need not
+    copy them first. A source tensor that does not own its memory (an expanded or sliced view) or
+    shares it with another of target's tensors is copied, as `assign` would have.
+    """
+    for group, tensors in source.items():
+        into = target.setdefault(group, {})
+        for key, value in tensors.items():
+            into[key] = value.detach().to(into[key].dtype) if key in into else value.detach()
+    seen = set()
+    for tensors in target.values():
+        for key, value in tensors.items():
+            storage = value.untyped_storage()
+            if (storage.data_ptr() in seen or not value.is_contiguous() or value.storage_offset()
+                    or storage.nbytes() != value.numel() * value.element_size()):
+                value = tensors[key] = value.clone()
+            seen.add(value.untyped_storage().data_ptr())
+
+
 def assign_if(target: Tree, index: Tensor, mask: Tensor, source: Tree) -> None:
     """Write `source`'s members where `mask` [M] is true into rows `index` of `target`, in place.
 
