@@ -120,18 +120,22 @@ def schedule(n: int, steps: int, batch_size: int, seed: int, batches_per_step: i
     When one batch holds all n samples (full-batch gradient descent) the samples keep their order:
     a permutation would change only the order of a sum.
     """
-    total = steps * batches_per_step
+    out = torch.full((steps * batches_per_step * batch_size,), -1, dtype=torch.long)
+    write_schedule(out, n, steps * batches_per_step, batch_size, seed)
+    return out.view(steps, batches_per_step, batch_size)
+
+
+def write_schedule(out: Tensor, n: int, batches: int, batch_size: int, seed: int) -> None:
+    """Write `schedule`'s first `batches` batches, flat, into `out` (filled with -1 beforehand).
+
+    Epoch e fills out[e·⌈n/B⌉·B:][:n] with its permutation (the padding of its short last batch
+    stays -1), so a trainer writes every member's schedule straight into its index table.
+    """
+    limit = batches * batch_size
     if n <= batch_size:
-        out = torch.full((total, batch_size), -1, dtype=torch.long)
-        out[:, :n] = torch.arange(n)
-        return out.view(steps, batches_per_step, batch_size)
+        out[:limit].view(batches, batch_size)[:, :n] = torch.arange(n)
+        return
     generator = torch.Generator().manual_seed(seed)
-    per_epoch = math.ceil(n / batch_size)
-    epochs = math.ceil(total / per_epoch) if per_epoch else 0
-    out = torch.full((epochs * per_epoch, batch_size), -1, dtype=torch.long)
-    for epoch in range(epochs):
-        perm = torch.randperm(n, generator=generator)
-        padded = torch.full((per_epoch * batch_size,), -1, dtype=torch.long)
-        padded[:n] = perm
-        out[epoch * per_epoch:(epoch + 1) * per_epoch] = padded.view(per_epoch, batch_size)
-    return out[:total].view(steps, batches_per_step, batch_size)
+    for start in range(0, limit, math.ceil(n / batch_size) * batch_size):
+        stop = min(start + n, limit)
+        out[start:stop] = torch.randperm(n, generator=generator)[:stop - start]

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from pflpipe.engine.data import SplitData, schedule
+from pflpipe.engine.data import SplitData, schedule, write_schedule
 from pflpipe.engine.noise import normal, step_keys
 from pflpipe.engine.optim import OptimizerConfig, StackedOptimizer
 from pflpipe.engine.tree import Tree, member, select, tree_map
@@ -238,11 +238,17 @@ def gather(data: SplitData, local: Tensor, clients: Tensor, batches_per_step: in
 
 def index_table(job: Job, order: Tensor, max_steps: int) -> Tensor:
     """Local sample indices [M, S_max, batches_per_step, B] of every member's steps, -1 padded."""
-    counts = job.data.counts.cpu()[job.clients.cpu()]
+    counts = job.data.counts.cpu()[job.clients.cpu()].tolist()
+    steps = job.steps.tolist()
     table = torch.full((job.members, max_steps, job.batches_per_step, job.batch_size), -1,
                        dtype=torch.long)
+    flat = table.view(job.members, -1)
     for row, m in enumerate(order.tolist()):
-        table[row, :int(job.steps[m])] = member_schedule(job, m, int(counts[m]))
+        if job.samples is None:   # written in place: no per-member tensor to copy
+            write_schedule(flat[row], counts[m], steps[m] * job.batches_per_step,
+                           job.batch_size, job.seeds[m])
+        else:
+            table[row, :steps[m]] = member_schedule(job, m, counts[m])
     return table
 
 
