@@ -6,7 +6,7 @@ from torch import nn
 
 from pflpipe.engine.data import SplitData, member_seed, schedule, steps_for_epochs
 from pflpipe.engine.optim import OptimizerConfig
-from pflpipe.engine.trainer import BatchedTrainer, Context, Job, SequentialTrainer
+from pflpipe.engine.trainer import BatchedTrainer, Context, Job, SequentialTrainer, index_table
 from pflpipe.engine.tree import broadcast
 
 
@@ -80,6 +80,40 @@ def test_schedule_covers_each_epoch_once_and_pads_the_last_batch():
         assert epoch[-1].item() == -1 and (epoch[:-1] >= 0).all()   # 3 batches: 2 + 2 + 1
     assert not torch.equal(epochs[0], epochs[1])                    # reshuffled
     assert torch.equal(order, schedule(n=5, steps=6, batch_size=2, seed=1))
+
+
+def test_schedule_draws_one_permutation_per_epoch_from_the_members_seed():
+    # Prepare: n = 5, B = 2: 3 batches an epoch (2 + 2 + 1); 4 steps of 2 batches = 8 batches,
+    # i.e. 3 epochs, the last cut after 2 batches. The draws: torch.randperm from the seed.
+    generator = torch.Generator().manual_seed(7)
+    perms = [torch.randperm(5, generator=generator).tolist() for _ in range(3)]
+    expected = [i for p in perms for i in p + [-1]][:16]
+
+    # Execute
+    order = schedule(n=5, steps=4, batch_size=2, seed=7, batches_per_step=2)
+
+    # Assert
+    assert order.shape == (4, 2, 2)
+    assert order.flatten().tolist() == expected
+
+
+def test_index_table_holds_each_members_schedule_in_the_trainers_order(ds3):
+    # Prepare: unequal clients, 2 batches a step, members sorted by steps (most first)
+    job = _job(ds3)
+    job.batches_per_step = 2
+    job.steps = (job.steps + 1) // 2
+    order = torch.argsort(job.steps, descending=True, stable=True)
+    counts = job.data.counts
+
+    # Execute
+    table = index_table(job, order, int(job.steps.max()))
+
+    # Assert: row r is member order[r]'s schedule, -1 after its last step
+    for row, m in enumerate(order.tolist()):
+        steps = int(job.steps[m])
+        assert torch.equal(table[row, :steps],
+                           schedule(int(counts[m]), steps, 16, job.seeds[m], 2))
+        assert (table[row, steps:] == -1).all()
 
 
 def test_steps_for_epochs_counts_short_last_batches():
