@@ -14,7 +14,6 @@ being padded to the largest client's; only a client's last, short batch is padde
 """
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,12 +27,6 @@ from pflpipe.engine.optim import OptimizerConfig, StackedOptimizer
 from pflpipe.engine.tree import Tree, member, select, tree_map
 
 log = logging.getLogger(__name__)
-#: Every CPU allocation of 2 MB or more on transparent huge pages (PyTorch's switch; "0" in the
-#: environment turns it off). The engine allocates member-stacked tensors of hundreds of MB (a
-#: copy of every member's state, gradients, mini-batches); on 4 KB pages each costs a page fault
-#: per 4 KB, which at 1,000 clients took a third of a round's CPU time (docs/performance.md).
-#: PyTorch reads the switch at its first such allocation: the stages import the engine first.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 Batch = dict[str, Tensor]
 Objective = Callable[..., "Tensor | tuple[Tensor, Tree]"]
