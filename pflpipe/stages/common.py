@@ -34,8 +34,8 @@ from pflpipe.tracking import Tracker, vocabulary
 log = logging.getLogger(__name__)
 RESULT_FIELDS = ("seed", "client", "model", "split", "selection", "round", "accuracy", "loss",
                  "n_samples", "scope")
-#: The tables of a results directory (docs/contracts.md).
-RESULTS_CSV, HISTORY_CSV = "results.csv", "history.csv"
+#: The tables and the summary of a results directory (docs/contracts.md).
+RESULTS_CSV, HISTORY_CSV, SUMMARY_MD = "results.csv", "history.csv", "summary.md"
 HISTORY_FIELDS = ("seed", "client", "model", "round", "split", "loss", "accuracy", "scope")
 #: Version of what the engine checkpoints; a new one never resumes from an older one's files.
 CHECKPOINT_FORMAT = 2
@@ -114,10 +114,10 @@ def setup(spec, seed: int, partition_dir: Path, shard: int | None = None) -> Set
               for name in ("train", "val", "test")}
     data = FederatedData(**splits)
     if shard is not None:
-        bounds = client_shards(data.train.counts, spec.engine.shards)
         if not 0 <= shard < spec.engine.shards:
             raise DataError(f"shard {shard} does not exist: engine.shards is "
                             f"{spec.engine.shards}")
+        bounds = client_shards(data.train.counts, spec.engine.shards)
         data = data.shard(bounds[shard], bounds[shard + 1])
         note(f"shard {shard + 1}/{spec.engine.shards}: clients {bounds[shard]}–"
              f"{bounds[shard + 1] - 1}")
@@ -342,7 +342,7 @@ def write_results(out_dir: Path, results: list[dict], history: list[dict],
         (out_dir / "models").mkdir(exist_ok=True)
         torch.save({k: v.detach().cpu() for k, v in state_dict.items()},
                    out_dir / "models" / f"{name}.pt")
-    (out_dir / "summary.md").write_text(summary)
+    (out_dir / SUMMARY_MD).write_text(summary)
 
 
 #: What a client shard's results directory says of itself (`pflpipe.stages.shards`).

@@ -24,7 +24,7 @@ from pflpipe.stages.personalize import PersonalizeResult
 #: The tables of a results directory that hold rows of the shard's own clients.
 TABLES = (common.RESULTS_CSV, common.HISTORY_CSV, GRID_CSV, CHOSEN_CSV)
 #: Written again over all clients (the summary, the λ–T figure) or not kept (the shard's record).
-RECOMPUTED = ("summary.md", FIGURES[0], common.SHARD_JSON)
+RECOMPUTED = (common.SUMMARY_MD, FIGURES[0], common.SHARD_JSON)
 
 
 def merge(shard_dirs: list[Path], out_dir: Path) -> DistillResult | PersonalizeResult:
@@ -55,7 +55,7 @@ def merge(shard_dirs: list[Path], out_dir: Path) -> DistillResult | PersonalizeR
         elif path.name not in RECOMPUTED:
             shutil.copyfile(path, out / path.name)
     summary = _summary([record["summary"] for record, _ in shards], out)
-    (out / "summary.md").write_text(summary.to_markdown())
+    (out / common.SUMMARY_MD).write_text(summary.to_markdown())
     return summary
 
 
