@@ -15,7 +15,10 @@ caller's ``on_round`` before the next round starts, and returns rank 0's result.
 entry, ``python -m pflpipe.engine.distributed TASK``, reads torchrun's environment, and TASK is
 a store URI (a local folder, or an S3 prefix that workers in other pods can read), so a Kubeflow
 Trainer job can run it in each pod (pflpipe.pipelines.trainjob; the component does not submit
-that job yet: docs/cluster.md).
+that job yet: docs/cluster.md). The task is self-contained: `write_task` puts the files and
+folders that ``make(*args)`` reads (the `pathlib.Path` arguments: the partition, a warm-start
+checkpoint) into the task store, and each worker reads a copy of its own; the checkpoints rank
+0 writes go to the stage's store, which must then be S3 too.
 """
 
 import dataclasses
@@ -33,6 +36,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -46,7 +50,7 @@ from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.federation import Federation, FederationResult, Plan
 from pflpipe.engine.trainer import Context, Job, TrainResult, chunk
 from pflpipe.engine.tree import Group, Tree, tree_map
-from pflpipe.errors import PflpipeError, StorageError, WorkerError
+from pflpipe.errors import DataError, PflpipeError, StorageError, WorkerError
 from pflpipe.storage import ENDPOINT_ENV, LocalStore, open_uri
 from pflpipe.storage.base import Store
 
@@ -170,15 +174,18 @@ def launch(workers: int, make: Callable[..., Recipe], args: tuple,
     importable by name. The workers' own output lines repeat the caller's and are dropped.
 
     `task` is the store the task goes out and the result comes back through (TASK is its URI):
-    a local temporary folder unless given, e.g. `task_store` under the stage's checkpoint store
-    when the store is S3 (what workers in other pods can read). The workers are given an S3
-    store's endpoint in their environment (`pflpipe.storage.ENDPOINT_ENV`).
+    a local temporary folder unless given (the workers then read make's paths where they are),
+    e.g. `task_store` under the stage's checkpoint store when the store is S3 (what workers in
+    other pods can read). A given store carries the files make reads too (`write_task`); the
+    task, its files and the result are deleted once the workers succeed. The workers are given
+    an S3 store's endpoint in their environment (`pflpipe.storage.ENDPOINT_ENV`).
     """
-    if task is None:
+    if task is None:  # the workers share this machine's files: they read make's paths as they are
         with tempfile.TemporaryDirectory(prefix="pflpipe-workers-") as tmp:
-            return _launch(workers, make, args, on_round, device, threads, LocalStore(tmp))
+            return _launch(workers, make, args, on_round, device, threads, LocalStore(tmp),
+                           carry_files=False)
     result = _launch(workers, make, args, on_round, device, threads, task)
-    for key in (_TASK, _RESULT):
+    for key in (_TASK, _RESULT, *task.list(_FILES)):
         task.delete(key)
     return result
 
@@ -195,11 +202,65 @@ def task_store(checkpoints: Store, make: Callable[..., Recipe], args: tuple) -> 
     return checkpoints.child(f"workers/{digest}")
 
 
-def write_task(task: Store, make: Callable[..., Recipe], args: tuple) -> None:
-    """Write ``(make, args)`` for the workers into `task`, clearing an earlier attempt's result."""
+def write_task(task: Store, make: Callable[..., Recipe], args: tuple, *,
+               carry_files: bool = True) -> None:
+    """Write ``(make, args)`` for the workers into `task`, clearing an earlier attempt's result.
+
+    With `carry_files`, each `pathlib.Path` in `args` (a file or folder that `make` reads) goes
+    into `task` too, content-addressed under ``files/`` (a file already there is not written
+    again), and each worker reads its own copy: workers in other pods need no file of this one.
+    """
     for key in (_RESULT, _ERROR):  # an earlier attempt's, which this one must not report
         task.delete(key)
+    if carry_files:
+        present = set(task.list(_FILES))
+        args = tuple(_carry(task, arg, present) if isinstance(arg, Path) else arg for arg in args)
     task.put_bytes(_TASK, pickle.dumps((make, args)))
+
+
+@dataclass(frozen=True)
+class _Carried:
+    """A file or folder of the launcher's in the task store: (relative path, key) per file."""
+
+    source: str
+    is_dir: bool
+    files: tuple[tuple[str, str], ...]
+
+
+def _carry(task: Store, path: Path, present: set[str]) -> _Carried:
+    """Put the files of `path` into `task` under their SHA-256 unless `present` has them."""
+    if not path.exists():
+        raise DataError(f"{path} does not exist; the sharded stage's workers are given a copy "
+                        "of each file and folder its arguments name")
+    members = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    files = []
+    for member in members:
+        data = member.read_bytes()
+        key = f"{_FILES}/{hashlib.sha256(data).hexdigest()}"
+        if key not in present:
+            task.put_bytes(key, data)
+            present.add(key)
+        files.append((member.relative_to(path).as_posix() if path.is_dir() else "", key))
+    return _Carried(str(path), path.is_dir(), tuple(files))
+
+
+def _fetch(task: Store, carried: _Carried, into: Path, rank: int) -> Path:
+    """Write a worker's copy of `carried` into `into`; exit naming the object if one is missing."""
+    copy = into / Path(carried.source).name
+    if carried.is_dir:
+        copy.mkdir(parents=True)
+    for relative, key in carried.files:
+        target = copy / relative if relative else copy
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            target.write_bytes(task.get_bytes(key))
+        except FileNotFoundError:
+            source = "/".join(filter(None, [carried.source, relative]))
+            sys.exit(f"worker {rank}: {task.uri}/{key} (a copy of the launcher's {source}) is "
+                     "missing from its task; write the task again before starting the workers")
+        except StorageError as err:
+            sys.exit(f"worker {rank}: could not read {task.uri}/{key}: {err}")
+    return copy
 
 
 def read_result(task: Store, device: torch.device | None = None) -> FederationResult:
@@ -213,8 +274,8 @@ def read_result(task: Store, device: torch.device | None = None) -> FederationRe
 
 
 def _launch(workers: int, make, args: tuple, on_round, device: torch.device | None,
-            threads: int, task: Store) -> FederationResult:
-    write_task(task, make, args)
+            threads: int, task: Store, carry_files: bool = True) -> FederationResult:
+    write_task(task, make, args, carry_files=carry_files)
     env = {**os.environ, "WORLD_SIZE": str(workers), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(_free_port()), "PFLPIPE_WORKER_THREADS": str(threads),
            _ACK: "1"}
@@ -239,6 +300,8 @@ def _launch(workers: int, make, args: tuple, on_round, device: torch.device | No
 
 
 _TASK, _RESULT, _ERROR, _ROUND = "task.pkl", "result.pt", "error.pkl", "pflpipe-worker round "
+#: The folder of a task's carried files (`write_task`), each under its SHA-256.
+_FILES = "files"
 #: Set by `launch`: rank 0 waits for its acknowledgement of each round on stdin. Without it (a
 #: Trainer job's pods) rank 0 prints the round lines and goes on.
 _ACK = "PFLPIPE_WORKER_ACK"
@@ -303,17 +366,21 @@ def worker(uri: str) -> None:
     The task comes from the store at `uri` (`pflpipe.storage.open_uri`: a local folder or an S3
     prefix). Rank 0 reports each round on stdout (and waits for `launch`'s acknowledgement when
     `launch` started it), and writes the result there; a library error is written there for the
-    launcher to raise as it is. A task that cannot be read stops the worker, before it joins the
-    group, with a message naming the URI.
+    launcher to raise as it is. The files the task carries (`write_task`) are copied into a
+    temporary folder for `make` to read. A task or carried file that cannot be read stops the
+    worker, before it joins the group, with a message naming the URI.
     """
     rank, workers = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    task, make, args = _read_task(uri, rank)
+    copies = tempfile.TemporaryDirectory(prefix="pflpipe-worker-")
+    task, make, args = _read_task(uri, rank, Path(copies.name))
     use_gpus = torch.cuda.is_available() and torch.cuda.device_count() >= workers
     if use_gpus:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     dist.init_process_group("nccl" if use_gpus else "gloo", init_method="env://")
     try:
-        recipe = make(*args)
+        with copies:  # `make` loads what it reads
+            recipe = make(*args)
+        _check_store(task, recipe)
         torch.set_num_threads(int(os.environ.get("PFLPIPE_WORKER_THREADS", "1")))
         report = (_report if os.environ.get(_ACK) == "1" else _print_round) if rank == 0 else None
         result = recipe.run(report, cls=ShardedFederation)
@@ -328,8 +395,19 @@ def worker(uri: str) -> None:
         dist.destroy_process_group()
 
 
-def _read_task(uri: str, rank: int) -> tuple[Store, Callable[..., Recipe], tuple]:
-    """The task's store and ``(make, args)``; exit with a message naming `uri` if unreadable."""
+def _check_store(task: Store, recipe: Recipe) -> None:
+    """Refuse checkpoints in a local folder when the task is not: the launcher cannot read it."""
+    if isinstance(recipe.store, LocalStore) and not isinstance(task, LocalStore):
+        raise StorageError(f"the workers' task is in {task.uri} but the stage checkpoints into "
+                           f"the local folder {recipe.store.root}, which a launcher in another "
+                           "pod cannot read; use S3 storage (storage.kind: s3)")
+
+
+def _read_task(uri: str, rank: int, copies: Path) -> tuple[Store, Callable[..., Recipe], tuple]:
+    """The task's store and ``(make, args)``, its carried files copied into `copies`.
+
+    Exit with a message naming `uri` (or the missing file's object) if unreadable.
+    """
     where = f"{uri.rstrip('/')}/{_TASK}"
     try:
         task = open_uri(uri)
@@ -339,7 +417,8 @@ def _read_task(uri: str, rank: int) -> tuple[Store, Callable[..., Recipe], tuple
                  "it before it starts them (is TASK the launcher's URI, and its store this one?)")
     except (StorageError, ValueError) as err:
         sys.exit(f"worker {rank}: could not read its task {where}: {err}")
-    return task, make, args
+    return task, make, tuple(_fetch(task, arg, copies / str(i), rank)
+                             if isinstance(arg, _Carried) else arg for i, arg in enumerate(args))
 
 
 def _print_round(round_idx: int, rows: list[dict]) -> None:

@@ -392,12 +392,18 @@ def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def load_round(directory: Path, round_idx: int, device: torch.device) -> Group:
-    """The global state_dict of one round from a checkpoint directory."""
+def round_file(directory: Path, round_idx: int) -> Path:
+    """The file of one round's global state_dict in a checkpoint directory."""
     path = Path(directory) / f"round_{round_idx:04d}.pt"
     if not path.is_file():
         raise DataError(f"{directory}: no checkpoint for round {round_idx} ({path.name})")
-    return load_tensors(path, f"the state_dict of round {round_idx}", map_location=device)
+    return path
+
+
+def load_round(directory: Path, round_idx: int, device: torch.device) -> Group:
+    """The global state_dict of one round from a checkpoint directory."""
+    return load_tensors(round_file(directory, round_idx), f"the state_dict of round {round_idx}",
+                        map_location=device)
 
 
 def mean_by_round(rows: list[dict], split: str, key: str, data: FederatedData) -> dict[int, float]:

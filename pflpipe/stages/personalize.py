@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.algorithms import build
+from pflpipe.data.files import load_tensors
 from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import Plan
 from pflpipe.errors import DataError
@@ -54,7 +55,8 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     entry whose clients train alone: `pflpipe.stages.shards` merges the shards' directories).
     """
     entry = spec.algorithm(label)
-    args = (spec, seed, label, partition_dir, checkpoints_dir, stage, shard)
+    args = (spec, seed, label, partition_dir, _starting_file(entry, checkpoints_dir), stage,
+            shard)
     recipe = _recipe(*args)
     plan, data = recipe.plan, recipe.data
     common.use_checkpoints(recipe.store, resume, plan.rounds)
@@ -82,12 +84,16 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     return summary
 
 
-def _recipe(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path | None,
-            stage: str, shard: int | None = None) -> Recipe:
-    """The entry's federation (its workers build it again from the same arguments)."""
+def _recipe(spec, seed: int, label: str, partition_dir: Path, start: Path | None, stage: str,
+            shard: int | None = None) -> Recipe:
+    """The entry's federation from the `start` checkpoint (None: the seeded initial model).
+
+    Its workers build it again from the same arguments.
+    """
     entry = spec.algorithm(label)
     s = common.setup(spec, seed, partition_dir, shard)
-    init = _starting_point(entry, s, checkpoints_dir)
+    init = s.init if start is None else load_tensors(
+        start, f"the warm start's state_dict {start.name}", map_location=s.device)
     fed = spec.federation
     algorithm = build(entry, head=s.head, federation=fed)
     rounds = entry.rounds_of(fed)
@@ -109,10 +115,11 @@ def stream_of(label: str) -> int:
     return 1 + zlib.crc32(label.encode())
 
 
-def _starting_point(entry, s, checkpoints_dir: Path | None):
+def _starting_file(entry, checkpoints_dir: Path | None) -> Path | None:
+    """The warm-start checkpoint `entry` starts from (None: the seeded initial model)."""
     warm = entry.warm_start
     if warm == "none":
-        return s.init
+        return None
     if checkpoints_dir is None:
         raise DataError(f"{entry.display_name}: warm_start is {warm!r} but no warm-start "
                         "checkpoints were given")
@@ -124,7 +131,7 @@ def _starting_point(entry, s, checkpoints_dir: Path | None):
     if round_idx > last:
         raise DataError(f"{entry.display_name}: warm_start round {round_idx} does not exist; the "
                         f"warm start ran {last} rounds")
-    return common.load_round(checkpoints_dir, round_idx, s.device)
+    return common.round_file(checkpoints_dir, round_idx)
 
 
 def _digest(params) -> str:
