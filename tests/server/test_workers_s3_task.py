@@ -2,11 +2,15 @@
 
 What a Kubeflow Trainer job's pods do (pflpipe.pipelines.trainjob): each runs ``torchrun --module
 pflpipe.engine.distributed s3://bucket/prefix`` with only the endpoint and credentials in its
-environment. Real worker processes, real gloo on 127.0.0.1, a real S3 server; the result equals
-the local-folder run's.
+environment, and none of the launcher's files (the task carries them). Real worker processes,
+real gloo on 127.0.0.1, a real S3 server; the result equals the local-folder run's.
 """
 
+import hashlib
+import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,9 +20,9 @@ import pytest
 import torch
 
 from pflpipe.engine import distributed
-from pflpipe.errors import DataError
+from pflpipe.errors import DataError, StorageError
 from pflpipe.spec import parse_spec
-from pflpipe.stages import partition_data, warm_start_fedavg
+from pflpipe.stages import partition_data, personalize, warm_start_fedavg
 from pflpipe.storage import ENDPOINT_ENV
 from pflpipe.storage.s3 import S3Store
 
@@ -27,6 +31,7 @@ experiment: {{name: workers-s3, output_dir: {root}/out}}
 dataset: {{name: digits}}
 partition: {{strategy: ds3, n_clients: 8, min_samples: 10}}
 federation: {{rounds: 2, batch_size: 16, lr: 0.05}}
+personalization: [{{name: scaffold, rounds: 2}}]
 tracking: {{enabled: false}}
 engine: {{device: cpu, workers: 2}}
 storage: {storage}
@@ -35,6 +40,30 @@ storage: {storage}
 
 def _spec(root: Path, storage: str):
     return parse_spec(SPEC.format(root=root, storage=storage))
+
+
+@pytest.fixture(scope="module")
+def local_personalize(local_run):
+    """(root, result) of SCAFFOLD's 2 workers from the warm start's final model, local files."""
+    root, warm = local_run
+    (root / "warm").mkdir()
+    torch.save(warm.global_params, root / "warm" / "round_0002.pt")
+    (root / "warm" / "progress.json").write_text(json.dumps({"rounds_completed": 2}))
+    spec = _spec(root, f"{{kind: local, path: {root}/store}}")
+    args = (spec, 0, "scaffold", root / "partition", root / "warm" / "round_0002.pt",
+            "personalize", None)
+    return root, distributed.launch(2, personalize._recipe, args)
+
+
+def _torchrun(uri: str, endpoint: str, cwd: Path) -> subprocess.CompletedProcess:
+    """2 workers on this node given only the task URI and the endpoint (a TrainJob runs 1 per
+    node on N nodes).
+    """
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "--module", "pflpipe.engine.distributed", uri],
+        env={**os.environ, ENDPOINT_ENV[0]: endpoint}, cwd=cwd, capture_output=True, text=True,
+        timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -111,15 +140,90 @@ def test_torchrun_workers_given_only_an_s3_uri_write_the_local_run_result(local_
 
 def test_a_library_error_of_the_workers_comes_back_through_s3_as_it_is(tmp_path, s3_server,
                                                                        bucket):
-    # Prepare: a task whose partition folder does not exist (what a pod without the component's
-    # artifact paths meets: docs/cluster.md)
+    # Prepare: a task whose partition folder holds no partition
     spec = _spec(tmp_path, f"{{kind: s3, bucket: {bucket}, endpoint_url: {s3_server}}}")
+    (tmp_path / "no-partition").mkdir()
     args = (spec, 0, tmp_path / "no-partition")
     task = S3Store(bucket, "workers/t", endpoint_url=s3_server)
-    # Execute / Assert: the workers' DataError, raised by the launcher; left in S3 to look at
-    with pytest.raises(DataError, match=f"{tmp_path / 'no-partition'} is not a partition"):
+    # Execute / Assert: the workers' DataError (about their copy of the folder), raised by the
+    # launcher; left in S3 to look at
+    with pytest.raises(DataError, match="/no-partition is not a partition directory"):
         distributed.launch(2, warm_start_fedavg._recipe, args, task=task)
     assert task.list() == ["error.pkl", "task.pkl"]
+
+
+def test_a_task_naming_a_path_that_does_not_exist_is_not_written(tmp_path, s3_server, bucket):
+    spec = _spec(tmp_path, f"{{kind: s3, bucket: {bucket}, endpoint_url: {s3_server}}}")
+    task = S3Store(bucket, "workers/t", endpoint_url=s3_server)
+    with pytest.raises(DataError, match=f"^{tmp_path / 'gone'} does not exist; the sharded "
+                                        "stage's workers are given a copy"):
+        distributed.write_task(task, warm_start_fedavg._recipe, (spec, 0, tmp_path / "gone"))
+    assert task.list() == []
+
+
+def test_torchrun_workers_need_none_of_the_launchers_files(local_personalize, s3_server, bucket,
+                                                           tmp_path):
+    # Prepare: SCAFFOLD's task from a copy of the partition and of the warm-start checkpoint,
+    # written to S3; then the copies are deleted, so the workers can only read the task's
+    root, local = local_personalize
+    shutil.copytree(root / "partition", tmp_path / "partition")
+    shutil.copytree(root / "warm", tmp_path / "warm")
+    spec = _spec(root, f"{{kind: s3, bucket: {bucket}, endpoint_url: {s3_server}}}")
+    args = (spec, 0, "scaffold", tmp_path / "partition", tmp_path / "warm" / "round_0002.pt",
+            "personalize", None)
+    task = distributed.task_store(personalize._recipe(*args).store, personalize._recipe, args)
+    distributed.write_task(task, personalize._recipe, args)
+    carried = task.list("files")
+    distributed.write_task(task, personalize._recipe, args)  # a second attempt adds nothing
+    shutil.rmtree(tmp_path / "partition")
+    shutil.rmtree(tmp_path / "warm")
+    (tmp_path / "pod").mkdir()
+    # Execute
+    done = _torchrun(task.uri, s3_server, tmp_path / "pod")
+    # Assert: the local-files run's numbers; every file once, under its content's SHA-256
+    assert done.returncode == 0, done.stderr[-3000:]
+    _assert_same(local, distributed.read_result(task))
+    files = [root / "warm" / "round_0002.pt",
+             *(p for p in (root / "partition").rglob("*") if p.is_file())]
+    assert carried == task.list("files") == sorted(
+        {f"files/{hashlib.sha256(p.read_bytes()).hexdigest()}" for p in files})
+
+
+def test_worker_missing_a_carried_file_names_its_object_and_the_source(tmp_path, s3_server,
+                                                                       bucket):
+    # Prepare: a task whose checkpoint-file copy was deleted from S3
+    spec = _spec(tmp_path, f"{{kind: s3, bucket: {bucket}, endpoint_url: {s3_server}}}")
+    (tmp_path / "partition").mkdir()
+    start = tmp_path / "round_0002.pt"
+    start.write_bytes(b"a checkpoint")
+    args = (spec, 0, "scaffold", tmp_path / "partition", start, "personalize", None)
+    task = S3Store(bucket, "workers/missing", endpoint_url=s3_server)
+    distributed.write_task(task, personalize._recipe, args)
+    key = f"files/{hashlib.sha256(start.read_bytes()).hexdigest()}"
+    task.delete(key)
+    # Execute
+    done = _worker(task.uri, {ENDPOINT_ENV[0]: s3_server})
+    # Assert: one line, before the worker joins the others
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"worker 0: s3://{bucket}/workers/missing/{key} (a copy of the launcher's {start}) is "
+        "missing from its task; write the task again before starting the workers")
+
+
+def test_workers_refuse_local_checkpoints_when_the_task_is_in_s3(local_run, s3_server, bucket):
+    # Prepare: an S3 task of a spec that checkpoints into a local folder (no other pod sees it)
+    root, _ = local_run
+    spec = _spec(root, f"{{kind: local, path: {root}/store}}")
+    task = S3Store(bucket, "workers/local", endpoint_url=s3_server)
+    distributed.write_task(task, warm_start_fedavg._recipe, (spec, 0, root / "partition"))
+    # Execute
+    done = _worker(task.uri, {ENDPOINT_ENV[0]: s3_server})
+    # Assert: the library error, for the launcher to raise
+    assert done.returncode == 1
+    with pytest.raises(StorageError, match=re.escape(
+            f"the workers' task is in {task.uri} but the stage checkpoints into the local folder "
+            f"{root}/store/checkpoints/warm_start_fedavg/")):
+        distributed.read_result(task)
 
 
 def free_port() -> int:
