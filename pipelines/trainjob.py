@@ -4,8 +4,9 @@ One TrainJob (trainer.kubeflow.org/v1alpha1) on the ``torch-distributed`` runtim
 nodes of one process each, every node running ``torchrun --module pflpipe.engine.distributed
 TASK`` (torchrun reads the runtime's PET_* variables and gives the worker RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT, as the local launcher does). TASK is an ``s3://`` prefix in the
-spec's store (`pflpipe.engine.distributed.task_store`): the workers read the task there and rank 0
-writes the result there, since the pods share no folder with the component that launches them.
+spec's store (`pflpipe.engine.distributed.task_store`): the workers read the task and the files it
+carries (the partition, a warm-start checkpoint) there and rank 0 writes the result there, since
+the pods share no folder with the component that launches them.
 Per-worker resources (CPU, memory, GPUs) are the stage's in the spec's `resources` section; the
 store's endpoint and region, and its S3 secret when the storage names one, become the workers'
 environment (a task URI holds neither endpoint nor credentials).
