@@ -242,7 +242,9 @@ def federate(spec, recipe: Recipe, make: Callable[..., Recipe], args: tuple,
              on_round: Callable[[int, list[dict]], None] | None = None) -> FederationResult:
     """Run `recipe`'s rounds here, or as `engine.workers` processes sharing the clients.
 
-    The workers build their own recipe with ``make(*args)`` (a module-level function).
+    The workers build their own recipe with ``make(*args)`` (a module-level function); the
+    `Path`s among `args` are all the files it reads (a task in a store carries them:
+    `distributed.write_task`).
     """
     workers = spec.engine.workers
     if workers == 1:

@@ -55,8 +55,9 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     entry whose clients train alone: `pflpipe.stages.shards` merges the shards' directories).
     """
     entry = spec.algorithm(label)
-    args = (spec, seed, label, partition_dir, _starting_file(entry, checkpoints_dir), stage,
-            shard)
+    # the Path arguments are the files its workers read (a task carries them: write_task)
+    args = (spec, seed, label, Path(partition_dir), _starting_file(entry, checkpoints_dir),
+            stage, shard)
     recipe = _recipe(*args)
     plan, data = recipe.plan, recipe.data
     common.use_checkpoints(recipe.store, resume, plan.rounds)

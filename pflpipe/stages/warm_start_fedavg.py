@@ -59,7 +59,7 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
     common.use_checkpoints(store, resume, fed.rounds)
     if progress and on_round is None:
         on_round = common.round_progress(fed.rounds)
-    result = common.federate(spec, recipe, _recipe, (spec, seed, partition_dir), on_round)
+    result = common.federate(spec, recipe, _recipe, (spec, seed, Path(partition_dir)), on_round)
     rows = common.scored_rows(result.rows, data)
     _write_checkpoints(store, Path(checkpoints_dir), rows, data)
     results, best_round = _global_results(rows, result.rounds_completed, seed, data)
