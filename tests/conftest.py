@@ -8,6 +8,14 @@ os.environ.setdefault("CI", "true")
 os.environ.setdefault("MLFLOW_SKIP_PIP_REQUIREMENTS_CHECK", "true")
 
 
+@pytest.fixture(scope="session")
+def test_device() -> str:
+    """The engine device of the ds3 partitions that the batched == sequential tests train on:
+    PFLPIPE_TEST_DEVICE (cpu unless set; `cuda` runs them on a GPU, which CI never has).
+    """
+    return os.environ.get("PFLPIPE_TEST_DEVICE", "cpu")
+
+
 @pytest.fixture(scope="session", params=[
     pytest.param(False, id="eager"), pytest.param(True, id="compiled", marks=pytest.mark.compile)])
 def compiled(request) -> bool:

@@ -158,7 +158,7 @@ def _prepare(job: Job, order: Tensor, sorted_steps: Tensor) -> Steps:
     optimizer = StackedOptimizer(job.optimizer, [state[g][k] for g, k in keys], lrs)
     return Steps(
         state, optimizer.state, lrs,
-        hp={name: value[order.to(value.device)] for name, value in job.hp.items()},
+        hp={name: value.to(device)[on_device] for name, value in job.hp.items()},
         clients=job.clients.to(device)[on_device],
         index=index_table(job, order, max_steps).transpose(0, 1).contiguous().to(device),
         noise=step_keys([job.seeds[m] for m in order.tolist()], max_steps).t().contiguous()

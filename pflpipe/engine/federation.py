@@ -161,8 +161,10 @@ class Federation:
         algo, n = self.algorithm, self.n_clients
         server = {name: {k: v.detach().clone() for k, v in module.state_dict().items()}
                   for name, module in self.ctx.modules.items()}
-        server.update(algo.init_server(init_global, n))
-        kept = algo.init_clients(init_global, n)
+        # An algorithm's own initial tensors (a step count, APFL's α) follow the model's device.
+        device = next(iter(init_global.values())).device
+        server.update(tree_map(lambda v: v.to(device), algo.init_server(init_global, n)))
+        kept = tree_map(lambda v: v.to(device), algo.init_clients(init_global, n))
         initial = {"model": {k: v.expand(n, *v.shape) for k, v in init_global.items()}, **kept}
         shared = {"global": init_global, "server": server}
         state = vmap(algo.receive, in_dims=(None, 0, None))(init_global, initial, shared)

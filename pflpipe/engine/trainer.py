@@ -152,7 +152,7 @@ class BatchedTrainer:
         max_steps = int(sorted_steps[0]) if job.members else 0
         state = select(job.state, order.to(device))  # a copy: the job's tensors stay untouched
         clients = job.clients.to(device)[order.to(device)]
-        hp = {name: value[order.to(value.device)] for name, value in job.hp.items()}
+        hp = {name: value.to(device)[order.to(device)] for name, value in job.hp.items()}
         index = index_table(job, order, max_steps).to(device)
         noise_keys = step_keys([job.seeds[m] for m in order.tolist()], max_steps).to(device)
         parts = []   # per update: (step function, trained (group, key)s, its optimizer)

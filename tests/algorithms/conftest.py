@@ -95,15 +95,15 @@ dataset: {name: digits}
 partition: {strategy: ds3, n_clients: 10, min_samples: 10}
 federation: {rounds: 2, batch_size: 16, lr: 0.05}
 tracking: {enabled: false}
-engine: {device: cpu}
 """
 
 
 @pytest.fixture(scope="session")
-def digits_ds3(tmp_path_factory):
+def digits_ds3(tmp_path_factory, test_device):
     """(spec, Setup, root) of a digits ds3 partition over 10 clients of unequal sizes."""
     root = tmp_path_factory.mktemp("algorithms-ds3")
-    spec = parse_spec(DS3 + f"storage: {{kind: local, path: {root / 'store'}}}\n")
+    spec = parse_spec(DS3 + f"engine: {{device: {test_device}}}\n"
+                      f"storage: {{kind: local, path: {root / 'store'}}}\n")
     partition_data.run(spec, 0, root / "partition")
     return spec, common.setup(spec, 0, root / "partition"), root
 

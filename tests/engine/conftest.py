@@ -10,14 +10,14 @@ experiment: {name: engine-ds3}
 dataset: {name: digits}
 partition: {strategy: ds3, n_clients: 10, min_samples: 10}
 federation: {rounds: 3, batch_size: 16, lr: 0.05}
-engine: {device: cpu}
 """
 
 
 @pytest.fixture(scope="session")
-def ds3(tmp_path_factory):
+def ds3(tmp_path_factory, test_device):
     """(spec, Setup) of a digits ds3 partition over 10 clients."""
     root = tmp_path_factory.mktemp("ds3")
-    spec = parse_spec(DS3 + f"storage: {{kind: local, path: {root / 'store'}}}\n")
+    spec = parse_spec(DS3 + f"engine: {{device: {test_device}}}\n"
+                      f"storage: {{kind: local, path: {root / 'store'}}}\n")
     partition_data.run(spec, 0, root / "partition")
     return spec, common.setup(spec, 0, root / "partition")

@@ -33,7 +33,8 @@ def _counting_objective(state, batch, shared, hp, ctx):
 def _job(ds3, objective, steps=STEPS):
     _, s = ds3
     n = s.data.n_clients
-    return Job(state={"model": broadcast(s.init, n), "seen": {"steps": torch.zeros(n)}},
+    seen = {"steps": torch.zeros(n, device=s.device)}
+    return Job(state={"model": broadcast(s.init, n), "seen": seen},
                train=("model",), objective=objective, data=s.data.train, clients=torch.arange(n),
                steps=steps, lr={"model": torch.linspace(0.02, 0.2, n)}, batch_size=16,
                seeds=[member_seed(0, c) for c in range(n)], hp={"weight": torch.full((n,), 0.5)},

@@ -63,7 +63,7 @@ def test_client_fraction_trains_only_the_sampled_clients(ds3):
 def test_evaluate_matches_a_plain_loop_per_client(ds3):
     _, s = ds3
     n = s.data.n_clients
-    params = {k: v.unsqueeze(0).expand(n, *v.shape) + 0.01 * torch.randn(n, *v.shape)
+    params = {k: v.expand(n, *v.shape) + 0.01 * torch.randn(n, *v.shape, device=v.device)
               for k, v in s.init.items()}
 
     loss, accuracy = evaluate(s.ctx, lambda st, sh, x, ctx: ctx.forward(st["model"], x),

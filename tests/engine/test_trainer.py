@@ -67,7 +67,8 @@ def test_batched_trainer_in_chunks_equals_one_pass(ds3):
 
     whole, chunked = BatchedTrainer(ctx).train(job), BatchedTrainer(ctx, max_members=3).train(job)
 
-    assert _max_diff(whole.state, chunked.state) == 0.0
+    # Bit for bit on CPU; cuBLAS picks its kernels by batch size, so on CUDA only within 1e-6.
+    assert _max_diff(whole.state, chunked.state) <= (0.0 if ds3[1].device.type == "cpu" else 1e-6)
 
 
 def test_schedule_covers_each_epoch_once_and_pads_the_last_batch():
