@@ -14,8 +14,12 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 @dsl.component(base_image=PFLPIPE_IMAGE, install_kfp_package=False)
 def personalize(spec_json: str, seed: int, label: str, partition: Input[Dataset],
                 checkpoints: Input[Model], results: Output[Model], summary: Output[Markdown],
-                resume: str = "all"):
-    """Run the personalization entry `label` from the warm start; write its results directory."""
+                resume: str = "all", shard: str = ""):
+    """Run the personalization entry `label` from the warm start; write its results directory.
+
+    `shard` "k": only the k-th client shard of `engine.shards` (an entry whose clients train
+    alone; `collect_results` merges the shards); "": every client.
+    """
     from pathlib import Path
 
     from pflpipe.spec import Spec
@@ -23,5 +27,6 @@ def personalize(spec_json: str, seed: int, label: str, partition: Input[Dataset]
 
     spec = Spec.model_validate_json(spec_json)
     result = stage.run(spec, seed, label, Path(partition.path), Path(checkpoints.path),
-                       Path(results.path), progress=True, resume=resume)
+                       Path(results.path), progress=True, resume=resume,
+                       shard=int(shard) if shard else None)
     Path(summary.path).write_text(result.to_markdown())

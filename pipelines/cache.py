@@ -19,7 +19,8 @@ from pflpipe.spec import Spec
 CACHED = ("partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",
           "distill_grid_search")
 
-#: Stages that run one task per client shard under `engine.shards` (pipelines.graph).
+#: Stages that run one task per client shard under `engine.shards` (pipelines.graph), as do the
+#: personalize entries whose clients train alone (`is_sharded`).
 SHARDED = ("train_local", "distill_grid_search")
 _TRAINING = ("model", "federation", "engine", "storage")
 #: The spec settings each cached stage reads (pflpipe.stages and what they call), as dotted
@@ -35,6 +36,18 @@ READS = {
 }
 
 
+def is_sharded(spec: Spec, stage: str, label: str | None = None) -> bool:
+    """Whether `stage` (a `personalize` task: its entry `label`) runs as client shards.
+
+    So it does when `engine.shards` > 1; its shards then count in its cache key.
+    """
+    if spec.engine.shards == 1:
+        return False
+    if stage == "personalize":
+        return spec.algorithm(label).clients_train_alone
+    return stage in SHARDED
+
+
 def scoped_spec_json(spec: Spec, stage: str, label: str | None = None) -> str:
     """Return the spec as `stage` needs it: what it reads, every other setting at its default.
 
@@ -42,7 +55,7 @@ def scoped_spec_json(spec: Spec, stage: str, label: str | None = None) -> str:
     """
     data = spec.model_dump(mode="json", by_alias=True)
     data["engine"]["parallel_tasks"] = None  # how many tasks run at once decides no result
-    if stage not in SHARDED:
+    if not is_sharded(spec, stage, label):
         data["engine"]["shards"] = 1
     kept = {"experiment": {"name": spec.experiment.name, "output_dir": spec.experiment.output_dir},
             "dataset": data["dataset"], "partition": data["partition"], "personalization": []}

@@ -8,11 +8,12 @@ for each seed:
 evaluate_fairness(Collected(collect_results))      one report, mean ± std over the seeds
 ```
 With `engine.shards` = N, train_local and distill_grid_search are each a loop of N tasks, one per
-client shard, followed by merge_shards (`pflpipe.stages.shards`).
+client shard, followed by merge_shards (`pflpipe.stages.shards`); a personalize entry whose clients
+train alone (fedavg_ft) is N items of the personalize loop, and collect_results merges them.
 Every task but collect_results and evaluate_fairness is cached on the spec settings it reads
 (`pflpipe.pipelines.cache`); those two track into MLflow. Loop bodies receive only loop items
-(a personalize task's label and scoped spec), constants (the spec as JSON) and pipeline
-parameters (the tracking settings), never a parameter output of a task outside the loop:
+(a personalize task's label, scoped spec and client shard), constants (the spec as JSON) and
+pipeline parameters (the tracking settings), never a parameter output of a task outside the loop:
 kfp.local replaces such a value with the loop item (docs/kfp-local.md). Artifacts cross loop
 boundaries unharmed.
 """
@@ -29,7 +30,7 @@ from pflpipe.components.personalize import personalize
 from pflpipe.components.select_teachers import select_teachers
 from pflpipe.components.train_local import train_local
 from pflpipe.components.warm_start_fedavg import warm_start_fedavg
-from pflpipe.pipelines.cache import CACHED, scoped_spec_json
+from pflpipe.pipelines.cache import CACHED, is_sharded, scoped_spec_json
 from pflpipe.pipelines.platform import configure
 from pflpipe.spec import Spec
 from pflpipe.spec.algorithms import PERSONALIZE
@@ -38,6 +39,20 @@ from pflpipe.spec.algorithms import PERSONALIZE
 def personalize_labels(spec: Spec) -> list[str]:
     """The entries the `personalize` stage runs, by display name."""
     return [entry.display_name for entry in spec.personalization if entry.name in PERSONALIZE]
+
+
+def personalize_items(spec: Spec) -> list[dict[str, str]]:
+    """The personalize loop's items: an entry's label, its scoped spec and its client shard.
+
+    An entry whose clients train alone is one item per shard of `engine.shards` when sharded
+    (`collect_results` merges them), any other one item with shard "" (every client). The shard
+    is a string: KFP gives every field of a loop item the type of the item's first value.
+    """
+    return [{"label": label, "spec_json": scoped_spec_json(spec, "personalize", label),
+             "shard": str(shard)}
+            for label in personalize_labels(spec)
+            for shard in (range(spec.engine.shards) if is_sharded(spec, "personalize", label)
+                          else ("",))]
 
 
 def model_names(spec: Spec) -> list[str]:
@@ -72,8 +87,7 @@ def build_pipeline(spec: Spec):
     """
     spec_json = spec.model_dump_json(by_alias=True)
     scoped = {stage: scoped_spec_json(spec, stage) for stage in CACHED if stage != "personalize"}
-    entries = [{"label": label, "spec_json": scoped_spec_json(spec, "personalize", label)}
-               for label in personalize_labels(spec)]
+    entries = personalize_items(spec)
     seeds_at_once, labels_at_once = parallelism(spec)
 
     @dsl.pipeline(name=spec.experiment.name,
@@ -124,8 +138,8 @@ def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
     if entries:
         with dsl.ParallelFor(entries, name="for each algorithm", parallelism=at_once) as entry:
             personal = configure(personalize(
-                spec_json=entry.spec_json, seed=seed, label=entry.label, resume=resume,
-                partition=partition, checkpoints=checkpoints), spec, "personalize")
+                spec_json=entry.spec_json, seed=seed, label=entry.label, shard=entry.shard,
+                resume=resume, partition=partition, checkpoints=checkpoints), spec, "personalize")
         gathered["personalized"] = dsl.Collected(personal.outputs["results"])
     return configure(collect_results(
         spec_json=spec_json, seed=seed, partition=partition, checkpoints=checkpoints,

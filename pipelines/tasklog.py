@@ -25,7 +25,7 @@ CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit")
 RUNNER_ERROR = re.compile(r" - ERROR - (.+)$")
 SEED = re.compile(r'^\s*"seed": (\d+),?$')
 LABEL = re.compile(r'^\s*"label": "([^"]+)",?$')
-SHARD = re.compile(r'^\s*"shard": (\d+),?$')
+SHARD = re.compile(r'^\s*"shard": "?(\d+)"?,?$')  # an int, or a personalize item's string
 #: `pflpipe.stages.common.PROGRESS`, printed by a training stage after each round.
 PROGRESS = re.compile(r"^\s*pflpipe progress: round (\d+)/(\d+)")
 #: `pflpipe.stages.notice.NOTE`: what a stage did beyond running (threads, resume, reuse).
@@ -47,14 +47,18 @@ class TaskLog:
     finished: float | None = None
     seed: int | None = None
     label: str | None = None
+    shard: int | None = None         # the client shard a sharded stage's task trains
     path: Path | None = None         # the task's log file, once written
     progress: tuple[int, int] | None = None  # (round, rounds) of the latest progress line
     notes: list[str] = field(default_factory=list)  # the stage's notes, in order
 
     @property
     def title(self) -> str:
-        """E.g. ``personalize[fedper] · seed 0``."""
-        name = f"{self.stage}[{self.label}]" if self.label else self.stage
+        """E.g. ``personalize[fedper] · seed 0``, ``personalize[fedavg_ft, shard 1] · seed 0``."""
+        what = [self.label] if self.label else []
+        if self.shard is not None:
+            what.append(f"shard {self.shard}")
+        name = f"{self.stage}[{', '.join(what)}]" if what else self.stage
         return name if self.seed is None else f"{name} · seed {self.seed}"
 
     @property
@@ -166,8 +170,8 @@ class TaskLogRouter(io.TextIOBase):
             task.seed = int(match.group(1))
         if task.label is None and (match := LABEL.match(line)):
             task.label = match.group(1)
-        if task.label is None and (match := SHARD.match(line)):
-            task.label = f"shard {match.group(1)}"
+        if task.shard is None and (match := SHARD.match(line)):
+            task.shard = int(match.group(1))
         if match := PROGRESS.match(line):
             task.progress = (int(match.group(1)), int(match.group(2)))
             self._on_event("progress", task)

@@ -59,9 +59,13 @@ def plan(spec) -> str:
     lines.append(f"  evaluate_fairness   baselines {spec.evaluation.baselines.local!r} and "
                  f"{spec.evaluation.baselines.global_!r}, metrics chosen on "
                  f"{spec.evaluation.selection}")
-    if spec.engine.shards > 1:
-        lines.append(f"  engine              train_local and distill_grid_search as "
-                     f"{spec.engine.shards} tasks each, one per client shard, then merge_shards")
+    sharded = [*(["train_local"] if spec.runs_local else []),
+               *(["distill_grid_search"] if spec.has_persfl else []),
+               *(f"personalize[{entry.display_name}]" for entry in spec.personalization
+                 if entry.stage == "personalize" and entry.clients_train_alone)]
+    if spec.engine.shards > 1 and sharded:
+        lines.append(f"  engine              {', '.join(sharded)} as {spec.engine.shards} tasks "
+                     "each, one per client shard, then merged")
     if spec.engine.workers > 1:
         lines.append(f"  engine              warm_start_fedavg, train_local and personalize as "
                      f"{spec.engine.workers} workers, each a shard of the clients")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.errors import DataError
+from pflpipe.stages.tables import SHARD_JSON
 from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
@@ -65,6 +66,7 @@ def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
         tracker: Tracker = NULL_TRACKER) -> CollectedResults:
     """Copy each directory to `out_dir/<model>/`, write the concatenated results.csv; track.
 
+    The client shards of a model (`engine.shards`) are merged into `out_dir/<model>/` first.
     `tracker` is the parent run: each model gets its runs under it (see `track_results`).
     """
     out = Path(out_dir)
@@ -72,14 +74,15 @@ def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
     rows: list[dict] = []
     models: list[str] = []
     fields: list[str] = []
-    for directory in map(Path, results_dirs):
+    for directory in _merge_shards(list(map(Path, results_dirs)), out):
         table, columns = _read(directory)
         fields += [name for name in columns if name not in fields]
         model = table[0]["model"]
         if model in models:
             raise DataError(f"two results directories hold model {model!r} for seed {seed} "
                             f"(the second is {directory}); every model is trained once per seed")
-        shutil.copytree(directory, out / model, dirs_exist_ok=True)
+        if directory != out / model:
+            shutil.copytree(directory, out / model, dirs_exist_ok=True)
         rows += table
         models.append(model)
     with (out / RESULTS).open("w", newline="") as handle:
@@ -124,6 +127,31 @@ def _keep_sources(out: Path, partition_dir: Path, checkpoints_dir: Path | None) 
     sources = {"partition": str(partition_dir.absolute()),
                "checkpoints": str(Path(checkpoints_dir).absolute()) if checkpoints_dir else None}
     (out / SOURCES).write_text(json.dumps(sources, indent=2) + "\n")
+
+
+def _merge_shards(results_dirs: list[Path], out: Path) -> list[Path]:
+    """`results_dirs` with each model's client shards merged into `out/<model>/`, in order.
+
+    A personalize entry whose clients train alone runs as one task per client shard; its
+    directories hold `SHARD_JSON` (`pflpipe.stages.shards`).
+    """
+    dirs: list[Path] = []
+    parts: dict[str, list[Path]] = {}
+    for directory in results_dirs:
+        if not (directory / SHARD_JSON).is_file():
+            dirs.append(directory)
+            continue
+        model = _read(directory)[0][0]["model"]
+        if model not in parts:
+            parts[model] = []
+            dirs.append(out / model)
+        parts[model].append(directory)
+    if parts:
+        from pflpipe.stages import shards  # torch: only when there are shards to merge
+
+        for model, shard_dirs in parts.items():
+            shards.merge(shard_dirs, out / model)
+    return dirs
 
 
 def _read(directory: Path) -> tuple[list[dict], list[str]]:

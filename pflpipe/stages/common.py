@@ -27,7 +27,7 @@ from pflpipe.engine.two_level import GaussianLikelihood
 from pflpipe.errors import DataError
 from pflpipe.models import build_model, head_keys
 from pflpipe.stages.notice import note
-from pflpipe.stages.tables import read_csv  # noqa: F401 - common.read_csv
+from pflpipe.stages.tables import SHARD_JSON, read_csv  # noqa: F401 - common.read_csv
 from pflpipe.storage import Store, open_store
 from pflpipe.tracking import Tracker, vocabulary
 
@@ -345,10 +345,6 @@ def write_results(out_dir: Path, results: list[dict], history: list[dict],
         torch.save({k: v.detach().cpu() for k, v in state_dict.items()},
                    out_dir / "models" / f"{name}.pt")
     (out_dir / SUMMARY_MD).write_text(summary)
-
-
-#: What a client shard's results directory says of itself (`pflpipe.stages.shards`).
-SHARD_JSON = "shard.json"
 
 
 def write_shard(out_dir: Path, data: FederatedData, summary) -> None:

@@ -55,6 +55,10 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     entry whose clients train alone: `pflpipe.stages.shards` merges the shards' directories).
     """
     entry = spec.algorithm(label)
+    if shard is not None and not entry.clients_train_alone:
+        raise DataError(f"{label}: {entry.name}'s clients communicate, so it cannot run as a "
+                        "client shard; only entries whose clients train alone are sharded (a "
+                        "federated entry splits its clients over engine.workers)")
     # the Path arguments are the files its workers read (a task carries them: write_task)
     args = (spec, seed, label, Path(partition_dir), _starting_file(entry, checkpoints_dir),
             stage, shard)

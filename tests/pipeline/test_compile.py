@@ -334,7 +334,8 @@ def test_cached_stages_inputs_ignore_added_algorithms_but_not_partition_changes(
     # a personalize task's spec comes with its loop item and holds its own entry only
     ditto = scoped_spec_json(parse_spec(more_algorithms), "personalize", "ditto")
     assert loop_items(ir_more, "for each algorithm") == [
-        *loop_items(ir_base, "for each algorithm"), {"label": "ditto", "spec_json": ditto}]
+        *loop_items(ir_base, "for each algorithm"),
+        {"label": "ditto", "spec_json": ditto, "shard": ""}]
     fedper = json.loads(loop_items(ir_base, "for each algorithm")[0]["spec_json"])
     assert [e["name"] for e in fedper["personalization"]] == ["fedper"]
     # The added algorithm does reach the stages that run every time.

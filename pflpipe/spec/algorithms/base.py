@@ -26,6 +26,9 @@ class Params(Section):
 
     #: The pipeline stage that runs entries of this algorithm.
     stage: ClassVar[str] = "personalize"
+    #: Whether the clients never communicate (nothing is sent), so that the entry can run as
+    #: client shards, one pipeline task each (`engine.shards`, `pflpipe.stages.shards`).
+    clients_train_alone: ClassVar[bool] = False
 
     label: str | None = Field(
         None,
@@ -86,6 +89,7 @@ class FederatedParams(Params):
 class StandaloneParams(Params):
     """Fields of algorithms whose clients train alone: one "round" is one epoch of every client."""
 
+    clients_train_alone: ClassVar[bool] = True
     #: Starting point: the warm start's final global model, or 'none' (the seeded initial model).
     warm_start: ClassVar[str] = "final"
     eval_every: ClassVar[int] = 1
