@@ -392,8 +392,9 @@ class Engine(Section):
     )
     shards: int = Field(
         1, ge=1, le=1024,
-        description="Client shards the stages whose clients train alone (the local baseline "
-        "and PersFL's distillation grid) split into: one pipeline task per shard (KFP "
-        "ParallelFor; each with its own pod and resources on a cluster), merged into one "
-        "results directory that equals the unsharded one's within float tolerance.",
+        description="Client shards the stages whose clients train alone (the local baseline, "
+        "PersFL's distillation grid and personalization entries such as fedavg_ft) split "
+        "into: one pipeline task per shard (KFP ParallelFor; each with its own pod and "
+        "resources on a cluster), merged into one results directory that equals the unsharded "
+        "one's within float tolerance.",
     )

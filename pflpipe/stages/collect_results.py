@@ -7,7 +7,8 @@ per seed. The output is itself a results directory (docs/contracts.md):
 ```
 results.csv       the rows of every input's results.csv
 collected.json    {"seed": 0, "models": ["fedavg", "local", ...]}
-<model>/          each input directory as it was (results.csv, history.csv, models/, ...)
+<model>/          each input directory as it was (results.csv, history.csv, models/, ...), a
+                  model's client shards merged into one (`pflpipe.stages.shards`)
 partition/        the partition's manifest.json and label heatmap (not its samples)
 sources.json      where the partition and the warm start's checkpoints are
                   (`pflpipe personalize-new` reads them from there)

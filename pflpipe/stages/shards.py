@@ -1,7 +1,8 @@
 """Client shards of the stages whose clients train alone, merged into one results directory.
 
-With `engine.shards` = N, the local baseline and PersFL's distillation grid run as N pipeline
-tasks, task k on the k-th contiguous shard of the clients (`common.client_shards`). A client keeps
+With `engine.shards` = N, the local baseline, PersFL's distillation grid and the personalization
+entries whose clients train alone (`fedavg_ft`) run as N pipeline tasks, task k on the k-th
+contiguous shard of the clients (`common.client_shards`). A client keeps
 its id in its shard, and every random draw of its training is keyed by that id, so it trains as
 it would among all clients. `merge` joins the shards' results directories into the one the
 unsharded stage writes: the tables row by row (a stage writes its tables client by client, so

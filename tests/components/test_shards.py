@@ -1,11 +1,13 @@
-"""Client shards: the local baseline and the distillation grid run per shard, then merged, equal
-the unsharded stages.
+"""Client shards: the local baseline, the distillation grid and a personalize entry whose clients
+train alone (fedavg_ft) run per shard, then merged, equal the unsharded stages.
 
 Every stage runs in-process on digits (5 clients of different sizes, 3 shards of 1–2 clients);
-then one real `pflpipe run` of the sharded graph on the local runner (2 shards: 2 × 2 shard
-tasks and 2 merges) against the unsharded stages run in-process.
+then one real `pflpipe run` of the sharded graph on the local runner (2 shards: 3 × 2 shard
+tasks, 2 merges and fedavg_ft's merge in collect_results; fedper, federated, one task) against
+the unsharded stages run in-process.
 """
 
+import json
 import math
 import os
 import subprocess
@@ -18,11 +20,14 @@ import yaml
 
 from pflpipe.errors import DataError
 from pflpipe.pipelines.compile import compile_pipeline
+from pflpipe.pipelines.graph import personalize_items
 from pflpipe.spec import load_spec, parse_spec
 from pflpipe.stages import (
+    collect_results,
     common,
     distill_grid_search,
     partition_data,
+    personalize,
     select_teachers,
     shards,
     train_local,
@@ -34,7 +39,11 @@ experiment: {{name: t, output_dir: {out}}}
 dataset: {{name: digits}}
 partition: {{strategy: ds2, n_clients: 5, alpha: 0.5}}
 federation: {{rounds: 3}}
-personalization: [{{name: persfl}}, {{name: local, epochs: 3}}]
+personalization:
+  - {{name: persfl}}
+  - {{name: local, epochs: 3}}
+  - {{name: fedavg_ft, epochs: 3}}
+  - {{name: fedper, rounds: 2}}
 distillation: {{epochs: 2, lambdas: [0.0, 0.5], temperatures: [1.0, 4.0]}}
 engine: {{shards: 3, device: cpu, compile: false}}
 tracking: {{enabled: false}}
@@ -44,7 +53,7 @@ SHARDS = 3
 
 @pytest.fixture(scope="module")
 def stages(tmp_path_factory):
-    """Both stages unsharded (`<stage>`) and as 3 shards merged (`<stage>-merged`)."""
+    """Each stage unsharded (`<stage>`) and as 3 shards merged (`<stage>-merged`)."""
     work = tmp_path_factory.mktemp("shards")
     spec = parse_spec(SPEC.format(out=work / "results"))
     part, ckpt, teachers = work / "partition", work / "checkpoints", work / "teachers"
@@ -53,12 +62,14 @@ def stages(tmp_path_factory):
     select_teachers.run(spec, ckpt, teachers)
     train_local.run(spec, 0, part, work / "local")
     distill_grid_search.run(spec, 0, part, ckpt, teachers, work / "persfl")
+    personalize.run(spec, 0, "fedavg_ft", part, ckpt, work / "fedavg_ft")
     for k in range(SHARDS):
         train_local.run(spec, 0, part, work / f"local-{k}", shard=k)
         distill_grid_search.run(spec, 0, part, ckpt, teachers, work / f"persfl-{k}", shard=k)
+        personalize.run(spec, 0, "fedavg_ft", part, ckpt, work / f"fedavg_ft-{k}", shard=k)
     summaries = {stage: shards.merge([work / f"{stage}-{k}" for k in reversed(range(SHARDS))],
                                      work / f"{stage}-merged")
-                 for stage in ("local", "persfl")}
+                 for stage in ("local", "persfl", "fedavg_ft")}
     return work, spec, summaries
 
 
@@ -88,7 +99,8 @@ def test_shards_are_contiguous_non_empty_and_hold_every_client(stages):
 
 @pytest.mark.parametrize("stage, tables", [
     ("local", ("results.csv", "history.csv")),
-    ("persfl", ("results.csv", "history.csv", "grid.csv", "chosen.csv", "teachers.csv"))])
+    ("persfl", ("results.csv", "history.csv", "grid.csv", "chosen.csv", "teachers.csv")),
+    ("fedavg_ft", ("results.csv", "history.csv"))])
 def test_merged_shards_equal_the_unsharded_stage(stages, stage, tables):
     work, _, _ = stages
     whole, merged = work / stage, work / f"{stage}-merged"
@@ -116,6 +128,36 @@ def test_merged_persfl_keeps_its_figures(stages):
     assert [c["client"] for c in summaries["persfl"].chosen] == list(range(5))
 
 
+def test_collect_results_merges_a_models_shards_into_its_unsharded_directory(stages, tmp_path):
+    work, spec, _ = stages
+    whole = collect_results.run(spec, 0, [work / "fedavg", work / "fedavg_ft"], tmp_path / "whole")
+
+    merged = collect_results.run(
+        spec, 0, [work / "fedavg", *(work / f"fedavg_ft-{k}" for k in (2, 0, 1))],
+        tmp_path / "merged")
+
+    assert list(merged.test_accuracy) == list(whole.test_accuracy) == ["fedavg", "fedavg_ft"]
+    for model, accuracy in whole.test_accuracy.items():
+        assert math.isclose(merged.test_accuracy[model], accuracy, rel_tol=1e-6)
+    for table in ("results.csv", "fedavg_ft/results.csv", "fedavg_ft/history.csv"):
+        same_table(common.read_csv(tmp_path / "whole" / table),
+                   common.read_csv(tmp_path / "merged" / table))
+    files = [sorted(p.relative_to(d).as_posix() for p in d.rglob("*"))
+             for d in (tmp_path / "whole" / "fedavg_ft", tmp_path / "merged" / "fedavg_ft")]
+    assert files[0] == files[1] and common.SHARD_JSON not in files[1]
+    assert ((tmp_path / "merged" / "collected.json").read_text()
+            == (tmp_path / "whole" / "collected.json").read_text())
+
+
+def test_a_federated_entry_refuses_to_run_as_a_shard(stages, tmp_path):
+    work, spec, _ = stages
+
+    with pytest.raises(DataError, match="fedper's clients communicate, so it cannot run as a "
+                                        "client shard"):
+        personalize.run(spec, 0, "fedper", work / "partition", work / "checkpoints",
+                        tmp_path / "x", shard=0)
+
+
 def test_a_missing_shard_is_named(stages, tmp_path):
     work, _, _ = stages
 
@@ -134,6 +176,19 @@ def test_a_shard_beyond_the_specs_shards_is_refused(stages, tmp_path):
 PIPELINE_SPEC = SPEC.replace("shards: 3", "shards: 2")  # 2 shard tasks per stage
 
 
+def test_only_entries_whose_clients_train_alone_are_items_per_shard(tmp_path):
+    spec = parse_spec(PIPELINE_SPEC.format(out=tmp_path))
+    unsharded = parse_spec(PIPELINE_SPEC.format(out=tmp_path).replace("shards: 2", "shards: 1"))
+
+    items = personalize_items(spec)
+
+    assert [(i["label"], i["shard"]) for i in items] == [
+        ("fedavg_ft", "0"), ("fedavg_ft", "1"), ("fedper", "")]
+    assert [json.loads(i["spec_json"])["engine"]["shards"] for i in items] == [2, 2, 1]
+    # the federated entry's task, and so its cache key, is the unsharded pipeline's
+    assert items[2] == personalize_items(unsharded)[1]
+
+
 @pytest.fixture(scope="module")
 def sharded_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("sharded")
@@ -150,21 +205,29 @@ def sharded_run(tmp_path_factory):
     train_local.run(spec, 0, alone / "partition", alone / "local")
     distill_grid_search.run(spec, 0, alone / "partition", alone / "checkpoints",
                             alone / "teachers", alone / "persfl")
+    personalize.run(spec, 0, "fedavg_ft", alone / "partition", alone / "checkpoints",
+                    alone / "fedavg_ft")
     return work, run.stdout
 
 
 def test_every_shard_is_a_task_of_its_own(sharded_run):
-    _, output = sharded_run
+    work, output = sharded_run
 
-    for stage in ("train_local", "distill_grid_search"):
-        for shard in (0, 1):
-            assert f"{stage}[shard {shard}] · seed 0" in output, output
+    titles = [f"{stage}[shard {k}]" for stage in ("train_local", "distill_grid_search")
+              for k in (0, 1)] + [f"personalize[fedavg_ft, shard {k}]" for k in (0, 1)]
+    for title in titles:
+        assert f"{title} · seed 0" in output, output
     assert output.count("merge_shards") == 2, output
+    # one log per task: fedavg_ft's two shards, and fedper (federated) once, whole
+    assert sorted(p.name for p in (work / "results").rglob("personalize*.log")) == [
+        "personalize_fedavg_ft_shard_0_seed_0.log", "personalize_fedavg_ft_shard_1_seed_0.log",
+        "personalize_fedper_seed_0.log"]
 
 
 @pytest.mark.parametrize("model, tables", [
     ("local", ("results.csv", "history.csv")),
-    ("persfl", ("results.csv", "history.csv", "grid.csv", "chosen.csv"))])
+    ("persfl", ("results.csv", "history.csv", "grid.csv", "chosen.csv")),
+    ("fedavg_ft", ("results.csv", "history.csv"))])
 def test_the_sharded_pipeline_equals_the_unsharded_stages(sharded_run, model, tables):
     work, _ = sharded_run
     piped = work / "results" / "latest" / "seed-0" / model
@@ -172,6 +235,7 @@ def test_the_sharded_pipeline_equals_the_unsharded_stages(sharded_run, model, ta
     for table in tables:
         same_table(common.read_csv(work / "alone" / model / table), common.read_csv(piped / table))
     assert len(list((piped / "models").glob("client_*.pt"))) == 5
+    assert not (piped / common.SHARD_JSON).exists()
 
 
 def test_unsharded_stages_compile_without_shard_loops(tmp_path):

@@ -56,6 +56,23 @@ def test_every_personalization_entry_validates_and_builds():
         assert isinstance(algorithm, REGISTRY[entry.name])
 
 
+def test_an_algorithm_whose_clients_train_alone_sends_nothing_and_the_others_do():
+    # Prepare: every registered algorithm with a base key and a head key
+    entries = "".join(f"  - {{name: {name}}}\n" for name in REGISTRY)
+    spec = parse_spec(SPEC + "personalization:\n" + entries)
+    alone = {}
+
+    # Execute: what each would send of the network, and whether its server step is FedAvg's
+    for entry in spec.personalization:
+        algorithm = build(entry, head=frozenset({"head.weight"}), federation=spec.federation)
+        sends = any(algorithm.is_payload(k) for k in ("body.weight", "head.weight"))
+        alone[entry.name] = not sends and type(algorithm).server_step is Algorithm.server_step
+
+    # Assert: `clients_train_alone` (the entries run as client shards) says exactly that
+    assert alone == {entry.name: entry.clients_train_alone for entry in spec.personalization}
+    assert {name for name, train_alone in alone.items() if train_alone} == {"fedavg_ft", "local"}
+
+
 def test_build_of_an_unregistered_name_names_the_missing_registration():
     class Orphan(Params):
         name: typing.Literal["orphan"] = "orphan"
