@@ -64,15 +64,16 @@ class SplitData:
 class FederatedData:
     """The train, val and test splits of every client.
 
-    A shard of a federation (`shard`) holds clients `first_client` … of the whole one: its
-    clients' random draws are keyed by those ids (`client_id`), so a client trains alike
-    whichever shard holds it.
+    A shard of a federation (`shard`) holds clients `first_client` … of the whole one, which
+    has `whole_clients` clients: its clients' random draws are keyed by those ids
+    (`client_id`), so a client trains alike whichever shard holds it.
     """
 
     train: SplitData
     val: SplitData
     test: SplitData
     first_client: int = 0
+    whole_clients: int | None = None   # None: this data is the whole federation
 
     def client_id(self, position: int) -> int:
         """The federation-wide id of the client at `position` of this data."""
@@ -82,7 +83,8 @@ class FederatedData:
         """Clients start … stop - 1 of this data, keeping their federation-wide ids."""
         return FederatedData(*(self.split(name).clients(start, stop)
                                for name in ("train", "val", "test")),
-                             first_client=self.first_client + start)
+                             first_client=self.first_client + start,
+                             whole_clients=self.whole_clients or self.n_clients)
 
     @property
     def n_clients(self) -> int:
@@ -96,7 +98,7 @@ class FederatedData:
     def to(self, device: torch.device) -> "FederatedData":
         """Move every split to `device`."""
         return FederatedData(self.train.to(device), self.val.to(device), self.test.to(device),
-                             self.first_client)
+                             self.first_client, self.whole_clients)
 
 
 def steps_for_epochs(counts: Tensor, batch_size: int, epochs: int, batches_per_step: int = 1

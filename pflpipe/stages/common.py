@@ -351,6 +351,7 @@ def write_shard(out_dir: Path, data: FederatedData, summary) -> None:
     """Record which clients a shard's results directory holds, and its summary (a dataclass)."""
     (Path(out_dir) / SHARD_JSON).write_text(json.dumps(
         {"clients": [data.first_client, data.n_clients],
+         "of": data.whole_clients or data.n_clients,
          "summary": dataclasses.asdict(summary)}, indent=1))
 
 

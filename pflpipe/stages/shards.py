@@ -43,6 +43,11 @@ def merge(shard_dirs: list[Path], out_dir: Path) -> DistillResult | PersonalizeR
                             f"starts at client {first}, the shards before it end at client "
                             f"{expected - 1}")
         expected = first + count
+    whole = shards[0][0]["of"]
+    if expected != whole:
+        raise DataError(f"{shards[-1][1]}: the shards do not hold every client once: the last "
+                        f"ends at client {expected - 1}, and there are {whole} clients "
+                        f"(0–{whole - 1})")
     out = Path(out_dir)
     (out / "models").mkdir(parents=True, exist_ok=True)
     first_dir = shards[0][1]

@@ -163,6 +163,9 @@ def test_a_missing_shard_is_named(stages, tmp_path):
 
     with pytest.raises(DataError, match="starts at client .*end at client"):
         shards.merge([work / "local-0", work / "local-2"], tmp_path / "out")
+    last = r"the last ends at client 3, and there are 5 clients \(0–4\)"   # shard 2 is missing
+    with pytest.raises(DataError, match=last):
+        shards.merge([work / "local-1", work / "local-0"], tmp_path / "out")
 
 
 def test_a_shard_beyond_the_specs_shards_is_refused(stages, tmp_path):
