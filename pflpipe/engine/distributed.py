@@ -9,13 +9,13 @@ variates) need nothing special. Shards are cut where the cumulative work (optimi
 samples to score) crosses k/N of the total. Rank 0 alone writes checkpoints, so a rerun after any
 worker was killed resumes from the last finished round.
 
-:func:`launch` starts the N workers on this machine, torchrun-style (a TCP store on 127.0.0.1;
-gloo on CPU, NCCL when every rank has a GPU of its own), relays rank 0's round reports to the
-caller's ``on_round`` before the next round starts, and returns rank 0's result. The worker
-entry, ``python -m pflpipe.engine.distributed TASK``, reads torchrun's environment, and TASK is
-a store URI (a local folder, or an S3 prefix that workers in other pods can read), so a Kubeflow
-Trainer job can run it in each pod (pflpipe.pipelines.trainjob; the component does not submit
-that job yet: docs/cluster.md). The task is self-contained: `write_task` puts the files and
+:func:`launch` starts the N workers on this machine, torchrun-style (it hosts their TCP store
+on 127.0.0.1; gloo on CPU, NCCL when every rank has a GPU of its own), relays rank 0's round
+reports to the caller's ``on_round`` before the next round starts, and returns rank 0's result.
+The worker entry, ``python -m pflpipe.engine.distributed TASK``, reads torchrun's environment,
+and TASK is a store URI (a local folder, or an S3 prefix that workers in other pods can read), so
+a Kubeflow Trainer job can run it in each pod (pflpipe.pipelines.trainjob; the component does not
+submit that job yet: docs/cluster.md). The task is self-contained: `write_task` puts the files and
 folders that ``make(*args)`` reads (the `pathlib.Path` arguments: the partition, a warm-start
 checkpoint) into the task store, and each worker reads a copy of its own; the checkpoints rank
 0 writes go to the stage's store, which must then be S3 too.
@@ -29,7 +29,6 @@ import logging
 import os
 import pickle
 import queue
-import socket
 import subprocess
 import sys
 import tempfile
@@ -276,9 +275,12 @@ def read_result(task: Store, device: torch.device | None = None) -> FederationRe
 def _launch(workers: int, make, args: tuple, on_round, device: torch.device | None,
             threads: int, task: Store, carry_files: bool = True) -> FederationResult:
     write_task(task, make, args, carry_files=carry_files)
+    # The launcher hosts the rendezvous store, as torchrun's agent does: its port is bound from
+    # the start, so no other process can take it between choosing it and the workers' start.
+    rendezvous = dist.TCPStore("127.0.0.1", 0, workers, is_master=True, wait_for_workers=False)
     env = {**os.environ, "WORLD_SIZE": str(workers), "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(_free_port()), "PFLPIPE_WORKER_THREADS": str(threads),
-           _ACK: "1"}
+           "MASTER_PORT": str(rendezvous.port), "TORCHELASTIC_USE_AGENT_STORE": "True",
+           "PFLPIPE_WORKER_THREADS": str(threads), _ACK: "1"}
     if getattr(task, "endpoint_url", None):
         env[ENDPOINT_ENV[0]] = task.endpoint_url
     processes = [subprocess.Popen(
@@ -352,12 +354,6 @@ def _raise_failure(task: Store, codes: list[int | None]) -> None:
     raise WorkerError(
         f"worker {rank} of the sharded stage {how}; the other workers were stopped. "
         "Finished rounds are checkpointed: run the stage again to resume from the last one")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def worker(uri: str) -> None:

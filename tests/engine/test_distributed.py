@@ -24,13 +24,13 @@ partition: {{strategy: ds3, n_clients: 10, min_samples: 10}}
 federation: {{rounds: 3, batch_size: 16, lr: 0.05}}
 personalization: [{{name: scaffold, rounds: 3}}]
 tracking: {{enabled: false}}
-engine: {{device: cpu, workers: {workers}}}
+engine: {{device: {device}, workers: {workers}}}
 storage: {{kind: local, path: {root}/store-{name}}}
 """
 
 
-def _spec(root: Path, workers: int, name: str):
-    return parse_spec(SPEC.format(root=root, workers=workers, name=name))
+def _spec(root: Path, workers: int, name: str, device: str):
+    return parse_spec(SPEC.format(root=root, workers=workers, name=name, device=device))
 
 
 def _stages(spec, root: Path, name: str, on_round=None) -> Path:
@@ -47,11 +47,11 @@ def _stages(spec, root: Path, name: str, on_round=None) -> Path:
 
 
 @pytest.fixture(scope="module")
-def one_worker(tmp_path_factory):
-    """(root, output folder) of the stages run as one process."""
+def one_worker(tmp_path_factory, test_device):
+    """(root, output folder, device) of the stages run as one process."""
     root = tmp_path_factory.mktemp("workers")
-    partition_data.run(_spec(root, 1, "one"), 0, root / "partition")
-    return root, _stages(_spec(root, 1, "one"), root, "one")
+    partition_data.run(_spec(root, 1, "one", test_device), 0, root / "partition")
+    return root, _stages(_spec(root, 1, "one", test_device), root, "one"), test_device
 
 
 def _assert_same_results(a: Path, b: Path) -> None:
@@ -89,9 +89,9 @@ def test_divergence_error_keeps_client_and_round_through_pickle():
 
 def test_two_gloo_workers_give_one_process_results_for_fedavg_scaffold_and_local(one_worker):
     # Prepare: the same spec, engine.workers 2
-    root, one = one_worker
+    root, one, device = one_worker
     # Execute
-    two = _stages(_spec(root, 2, "two"), root, "two")
+    two = _stages(_spec(root, 2, "two", device), root, "two")
     # Assert: the global FedAvg model, SCAFFOLD's and the local baseline's per-client models
     # and every client's scores
     _assert_same_results(one, two)
@@ -114,8 +114,8 @@ def _worker_pid(rank: int) -> int:
 
 def test_a_worker_killed_with_sigkill_leaves_checkpoints_a_rerun_resumes(one_worker):
     # Prepare: 2 workers; once round 2 of 3 is reported, worker 1 is killed with SIGKILL
-    root, one = one_worker
-    spec = _spec(root, 2, "killed")
+    root, one, device = one_worker
+    spec = _spec(root, 2, "killed", device)
     out = root / "killed"
 
     def kill_worker_1(round_idx, rows):
