@@ -80,7 +80,7 @@ class Recipe:
 
 def shard_bounds(work: Tensor, parts: int) -> list[int]:
     """Bounds [parts + 1] of contiguous shards whose summed `work` [M] is as even as possible."""
-    cumulative = work.double().cumsum(0)
+    cumulative = work.cpu().double().cumsum(0)
     if not len(work):
         return [0] * (parts + 1)
     targets = cumulative[-1] * torch.arange(1, parts, dtype=torch.double) / parts
