@@ -280,6 +280,7 @@ def _launch(workers: int, make, args: tuple, on_round, device: torch.device | No
     rendezvous = dist.TCPStore("127.0.0.1", 0, workers, is_master=True, wait_for_workers=False)
     env = {**os.environ, "WORLD_SIZE": str(workers), "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(rendezvous.port), "TORCHELASTIC_USE_AGENT_STORE": "True",
+           "TORCHELASTIC_RESTART_COUNT": "0",   # older torch reads it beside the flag
            "PFLPIPE_WORKER_THREADS": str(threads), _ACK: "1"}
     if getattr(task, "endpoint_url", None):
         env[ENDPOINT_ENV[0]] = task.endpoint_url
