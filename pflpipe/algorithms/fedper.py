@@ -12,6 +12,8 @@ from pflpipe.spec.algorithms.fedper import FedPerParams
 class FedPer(Algorithm[FedPerParams]):
     """FedAvg on the base; the head stays local."""
 
+    has_global_model = False   # the global head is never trained (never sent): no GA
+
     def is_payload(self, key: str) -> bool:
         """Only base keys are sent; the model's declared head stays with the client."""
         return key not in self.head

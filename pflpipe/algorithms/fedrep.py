@@ -14,6 +14,7 @@ class FedRep(Algorithm[FedRepParams]):
     """FedPer whose local round alternates: the head alone, then the base alone."""
 
     kept = ("head",)
+    has_global_model = False   # the global head is never trained (never sent): no GA
 
     def init_kept(self, global_params):
         """Every client's head starts from the initial model's."""

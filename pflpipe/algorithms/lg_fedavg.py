@@ -13,6 +13,8 @@ from pflpipe.spec.algorithms.lg_fedavg import LgFedAvgParams
 class LgFedAvg(Algorithm[LgFedAvgParams]):
     """FedAvg on the head; the representation stays local."""
 
+    has_global_model = False   # the global representation is never trained (never sent): no GA
+
     def is_payload(self, key: str) -> bool:
         """Only the head's keys are sent."""
         return key in self.head
