@@ -98,14 +98,15 @@ def run_model(spec: Spec, s, label: str, seed: int) -> dict[str, float] | str:
         plan = Plan(rounds=rounds.rounds, local_epochs=rounds.local_epochs,
                     batch_size=entry.batch_size or fed.batch_size, lr=algorithm.lr, seed=seed,
                     optimizer=common.optimizer(spec), client_fraction=rounds.client_fraction,
-                    eval_every=entry.eval_every, stream=stream_of(label))
+                    eval_every=entry.eval_every, stream=stream_of(label),
+                    score_global=algorithm.has_global_model)
     try:
         result = Federation(algorithm, s.ctx, s.data, s.trainer, plan).run(s.init)
     except DivergenceError as err:
         return str(err).split(";")[0]
 
-    def mean(scores, name):
-        return float(scores[name].mean()) * 100
+    def mean(scores, name):   # None: not scored (an algorithm without a global model)
+        return float(scores[name].mean()) * 100 if name in scores else None
 
     return {"pm": mean(result.last, "test_accuracy"),
             "gm": mean(result.last, "global_test_accuracy"),
@@ -131,6 +132,11 @@ def cell(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {sem(values):.1f}"
 
 
+def percent(value: float | None) -> str:
+    """One decimal; "–" for no value (a model without a global model has no GM)."""
+    return "–" if value is None else f"{value:.1f}"
+
+
 def table(scores: dict[str, list[dict]], spec: Spec) -> str:
     """The markdown table: PM and GM as in the paper's Table 1, then the other scores."""
     names = {e.display_name: e.name for e in spec.personalization}
@@ -144,10 +150,11 @@ def table(scores: dict[str, list[dict]], spec: Spec) -> str:
                          f"{len(all_runs)} seeds | | | |")
             continue
         pm = "–" if name in GM_ONLY else cell([r["pm"] for r in runs])
-        gm = "–" if name in PM_ONLY else cell([r["gm"] for r in runs])
+        no_gm = any(r["gm"] is None for r in runs)   # no global model
+        gm = "–" if name in PM_ONLY or no_gm else cell([r["gm"] for r in runs])
         best = "–" if name in GM_ONLY else cell([r["pm_best_val"] for r in runs])
-        val = (f"{statistics.mean(r['val'] for r in runs):.1f} / "
-               f"{statistics.mean(r['global_val'] for r in runs):.1f}")
+        global_val = None if no_gm else statistics.mean(r["global_val"] for r in runs)
+        val = f"{statistics.mean(r['val'] for r in runs):.1f} / {percent(global_val)}"
         lines.append(f"| {label} | {pm} | {gm} | {best} | {val} |")
     return "\n".join(lines)
 
@@ -161,7 +168,7 @@ def report(scores, spec: Spec, seeds: list[int], seconds: dict[str, float], comm
     entries = "\n".join(f"  - {e.model_dump(exclude_none=True)}" for e in spec.personalization
                         if e.display_name in scores)
     per_seed = "\n".join(
-        f"| {label} | " + " | ".join(f"{r['pm']:.1f} / {r['gm']:.1f}" if isinstance(r, dict)
+        f"| {label} | " + " | ".join(f"{r['pm']:.1f} / {percent(r['gm'])}" if isinstance(r, dict)
                                      else r for r in runs) + " |"
         for label, runs in scores.items())
     timing = ", ".join(f"{label} {s:.0f}" for label, s in seconds.items())
@@ -230,7 +237,7 @@ def run_seed(spec: Spec, seed: int, root: Path, labels: list[str], threads: int
             cached.parent.mkdir(parents=True, exist_ok=True)
             cached.write_text(json.dumps([scores[label], seconds[label]]))
         result = scores[label]
-        shown = (", ".join(f"{k} {v:.2f}" for k, v in result.items())
+        shown = (", ".join(f"{k} {v:.2f}" for k, v in result.items() if v is not None)
                  if isinstance(result, dict) else result)
         print(f"seed {seed} {label}: {shown}", flush=True)
     return scores, seconds

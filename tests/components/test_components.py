@@ -132,8 +132,9 @@ def test_collect_results_gathers_every_model_of_the_seed(chain):
     collected = json.loads((chain["seed0"] / "collected.json").read_text())
     assert collected == {"seed": 0, "models": ["fedavg", "local", "persfl", "fedper"]}
     rows = common.read_csv(chain["seed0"] / "results.csv")
-    # models × splits × selections × clients, and fedper's global-model (GA) twin of each row
-    assert len(rows) == (4 + 1) * 2 * 2 * N_CLIENTS
+    # models × splits × selections × clients; no GA twins: none of these has a global model
+    # beside FedAvg's own (FedPer's head is never sent)
+    assert len(rows) == 4 * 2 * 2 * N_CLIENTS and not any(r["scope"] for r in rows)
     assert set(chain["metrics_artifact"].metadata) == {
         "fedavg.test_accuracy", "local.test_accuracy", "persfl.test_accuracy",
         "fedper.test_accuracy"}

@@ -154,9 +154,10 @@ def test_report_covers_every_model_client_and_the_run(quickstart):
     rows = second.results
     scope = rows["scope"].fillna("")
     assert (scope == "").sum() == 5 * 2 * 2 * N_CLIENTS  # models × splits × selections
-    # each personalized row of an algorithm with a global model has its GA twin (scope global)
-    assert sorted(rows[scope == "global"]["model"].unique()) == ["fedavg_ft", "fedper"]
-    assert len(rows) == (5 + 2) * 2 * 2 * N_CLIENTS
+    # each personalized row of an algorithm with a global model has its GA twin (scope global);
+    # FedPer has none (its head is never sent), FedAvg's rows are its GA
+    assert sorted(rows[scope == "global"]["model"].unique()) == ["fedavg_ft"]
+    assert len(rows) == (5 + 1) * 2 * 2 * N_CLIENTS
     assert second.best in MODELS | {"fedavg_ft"}
 
 
@@ -246,15 +247,10 @@ def test_every_algorithm_logs_the_same_metric_vocabulary(server_runs):
     per_round = {"train_loss", "val_loss", "val_accuracy", "test_loss", "test_accuracy"}
     final = {f"{s}.{m}" for s in ("best", "last")
              for m in ("val_loss", "val_accuracy", "test_loss", "test_accuracy", "round")}
-    scores = ("val_loss", "val_accuracy", "test_loss", "test_accuracy")
-    # an algorithm with a global model logs its GA under the same names, prefixed global.
-    ga = {f"global.{m}" for m in scores} | {f"{s}.global.{m}" for s in ("best", "last")
-                                            for m in scores}
-    for algorithm in MODELS:
+    for algorithm in MODELS:   # none with a global model (GA) beside FedAvg's own
         (run,) = [r for r in runs if r.data.tags.get("algorithm") == algorithm
                   and r.data.tags.get("client_id") == "3"]
-        scoped = ga if algorithm == "fedper" else set()
-        assert set(run.data.metrics) == per_round | final | scoped, algorithm
+        assert set(run.data.metrics) == per_round | final, algorithm
         history = client.get_metric_history(run.info.run_id, "test_accuracy")
         assert len(history) > 5 and len({m.step for m in history}) == len(history), algorithm
         assert all(0 <= m.value <= 1 for m in history)
@@ -263,25 +259,33 @@ def test_every_algorithm_logs_the_same_metric_vocabulary(server_runs):
         assert per_round | final <= set(mean_run.data.metrics), algorithm
 
 
-def test_fedper_global_model_is_scored_in_results_mlflow_and_report(quickstart, server_runs):
-    results, *_ = quickstart
-    client, _, _, runs = server_runs
-    rows = [r for r in results_rows(results / "latest" / "seed-0") if r["model"] == "fedper"
+def test_global_model_is_scored_in_results_mlflow_and_report(quickstart, server_runs):
+    """FedAvg-FT's global model (the warm start's) is scored (GA); FedPer and local have none."""
+    results, _, second, _ = quickstart
+    client, experiment, _, _ = server_runs
+    rows = [r for r in results_rows(results / "latest" / "seed-0") if r["model"] == "fedavg_ft"
             and r["split"] == "test" and r["selection"] == "best_val"]
     ga = {int(r["client"]): float(r["accuracy"]) for r in rows if r["scope"] == "global"}
     pa = {int(r["client"]): float(r["accuracy"]) for r in rows if r["scope"] == ""}
     assert sorted(ga) == sorted(pa) == list(range(N_CLIENTS))
-    (run,) = [r for r in runs if r.data.tags.get("algorithm") == "fedper"
+    runs = client.search_runs([experiment.experiment_id],
+                              f"tags.root_run_id = '{second.mlflow_run_id}'", max_results=5000)
+    (run,) = [r for r in runs if r.data.tags.get("algorithm") == "fedavg_ft"
               and r.data.tags.get("client_id") == "3"]
     assert run.data.metrics["best.global.test_accuracy"] == pytest.approx(ga[3])
-    assert len(client.get_metric_history(run.info.run_id, "global.val_accuracy")) > 5
+    # it logs its GA in the vocabulary of its PA, prefixed global.
+    scores = ("val_loss", "val_accuracy", "test_loss", "test_accuracy")
+    assert {f"global.{m}" for m in scores} | {f"{s}.global.{m}" for s in ("best", "last")
+                                              for m in scores} <= set(run.data.metrics)
+    assert len(client.get_metric_history(run.info.run_id, "global.val_accuracy")) == (
+        ADDED["epochs"] + 1)   # rounds 0, 1, 2
     report = json.loads((results / "latest" / "report" / "report.json").read_text())
-    comparison = report["splits"]["test"]["generalization"]["fedper"]
+    comparisons = report["splits"]["test"]["generalization"]
     share = 100 * sum(pa[c] > ga[c] for c in pa) / N_CLIENTS
-    assert comparison["beats_global"] == pytest.approx(share)
-    assert comparison["GA"] == pytest.approx(sum(ga.values()) / N_CLIENTS)
-    assert "local" in report["splits"]["test"]["generalization"]  # PA only: no global model
-    assert report["splits"]["test"]["generalization"]["local"]["GA"] is None
+    assert comparisons["fedavg_ft"]["beats_global"] == pytest.approx(share)
+    assert comparisons["fedavg_ft"]["GA"] == pytest.approx(sum(ga.values()) / N_CLIENTS)
+    for model in ("local", "fedper"):   # PA only: no global model
+        assert comparisons[model]["GA"] is None and comparisons[model]["PA"] is not None
 
 
 def test_persfl_client_runs_carry_teacher_lambda_t_and_per_epoch_curves(server_runs):
