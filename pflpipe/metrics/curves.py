@@ -23,12 +23,17 @@ def round_bands(history: Iterable[dict], split: str, unit: str = "fraction"
                 ) -> dict[str, tuple[np.ndarray, ...]]:
     """Per model: (rounds, mean, std) of the score over every client and seed at each round.
 
-    The score is the accuracy, or with `unit` ``neg_mse`` the negated loss (−MSE).
+    The score is the accuracy, or with `unit` ``neg_mse`` the negated loss (−MSE), of the
+    personalized model: rows of another scope (the global model's GA, Flow's ``soft``) are left out.
 
     >>> bands = round_bands([{"model": "a", "split": "test", "round": 1, "accuracy": 0.5},
     ...                      {"model": "a", "split": "test", "round": 1, "accuracy": 0.7}], "test")
     >>> [round(float(v[0]), 3) for v in bands["a"]]
     [1.0, 0.6, 0.141]
+    >>> round_bands([{"model": "a", "split": "test", "round": 1, "accuracy": 0.5},
+    ...              {"model": "a", "split": "test", "round": 1, "accuracy": 0.1,
+    ...               "scope": "global"}], "test")["a"][1]
+    array([0.5])
     >>> round_bands([{"model": "a", "split": "test", "round": 2, "accuracy": "nan",
     ...               "loss": 0.25}], "test", "neg_mse")["a"][1]
     array([-0.25])
@@ -37,7 +42,7 @@ def round_bands(history: Iterable[dict], split: str, unit: str = "fraction"
     values: dict[str, dict[int, list[float]]] = {}
     for row in history:
         value = float(row.get(column) or "nan")
-        if row["split"] == split and not math.isnan(value):
+        if row["split"] == split and not row.get("scope") and not math.isnan(value):
             values.setdefault(row["model"], {}).setdefault(int(row["round"]), []).append(
                 sign * value)
     out = {}
