@@ -79,12 +79,12 @@ def stages(digits_ds3, tmp_path_factory):
     spec = spec.model_copy(update={"personalization": [
         FedPerParams(name="fedper", rounds=2), FedAvgFtParams(name="fedavg_ft", epochs=1),
         LocalParams(name="local", epochs=1)]})
-    partition_data = digits_ds3[2] / "partition"
-    warm_start_fedavg.run(spec, 0, partition_data, work / "checkpoints", work / "fedavg")
-    train_local.run(spec, 0, partition_data, work / "local")
+    partition = digits_ds3[2] / "partition"
+    warm_start_fedavg.run(spec, 0, partition, work / "checkpoints", work / "fedavg")
+    train_local.run(spec, 0, partition, work / "local")
     trackers = {label: MetricNames() for label in ("fedper", "fedavg_ft")}
     for label, tracker in trackers.items():
-        personalize.run(spec, 0, label, partition_data, work / "checkpoints", work / label,
+        personalize.run(spec, 0, label, partition, work / "checkpoints", work / label,
                         tracker=tracker)
     models = ("fedavg", "local", "fedper", "fedavg_ft")
     collect_results.run(spec, 0, [work / m for m in models], work / "collected")
@@ -94,17 +94,11 @@ def stages(digits_ds3, tmp_path_factory):
 
 def test_fedper_writes_and_tracks_no_ga_and_fedavg_ft_does(stages):
     stages, tracked = stages
-    tables = {"collected": stages / "collected" / "results.csv",
-              **{f"{m} history": stages / m / "history.csv" for m in ("fedper", "fedavg_ft")}}
-    for name, table in tables.items():
-        rows = common.read_csv(table)
-        scopes = {m: {r["scope"] for r in rows if r["model"] == m} for m in ("fedper",
-                                                                              "fedavg_ft")}
-        if name == "collected":
-            assert scopes == {"fedper": {""}, "fedavg_ft": {"", "global"}}
-        else:
-            assert scopes["fedper"] | scopes["fedavg_ft"] == (
-                {""} if name.startswith("fedper") else {"", "global"}), name
+    results = common.read_csv(stages / "collected" / "results.csv")
+    for model, scopes in (("fedper", {""}), ("fedavg_ft", {"", "global"})):
+        assert {r["scope"] for r in results if r["model"] == model} == scopes, model
+        history = common.read_csv(stages / model / "history.csv")
+        assert {r["scope"] for r in history} == scopes, model
     ga = {name for name in tracked["fedavg_ft"] if "global" in name}
     assert {"global.test_accuracy", "best.global.test_accuracy", "best_val.global.test_accuracy",
             "best_val.beats_global"} <= ga
@@ -127,3 +121,5 @@ def test_report_gives_fedper_pa_without_ga(stages):
     rows = [line.split("|") for line in markdown.splitlines() if line.startswith("| fedper |")
             and line.count("|") == 5]   # the GA / PA / PA > GA tables (test, val)
     assert len(rows) == 2 and all(row[2].strip() == row[4].strip() == "—" for row in rows)
+    assert "fedper" in (stages / "report" / "report.html").read_text()
+    assert (stages / "report" / "figures" / "accuracy_rounds_test.png").is_file()
