@@ -8,7 +8,7 @@ from torch.func import vmap
 from torch.nn import functional as F
 
 from pflpipe.engine.data import SplitData
-from pflpipe.engine.tree import Tree, tree_map
+from pflpipe.engine.tree import Tree, is_identity, tree_map
 
 #: predict(state, shared, x, ctx) -> outputs of ONE member; with `keys`, predict(…, ctx, key).
 Predict = Callable[..., Tensor]
@@ -27,7 +27,7 @@ def evaluate(ctx, predict: Predict, state: Tree, shared: Tree, split: SplitData,
     device = split.x.device
     counts = split.counts[clients.to(split.offsets.device)].to(device)
     order = torch.argsort(counts.cpu(), descending=True, stable=True)
-    identity = torch.equal(order, torch.arange(len(order)))
+    identity = is_identity(order, len(order))
     order = order.to(device)
     sorted_counts, starts = counts[order], split.offsets[clients.to(device)][order]
     if not identity:   # already in order (equal clients): no copy of every member's state
