@@ -29,7 +29,12 @@ def register(subparsers) -> None:
     parser.add_argument("--export", nargs=2, metavar=("FORMAT", "DIR"),
                         help="Also write the partition for another tool: pfllib (PFLlib's "
                         "dataset folder), flower (a partition directory per client) or npz "
-                        "(row indices, read back by the predefined partition).")
+                        "(row indices, read back by the predefined partition). flower and "
+                        "pfllib come with the reproduction package of the FedAvg warm start "
+                        "(settings, model, initial weights; a runnable app for flower).")
+    parser.add_argument("--force", action="store_true",
+                        help="Write into -o DIR or the export DIR even when it holds other "
+                        "files (another run's partition, your files); they are replaced.")
     parser.set_defaults(handler=run)
 
 
@@ -46,22 +51,30 @@ def run(args) -> int:
     spec = load_spec(args.spec)
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
     out_dir = args.output or partition_data.default_dir(spec, seed)
-    result = partition_data.run(spec, seed, out_dir)
+    # -o names a directory of the user's choice: never replace what it holds unless --force
+    result = partition_data.run(spec, seed, out_dir,
+                                replace=args.force or args.output is None)
     _print(result, args.rows)
     if args.export:
         fmt, target = args.export[0], Path(args.export[1])
-        files = export_partition(out_dir, fmt, target)
-        print(f"exported {len(files)} file(s) to {target}/ ({EXPORTED[fmt]})")
+        files = export_partition(out_dir, fmt, target, spec=spec, seed=seed, force=args.force)
+        print(f"exported {len(files)} file(s) to {target}/ ({exported(fmt, result)})")
     return 0
 
 
-#: What each export holds, printed after writing it.
-EXPORTED = {
-    "pfllib": "PFLlib layout: train/<k>.npz, test/<k>.npz, val/<k>.npz, config.json",
-    "flower": "Flower: partition_<k>/{train,val,test}.npz, partitions.json",
-    "npz": "row indices; read back with partition: {strategy: predefined, path: "
-           "<DIR>/indices.npz}",
-}
+def exported(fmt: str, result) -> str:
+    """What an export holds (val files only when the partition has a validation split)."""
+    val = any(client.n_val for client in result.clients)
+    package = "; reproduce.json, initial_weights.pt, pflpipe_fedavg/model.py"
+    return {
+        "pfllib": "PFLlib layout: train/<k>.npz, test/<k>.npz" + (", val/<k>.npz" if val else "")
+                  + ", config.json" + package + ", README.md (the main.py command)",
+        "flower": "Flower: partition_<k>/{" + ("train,val,test" if val else "train,test")
+                  + "}.npz, partitions.json" + package
+                  + ", the app (pflpipe_fedavg/, pyproject.toml, README.md)",
+        "npz": "row indices; read back with partition: {strategy: predefined, path: "
+               "<DIR>/indices.npz}",
+    }[fmt]
 
 
 def _print(result, rows: int) -> None:
@@ -91,6 +104,5 @@ def _print(result, rows: int) -> None:
     console.print(f"client sizes: min {sizes[0]}, median {sizes[len(sizes) // 2]}, max "
                   f"{sizes[-1]}; {result.n_assigned:,} of {result.n_samples:,} samples assigned")
     console.print(f"content hash {result.content_hash}")
-    for warning in result.warnings:
-        console.print(f"[yellow]warning[/]: {warning}")
+    # the stage has printed its warnings already (a note each): not twice
     console.print(f"wrote {result.out_dir}/ (manifest.json, clients/, label_distribution.png)")

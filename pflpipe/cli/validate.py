@@ -44,8 +44,10 @@ def plan(spec) -> str:
         f"(train/val/test {part.fractions.train:g}/{part.fractions.val:g}/{part.fractions.test:g})",
         f"  warm_start_fedavg   {spec.model.architecture}, {fed.rounds} rounds × "
         f"{fed.local_epochs} local epoch(s), {fed.optimizer} lr {fed.lr:g}, batch {fed.batch_size}",
-        f"  train_local         local-only baseline, {spec.local_params.epochs} epochs",
     ]
+    if spec.runs_local:
+        lines.append(f"  train_local         local-only baseline, {spec.local_params.epochs} "
+                     "epochs")
     if algorithms:
         lines.append(f"  personalize         {', '.join(algorithms)}")
     if spec.has_persfl:
@@ -56,9 +58,14 @@ def plan(spec) -> str:
             f"  distill_grid_search {len(dist.lambdas)} λ × {len(dist.temperatures)} T, "
             f"{dist.epochs} epochs, objective {dist.objective}, chosen on {dist.selection_split}",
         ]
-    lines.append(f"  evaluate_fairness   baselines {spec.evaluation.baselines.local!r} and "
-                 f"{spec.evaluation.baselines.global_!r}, metrics chosen on "
-                 f"{spec.evaluation.selection}")
+    if spec.runs_local:
+        lines.append(f"  evaluate_fairness   baselines {spec.evaluation.baselines.local!r} and "
+                     f"{spec.evaluation.baselines.global_!r}, metrics chosen on "
+                     f"{spec.evaluation.selection}")
+    else:   # run skips train_local: no personalized model to compare with the local baseline
+        lines.append(f"  evaluate_fairness   {spec.evaluation.baselines.global_!r} alone (no "
+                     f"personalization: no local baseline, nothing to compare), metrics chosen "
+                     f"on {spec.evaluation.selection}")
     sharded = [*(["train_local"] if spec.runs_local else []),
                *(["distill_grid_search"] if spec.has_persfl else []),
                *(f"personalize[{entry.display_name}]" for entry in spec.personalization

@@ -15,6 +15,7 @@ numbers and every split its row order.
 """
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -26,16 +27,68 @@ from pflpipe.errors import DataError
 
 FORMATS = ("pfllib", "flower", "npz")
 INDEX_FILE = "indices.npz"
+#: Lists what an export wrote at the top of its directory (so a new export replaces exactly it).
+MARKER = ".pflpipe-export.json"
+#: What the exported apps themselves write into their directory (kept, never a conflict).
+APP_OUTPUTS = ("flower_history.json",)
 
 
-def export_partition(partition_dir: Path, fmt: str, out_dir: Path) -> list[Path]:
-    """Write the partition in `partition_dir` in format `fmt` into `out_dir`; return the files."""
+def export_partition(partition_dir: Path, fmt: str, out_dir: Path, *, spec=None,
+                     seed: int | None = None, force: bool = False) -> list[Path]:
+    """Write the partition in `partition_dir` in format `fmt` into `out_dir`; return the files.
+
+    With the `spec` (and the partition's `seed`), `flower` and `pfllib` also get the
+    reproduction package (`pflpipe.data.reproduce`). `out_dir` must be empty, missing or an
+    earlier export, whose files are removed first; other files there are an error unless
+    `force` (then the export's names are replaced and nothing of an earlier export remains).
+    """
     if fmt not in FORMATS:
         raise DataError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     out_dir = Path(out_dir)
+    _clear(out_dir, force)
     out_dir.mkdir(parents=True, exist_ok=True)
     partition = load_partition(partition_dir, transform=fmt != "npz")
-    return {"pfllib": _pfllib, "flower": _flower, "npz": _npz}[fmt](partition, out_dir)
+    files = {"pfllib": _pfllib, "flower": _flower, "npz": _npz}[fmt](partition, out_dir)
+    if spec is not None and fmt != "npz":
+        from pflpipe.data import reproduce
+
+        files += reproduce.write(out_dir, fmt, spec,
+                                 partition.manifest["seed"] if seed is None else seed, partition)
+    top = sorted({path.relative_to(out_dir).parts[0] for path in files})
+    _json(out_dir / MARKER, {"format": fmt, "entries": top})
+    return files
+
+
+def _clear(out_dir: Path, force: bool) -> None:
+    """Remove an earlier export from `out_dir`; refuse other files there unless `force`."""
+    if not out_dir.is_dir():
+        return
+    ours: set[str] = set()
+    if (out_dir / MARKER).is_file():
+        try:
+            ours = set(json.loads((out_dir / MARKER).read_text(encoding="utf-8"))["entries"])
+        except (ValueError, KeyError, TypeError):
+            ours = set()
+    present = {entry.name for entry in out_dir.iterdir()} - {MARKER, *APP_OUTPUTS}
+    foreign = sorted(present - ours)
+    if foreign and not force:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
+                                          else "")
+        raise DataError(f"{out_dir} holds files that are not an earlier pflpipe export "
+                        f"({shown}); exporting there would overwrite or mix with them. Choose an "
+                        "empty directory, or pass --force to replace them")
+    stale = ours | ({name for name in foreign if _exported_name(name)} if force else set())
+    for name in stale & present:
+        path = out_dir / name
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def _exported_name(name: str) -> bool:
+    """Whether an export of any format writes an entry called `name` (replaced under force)."""
+    return name.startswith("partition_") or name in {
+        "train", "val", "test", "config.json", "partitions.json", INDEX_FILE, "reproduce.json",
+        "initial_weights.pt", "model_script.pt", "pflpipe_fedavg", "pyproject.toml",
+        "README.md"}
 
 
 def _pfllib(partition, out_dir: Path) -> list[Path]:

@@ -8,8 +8,8 @@ from torch import nn
 from pflpipe.errors import SpecError
 from pflpipe.models.zoo import Cnn6, CnnCifar, FedAvgCnn, LogisticRegression, Mlp
 
-__all__ = ["build_model", "head_keys", "Cnn6", "CnnCifar", "FedAvgCnn", "LogisticRegression",
-           "Mlp"]
+__all__ = ["build_model", "builtin", "head_keys", "Cnn6", "CnnCifar", "FedAvgCnn",
+           "LogisticRegression", "Mlp"]
 
 
 def build_model(model_spec, in_shape: tuple[int, ...], n_classes: int, seed: int) -> nn.Module:
@@ -19,18 +19,26 @@ def build_model(model_spec, in_shape: tuple[int, ...], n_classes: int, seed: int
         return _construct(model_spec, tuple(in_shape), n_classes)
 
 
-def _construct(model_spec, in_shape, n_classes) -> nn.Module:
+def builtin(model_spec) -> tuple[type[nn.Module], dict] | None:
+    """The zoo class of a built-in architecture and its keyword arguments besides the data's.
+
+    None for a custom model (`model.path`).
+    """
     arch = model_spec.architecture
-    if arch == "mlp":
-        return Mlp(in_shape, n_classes, tuple(model_spec.hidden))
-    if arch == "logistic":
-        return LogisticRegression(in_shape, n_classes)
-    if arch == "cnn_cifar":
-        return CnnCifar(in_shape, n_classes)
-    if arch == "fedavg_cnn":
-        return FedAvgCnn(in_shape, n_classes, model_spec.hidden)
-    if arch == "cnn6":
-        return Cnn6(in_shape, n_classes)
+    if arch in ("mlp", "fedavg_cnn"):
+        hidden = model_spec.hidden
+        if arch == "mlp":
+            return Mlp, {"hidden": tuple(hidden)}
+        return FedAvgCnn, {"hidden": hidden}
+    return {"logistic": (LogisticRegression, {}), "cnn_cifar": (CnnCifar, {}),
+            "cnn6": (Cnn6, {})}.get(arch)
+
+
+def _construct(model_spec, in_shape, n_classes) -> nn.Module:
+    zoo = builtin(model_spec)
+    if zoo is not None:
+        cls, kwargs = zoo
+        return cls(in_shape, n_classes, **kwargs)
     module_name, class_name = model_spec.path.split(":")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)

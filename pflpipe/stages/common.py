@@ -9,6 +9,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,10 +185,13 @@ PROGRESS = "pflpipe progress: round {round}/{rounds}"
 
 
 def round_progress(rounds: int) -> Callable[[int, list[dict]], None]:
-    """Return an `on_round` callback printing `PROGRESS` (mean validation accuracy too)."""
+    """Return an `on_round` callback printing `PROGRESS` (mean validation accuracy too).
+
+    Without a validation split (the engine scores it NaN) the line has no mean.
+    """
     def on_round(round_idx: int, rows: list[dict]) -> None:
         accuracy = [r["accuracy"] for r in rows if r["split"] == "val"
-                    and r.get("accuracy") not in (None, "")]
+                    and r.get("accuracy") not in (None, "") and not math.isnan(r["accuracy"])]
         mean = f", mean val accuracy {sum(accuracy) / len(accuracy):.4f}" if accuracy else ""
         print(PROGRESS.format(round=round_idx, rounds=rounds) + mean, flush=True)
 
