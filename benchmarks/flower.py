@@ -111,7 +111,7 @@ def main() -> None:
     same = sum(ours[key] == theirs.get(key) for key in ours)
     print(f"\nidentical at {same} of {len(ours)} (round, client) pairs (rounds 0–{last})")
     print(f"pflpipe warm start: {our_seconds:.1f} s; Flower simulation: {their_seconds:.1f} s "
-          f"({startup:.1f} s until the first local training, then "
+          f"({startup:.1f} s until round 1 began, then "
           f"{(their_seconds - startup) / last:.2f} s per round)")
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)

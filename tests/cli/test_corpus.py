@@ -311,3 +311,48 @@ def test_debug_keeps_the_exit_code_of_a_stage_failure_class_of_error(capsys):
     assert _report(TrackingError("the MLflow tracking server ... does not answer"), True) == 1
     assert _report(PermissionError(13, "Permission denied", "/x"), debug=True) == 2
     assert capsys.readouterr().err.splitlines()[-1] == "error: /x: Permission denied"
+
+
+# ---- no overwrite (issue 30): no command writes into another run's or the user's files ----------
+# (a block of its own: `pflpipe split -o` and `split --export` into occupied directories)
+
+SPLIT_SPEC = ("experiment: {{name: t, output_dir: {tmp}/out}}\ndataset: {{name: digits}}\n"
+              "partition: {{strategy: iid, n_clients: {clients}}}\ntracking: {{enabled: false}}\n")
+RUN_PARTITION = "{tmp}/out/runs/20261126-120000-1a2b3c4d/seed-0/partition"
+
+
+def finished_run_and_other_spec(tmp: Path) -> None:
+    """A published run's 9-client partition, and a 6-client spec."""
+    (tmp / "nine.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=9))
+    (tmp / "spec.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=6))
+    assert main(["split", str(tmp / "nine.yaml"), "-o",
+                 RUN_PARTITION.replace("{tmp}", str(tmp))]) == 0
+
+
+def user_files_and_spec(tmp: Path) -> None:
+    (tmp / "mine").mkdir()
+    (tmp / "mine" / "notes.txt").write_text("mine")
+    (tmp / "spec.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=6))
+
+
+OVERWRITE = [
+    Case("path-overwrite-finished-run-partition",
+         ("split", "{tmp}/spec.yaml", "-o", RUN_PARTITION),
+         ("another partition (9 clients", "of run '20261126-120000-1a2b3c4d'", "--force"),
+         finished_run_and_other_spec),
+    Case("path-overwrite-user-dir-split", ("split", "{tmp}/spec.yaml", "-o", "{tmp}/mine"),
+         ("{tmp}/mine holds files that are not a pflpipe partition", "--force"),
+         user_files_and_spec),
+    *(Case(f"path-overwrite-user-dir-export-{fmt}",
+           ("split", "{tmp}/spec.yaml", "--export", fmt, "{tmp}/mine"),
+           ("{tmp}/mine holds files that are not an earlier pflpipe export (notes.txt)",
+            "--force"), user_files_and_spec) for fmt in ("flower", "pfllib")),
+]
+
+
+@pytest.mark.parametrize("case", OVERWRITE, ids=[case.name for case in OVERWRITE])
+def test_no_command_overwrites_another_runs_or_the_users_files(tmp_path, capsys, case):
+    test_bad_input_exits_with_its_code_and_a_clear_message(tmp_path, capsys, case)
+
+    if (tmp_path / "mine").is_dir():   # the user's files are untouched
+        assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
