@@ -184,7 +184,10 @@ Reproduces pflpipe's per-client FedAvg test accuracies, round by round ({clients
 def pfllib_readme(spec, seed: int, partition, weights: dict) -> str:
     """How to run PFLlib's FedAvg on the export, and what differs from pflpipe."""
     fed = spec.federation
-    command = (f"python main.py -data pflpipe-{spec.experiment.name} -m dnn -algo FedAvg "
+    # PFLlib's `-m dnn` is 784 → 100 → classes only for a dataset whose name holds "MNIST"
+    prefix = "MNIST-" if tuple(partition.input_shape) == (1, 28, 28) else ""
+    name = f"{prefix}pflpipe-{spec.experiment.name}"
+    command = (f"python main.py -data {name} -m dnn -algo FedAvg "
                f"-gr {fed.rounds} -ls {fed.local_epochs} -lbs {fed.batch_size} -lr {fed.lr:g} "
                f"-nc {partition.n_clients} -nb {partition.n_classes} -jr "
                f"{fed.client_fraction:g} -eg 1 -t 1 -dev cpu")
@@ -192,7 +195,7 @@ def pfllib_readme(spec, seed: int, partition, weights: dict) -> str:
     return f"""\
 # pflpipe's partition for PFLlib
 
-Copy this folder to PFLlib's `dataset/pflpipe-{spec.experiment.name}/` and run, in `system/`:
+Copy this folder to PFLlib's `dataset/{name}/` and run, in `system/`:
 
 ```
 {command}
@@ -207,9 +210,10 @@ What differs from pflpipe's FedAvg (`reproduce.json` has pflpipe's settings and 
   log_softmax(log_softmax(z)) = log_softmax(z) (its logsumexp is log 1 = 0), the loss and
   gradients equal pflpipe's up to float rounding; argmax, and so accuracy, is unchanged.
 - **model**: `-m dnn` is `fc1` → ReLU → `fc` with 784 → 100 inputs for MNIST-named datasets,
-  3072 → 100 for Cifar10, else 60 → 20: it matches pflpipe's `mlp` (`hidden: [100]`) only on
-  28×28 images in a folder whose name holds `MNIST`. pflpipe's keys are {keys}; for the DNN,
-  `base.1.*` is PFLlib's `fc1.*` and `head.*` its `fc.*`.
+  3072 → 100 for Cifar10, else 60 → 20 (older PFLlib copies test for `mnist`): it matches
+  pflpipe's `mlp` (`hidden: [100]`) only on 28×28 images in a folder whose name holds `MNIST`.
+  pflpipe's keys are {keys}; for the DNN, `base.1.*` is PFLlib's `fc1.*` and `head.*` its
+  `fc.*`.
 - **initial weights and batch order**: PFLlib seeds its own initialisation and shuffles with
   its DataLoader; load `initial_weights.pt` (keys renamed as above) into `self.global_model` in
   `serverbase.py` for the same start. Batch order is PFLlib's own, so per-client accuracies
