@@ -71,7 +71,8 @@ def exported(fmt: str, result) -> str:
                   + ", config.json" + package + ", README.md (the main.py command)",
         "flower": "Flower: partition_<k>/{" + ("train,val,test" if val else "train,test")
                   + "}.npz, partitions.json" + package
-                  + ", the app (pflpipe_fedavg/, pyproject.toml, README.md)",
+                  + (", the app (pflpipe_fedavg/, pyproject.toml, README.md)"
+                     if result.n_classes else " (no app: it covers classification only)"),
         "npz": "row indices; read back with partition: {strategy: predefined, path: "
                "<DIR>/indices.npz}",
     }[fmt]

@@ -1,11 +1,14 @@
 """Write a partition directory in other tools' layouts (`pflpipe split --export FORMAT DIR`).
 
-- `pfllib`: PFLlib's dataset folder, `train/<k>.npz`, `test/<k>.npz` (and `val/<k>.npz`), each
-  `data` = {'x', 'y'}, plus `config.json`. PFLlib's `read_client_data` reads it, and so does the
-  `client_files` dataset (layout `pfllib`).
-- `flower`: `partition_<k>/train.npz`, `val.npz`, `test.npz` with arrays `x`, `y`, plus
-  `partitions.json`; a Flower ClientApp loads its `partition-id` (docs/data.md), and so does the
-  `client_files` dataset (layout `flower`).
+- `pfllib`: PFLlib's dataset folder, `train/<k>.npz`, `test/<k>.npz` (and `val/<k>.npz` when
+  there is a validation split), each `data` = {'x', 'y'}, plus `config.json`. PFLlib's
+  `read_client_data` reads it, and so does the `client_files` dataset (layout `pfllib`).
+- `flower`: `partition_<k>/train.npz`, `test.npz` (and `val.npz` when there is a validation
+  split) with arrays `x`, `y`, plus `partitions.json`; the exported Flower app loads its
+  `partition-id`, and so does the `client_files` dataset (layout `flower`).
+
+With the spec, both also get the reproduction package of the FedAvg warm start
+(`pflpipe.data.reproduce`).
 - `npz`: `indices.npz`, each client's row positions in the pooled dataset (`train_<k>`, ...),
   read back by the `predefined` partition (`path: DIR/indices.npz`) on the same dataset.
 

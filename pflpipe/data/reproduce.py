@@ -50,8 +50,11 @@ def write(out_dir: Path, fmt: str, spec, seed: int, partition) -> list[Path]:
     app = out_dir / APP
     app.mkdir(exist_ok=True)
     files += _model_code(app, out_dir, spec, network, partition.input_shape, n_outputs)
-    if fmt == "flower":
+    if fmt == "flower" and partition.task == "classification":
         files += _flower_app(out_dir, app, spec, partition)
+    elif fmt == "flower":   # task.py trains with cross-entropy and scores accuracy
+        files.append(_text(out_dir / "README.md", "The Flower app covers classification only; "
+                           "reproduce.json still holds pflpipe's settings and batch order.\n"))
     else:
         files.append(_text(out_dir / "README.md", pfllib_readme(spec, seed, partition, weights)))
     return files
@@ -66,6 +69,8 @@ def settings(spec, seed: int, partition, weights: dict) -> dict:
                      "to float rounding, accuracies matched exactly in our tests")
     if spec.engine.compile is True:
         notes.append("engine.compile: compiled steps round differently from a plain loop")
+    if partition.task != "classification":
+        notes.append("regression: the exported app (cross-entropy, accuracy) does not apply")
     if fed.early_stop:
         notes.append("federation.early_stop: pflpipe may stop before `rounds` (not reproduced)")
     return {
