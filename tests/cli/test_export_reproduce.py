@@ -160,3 +160,47 @@ def test_pfllib_export_has_the_package_and_the_main_py_command(tmp_path, capsys)
     assert not (tmp_path / "pfllib" / "val").exists()   # no validation split, no val/ folder
     assert np.load(tmp_path / "pfllib" / "train" / "0.npz", allow_pickle=True)["data"].item()[
         "x"].dtype == np.float32
+
+
+TINY = '''\
+from torch import nn
+
+
+class Tiny(nn.Module):
+    head_prefixes = ("fc.",)
+
+    def __init__(self, in_shape, n_classes):
+        super().__init__()
+        self.flat = nn.Flatten()
+        self.fc = nn.Linear(in_shape[0] * in_shape[1] * in_shape[2], n_classes)
+
+    def forward(self, x):
+        return self.fc(self.flat(x))
+'''
+
+
+def test_custom_model_is_exported_as_torchscript_and_reproduces(tmp_path, monkeypatch):
+    (tmp_path / "tinynet_export.py").write_text(TINY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(SPEC.format(out=tmp_path / "results", extra="").replace(
+        "n_clients: 4", "n_clients: 3").replace("rounds: 3", "rounds: 2")
+        + "model: {architecture: custom, path: 'tinynet_export:Tiny'}\n")
+    assert main(["split", str(spec_path), "-o", str(tmp_path / "p"),
+                 "--export", "flower", str(tmp_path / "flower")]) == 0
+    warm_start_fedavg.run(load_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
+                          tmp_path / "r")
+    monkeypatch.syspath_prepend(str(tmp_path / "flower"))
+    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
+        monkeypatch.delitem(sys.modules, name)
+
+    task = importlib.import_module("pflpipe_fedavg.task")
+    rows = task.run_in_process(tmp_path / "flower")
+    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
+        del sys.modules[name]
+
+    assert (tmp_path / "flower" / "model_script.pt").is_file()
+    history = common.read_csv(tmp_path / "r" / "history.csv")
+    assert {(r["round"], r["client"]): r["accuracy"] for r in rows} == {
+        (int(r["round"]), int(r["client"])): float(r["accuracy"]) for r in history
+        if r["split"] == "test"}
