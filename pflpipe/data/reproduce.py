@@ -189,12 +189,12 @@ Reproduces pflpipe's per-client FedAvg test accuracies, round by round ({clients
 def pfllib_readme(spec, seed: int, partition, weights: dict) -> str:
     """How to run PFLlib's FedAvg on the export, and what differs from pflpipe."""
     fed = spec.federation
-    # PFLlib's `-m dnn` is 784 → 100 → classes only for a dataset whose name holds "MNIST"
+    # PFLlib's `-m DNN` is 784 → 100 → classes only for a dataset whose name holds "MNIST"
     prefix = "MNIST-" if tuple(partition.input_shape) == (1, 28, 28) else ""
     name = f"{prefix}pflpipe-{spec.experiment.name}"
-    command = (f"python main.py -data {name} -m dnn -algo FedAvg "
+    command = (f"python main.py -data {name} -m DNN -algo FedAvg "
                f"-gr {fed.rounds} -ls {fed.local_epochs} -lbs {fed.batch_size} -lr {fed.lr:g} "
-               f"-nc {partition.n_clients} -nb {partition.n_classes} -jr "
+               f"-nc {partition.n_clients} -ncl {partition.n_classes} -jr "
                f"{fed.client_fraction:g} -eg 1 -t 1 -dev cpu")
     keys = ", ".join(f"`{key}`" for key in weights)
     return f"""\
@@ -214,14 +214,15 @@ What differs from pflpipe's FedAvg (`reproduce.json` has pflpipe's settings and 
   clients still train with `nn.CrossEntropyLoss`, which applies log_softmax again. Since
   log_softmax(log_softmax(z)) = log_softmax(z) (its logsumexp is log 1 = 0), the loss and
   gradients equal pflpipe's up to float rounding; argmax, and so accuracy, is unchanged.
-- **model**: `-m dnn` is `fc1` → ReLU → `fc` with 784 → 100 inputs for MNIST-named datasets,
-  3072 → 100 for Cifar10, else 60 → 20 (older PFLlib copies test for `mnist`): it matches
+- **model**: `-m DNN` is `fc1` → ReLU → `fc` with 784 → 100 inputs for MNIST-named datasets,
+  3072 → 100 for Cifar10, else 60 → 20 (PFLlib before 2025 spelled it `-m dnn`): it matches
   pflpipe's `mlp` (`hidden: [100]`) only on 28×28 images in a folder whose name holds `MNIST`.
   pflpipe's keys are {keys}; for the DNN, `base.1.*` is PFLlib's `fc1.*` and `head.*` its
   `fc.*`.
 - **initial weights and batch order**: PFLlib seeds its own initialisation and shuffles with
   its DataLoader; load `initial_weights.pt` (keys renamed as above) into `self.global_model` in
-  `serverbase.py` for the same start. Batch order is PFLlib's own, so per-client accuracies
+  `serverbase.py` for the same start. Batch order is PFLlib's own (a shuffling DataLoader with
+  `drop_last=True`: a client's last short batch is never trained on), so per-client accuracies
   agree in distribution, not to the sample.
 - **reported number**: PFLlib reports the mean over all test samples, pflpipe each client's
   accuracy (and their mean over clients).
