@@ -68,7 +68,8 @@ def exported(fmt: str, result) -> str:
     package = "; reproduce.json, initial_weights.pt, pflpipe_fedavg/model.py"
     return {
         "pfllib": "PFLlib layout: train/<k>.npz, test/<k>.npz" + (", val/<k>.npz" if val else "")
-                  + ", config.json" + package + ", README.md (the main.py command)",
+                  + ", config.json" + package + ", pfllib_run.py, README.md (the main.py "
+                  "command)",
         "flower": "Flower: partition_<k>/{" + ("train,val,test" if val else "train,test")
                   + "}.npz, partitions.json" + package
                   + (", the app (pflpipe_fedavg/, pyproject.toml, README.md)"

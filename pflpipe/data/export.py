@@ -33,7 +33,7 @@ INDEX_FILE = "indices.npz"
 #: Lists what an export wrote at the top of its directory (so a new export replaces exactly it).
 MARKER = ".pflpipe-export.json"
 #: What the exported apps themselves write into their directory (kept, never a conflict).
-APP_OUTPUTS = ("flower_history.json",)
+APP_OUTPUTS = ("flower_history.json", "pfllib_history.json")
 
 
 def export_partition(partition_dir: Path, fmt: str, out_dir: Path, *, spec=None,
@@ -91,7 +91,7 @@ def _exported_name(name: str) -> bool:
     return name.startswith("partition_") or name in {
         "train", "val", "test", "config.json", "partitions.json", INDEX_FILE, "reproduce.json",
         "initial_weights.pt", "model_script.pt", "pflpipe_fedavg", "pyproject.toml",
-        "README.md"}
+        "README.md", "pfllib_run.py"}
 
 
 def _pfllib(partition, out_dir: Path) -> list[Path]:

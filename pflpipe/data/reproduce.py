@@ -50,14 +50,22 @@ def write(out_dir: Path, fmt: str, spec, seed: int, partition) -> list[Path]:
     app = out_dir / APP
     app.mkdir(exist_ok=True)
     files += _model_code(app, out_dir, spec, network, partition.input_shape, n_outputs)
-    if fmt == "flower" and partition.task == "classification":
+    files += _copy(app, "task.py")   # the training logic: no Flower, no pflpipe
+    files.append(_text(app / "__init__.py", '"""pflpipe\'s FedAvg warm start, no pflpipe."""\n'))
+    if fmt == "pfllib":
+        files += _copy(out_dir, "pfllib_run.py")
+        files.append(_text(out_dir / "README.md", pfllib_readme(spec, seed, partition, weights)))
+    elif partition.task == "classification":
         files += _flower_app(out_dir, app, spec, partition)
-    elif fmt == "flower":   # task.py trains with cross-entropy and scores accuracy
+    else:   # task.py trains with cross-entropy and scores accuracy
         files.append(_text(out_dir / "README.md", "The Flower app covers classification only; "
                            "reproduce.json still holds pflpipe's settings and batch order.\n"))
-    else:
-        files.append(_text(out_dir / "README.md", pfllib_readme(spec, seed, partition, weights)))
     return files
+
+
+def _copy(directory: Path, name: str) -> list[Path]:
+    shutil.copyfile(TEMPLATES / name, directory / name)
+    return [directory / name]
 
 
 def settings(spec, seed: int, partition, weights: dict) -> dict:
@@ -123,10 +131,7 @@ def _model_code(app: Path, out_dir: Path, spec, network, in_shape, n_outputs) ->
 
 
 def _flower_app(out_dir: Path, app: Path, spec, partition) -> list[Path]:
-    files = [_text(app / "__init__.py", '"""pflpipe\'s FedAvg warm start as a Flower app."""\n')]
-    for name in ("task.py", "client_app.py", "server_app.py"):
-        shutil.copyfile(TEMPLATES / name, app / name)
-        files.append(app / name)
+    files = _copy(app, "client_app.py") + _copy(app, "server_app.py")
     files.append(_text(out_dir / "pyproject.toml", PYPROJECT.format(
         name=spec.experiment.name, rounds=spec.federation.rounds,
         root=json.dumps(str(out_dir.resolve())), clients=partition.n_clients)))
@@ -192,38 +197,43 @@ def pfllib_readme(spec, seed: int, partition, weights: dict) -> str:
     # PFLlib's `-m DNN` is 784 → 100 → classes only for a dataset whose name holds "MNIST"
     prefix = "MNIST-" if tuple(partition.input_shape) == (1, 28, 28) else ""
     name = f"{prefix}pflpipe-{spec.experiment.name}"
-    command = (f"python main.py -data {name} -m DNN -algo FedAvg "
-               f"-gr {fed.rounds} -ls {fed.local_epochs} -lbs {fed.batch_size} -lr {fed.lr:g} "
-               f"-nc {partition.n_clients} -ncl {partition.n_classes} -jr "
-               f"{fed.client_fraction:g} -eg 1 -t 1 -dev cpu")
+    arguments = (f"-data {name} -m DNN -algo FedAvg -gr {fed.rounds} -ls {fed.local_epochs} "
+                 f"-lbs {fed.batch_size} -lr {fed.lr:g} -nc {partition.n_clients} -ncl "
+                 f"{partition.n_classes} -jr {fed.client_fraction:g} -eg 1 -t 1 -dev cpu")
     keys = ", ".join(f"`{key}`" for key in weights)
     return f"""\
 # pflpipe's partition for PFLlib
 
-Copy this folder to PFLlib's `dataset/{name}/` and run, in `system/`:
+Copy this folder to PFLlib's `dataset/{name}/`. PFLlib's own command, in its `system/`:
 
 ```
-{command}
+python main.py {arguments}
 ```
 
-PFLlib reads `train/<k>.npz` and `test/<k>.npz` (the `val/` files, when present, it ignores) and
-prints the sample-weighted mean test accuracy over clients after each round (`-eg 1`).
+To train as pflpipe does (the same per-client test accuracies, round by round), run instead, in
+this folder (`pfllib_history.json` gets every round's per-client accuracies):
 
-What differs from pflpipe's FedAvg (`reproduce.json` has pflpipe's settings and batch order):
-- **log_softmax**: PFLlib's `DNN`, `CNN` and `Mclr_Logistic` end in `F.log_softmax` and its
-  clients still train with `nn.CrossEntropyLoss`, which applies log_softmax again. Since
-  log_softmax(log_softmax(z)) = log_softmax(z) (its logsumexp is log 1 = 0), the loss and
-  gradients equal pflpipe's up to float rounding; argmax, and so accuracy, is unchanged.
-- **model**: `-m DNN` is `fc1` → ReLU → `fc` with 784 → 100 inputs for MNIST-named datasets,
-  3072 → 100 for Cifar10, else 60 → 20 (PFLlib before 2025 spelled it `-m dnn`): it matches
-  pflpipe's `mlp` (`hidden: [100]`) only on 28×28 images in a folder whose name holds `MNIST`.
-  pflpipe's keys are {keys}; for the DNN, `base.1.*` is PFLlib's `fc1.*` and `head.*` its
-  `fc.*`.
-- **initial weights and batch order**: PFLlib seeds its own initialisation and shuffles with
-  its DataLoader; load `initial_weights.pt` (keys renamed as above) into `self.global_model` in
-  `serverbase.py` for the same start. Batch order is PFLlib's own (a shuffling DataLoader with
-  `drop_last=True`: a client's last short batch is never trained on), so per-client accuracies
-  agree in distribution, not to the sample.
+```
+python pfllib_run.py PATH/TO/PFLlib {arguments}
+```
+
+PFLlib reads `train/<k>.npz` and `test/<k>.npz` (it ignores `val/`) and prints the
+sample-weighted mean test accuracy over clients after each round (`-eg 1`). What `pfllib_run.py`
+changes, at run time (`reproduce.json` has pflpipe's settings and batch order):
+- **log_softmax**: PFLlib's `DNN` ends in `F.log_softmax`, and its FedAvg splits the model into
+  a base (the DNN with `fc` replaced by `nn.Identity`) and a head (`fc`). The log_softmax then
+  falls on the 100 hidden features, between `fc1` and the head: the network is
+  `fc(log_softmax(relu(fc1(x))))`, not pflpipe's MLP, and it learns far worse. The runner leaves
+  the log_softmax out (PFLlib's clients train with `nn.CrossEntropyLoss`, which applies it).
+- **model**: `-m DNN` is 784 → 100 → classes only for a dataset folder whose name holds `MNIST`
+  (3072 → 100 for Cifar10, else 60 → 20): it matches pflpipe's `mlp` (`hidden: [100]`) only on
+  28×28 images. pflpipe's keys are {keys}; in PFLlib's split model `base.1.*` is
+  `base.fc1.*` and `head.*` stays `head.*`.
+- **initial weights**: PFLlib seeds its own initialisation; the runner loads
+  `initial_weights.pt`.
+- **batch order**: PFLlib's DataLoader shuffles with its own RNG and drops each client's last
+  short batch (`drop_last=True`); the runner trains on pflpipe's batches
+  (`pflpipe_fedavg/task.py`, `batch_order`).
 - **reported number**: PFLlib reports the mean over all test samples, pflpipe each client's
   accuracy (and their mean over clients).
 """

@@ -152,9 +152,13 @@ def test_pfllib_export_has_the_package_and_the_main_py_command(tmp_path, capsys)
     assert main(["split", str(spec), "--export", "pfllib", str(tmp_path / "pfllib")]) == 0
 
     readme = (tmp_path / "pfllib" / "README.md").read_text()
-    assert ("python main.py -data pflpipe-repro -m DNN -algo FedAvg -gr 3 -ls 1 -lbs 20 "
-            "-lr 0.05 -nc 4 -ncl 10 -jr 1 -eg 1 -t 1 -dev cpu") in readme
-    assert "log_softmax" in readme and "`base.1.*` is PFLlib's `fc1.*`" in readme
+    arguments = ("-data pflpipe-repro -m DNN -algo FedAvg -gr 3 -ls 1 -lbs 20 -lr 0.05 -nc 4 "
+                 "-ncl 10 -jr 1 -eg 1 -t 1 -dev cpu")
+    assert f"python main.py {arguments}" in readme
+    assert f"python pfllib_run.py PATH/TO/PFLlib {arguments}" in readme
+    assert "fc(log_softmax(relu(fc1(x))))" in readme and "`base.fc1.*`" in readme
+    assert (tmp_path / "pfllib" / "pfllib_run.py").is_file()
+    assert (tmp_path / "pfllib" / "pflpipe_fedavg" / "task.py").is_file()
     assert (tmp_path / "pfllib" / "initial_weights.pt").is_file()
     assert (tmp_path / "pfllib" / "reproduce.json").is_file()
     assert not (tmp_path / "pfllib" / "val").exists()   # no validation split, no val/ folder
