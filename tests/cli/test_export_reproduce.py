@@ -21,7 +21,7 @@ SPEC = """\
 experiment: {{name: repro, output_dir: {out}}}
 dataset: {{name: digits}}
 partition: {{strategy: ds2, n_clients: 4, alpha: 0.5, fractions: {{train: 0.75, test: 0.25}}}}
-federation: {{rounds: 3, lr: 0.05, batch_size: 20{extra}}}
+federation: {{rounds: 3, batch_size: 20{extra}}}
 personalization: []
 tracking: {{enabled: false}}
 """
@@ -204,6 +204,29 @@ def test_custom_model_is_exported_as_torchscript_and_reproduces(tmp_path, monkey
         del sys.modules[name]
 
     assert (tmp_path / "flower" / "model_script.pt").is_file()
+    history = common.read_csv(tmp_path / "r" / "history.csv")
+    assert {(r["round"], r["client"]): r["accuracy"] for r in rows} == {
+        (int(r["round"]), int(r["client"])): float(r["accuracy"]) for r in history
+        if r["split"] == "test"}
+
+
+def test_partial_participation_and_adam_reproduce_exactly(tmp_path, monkeypatch):
+    spec_path = write_spec(tmp_path, ", client_fraction: 0.5, optimizer: adam, lr: 0.01")
+    assert main(["split", str(spec_path), "-o", str(tmp_path / "p"),
+                 "--export", "flower", str(tmp_path / "flower")]) == 0
+    warm_start_fedavg.run(load_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
+                          tmp_path / "r")
+    monkeypatch.syspath_prepend(str(tmp_path / "flower"))
+    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
+        monkeypatch.delitem(sys.modules, name)
+
+    task = importlib.import_module("pflpipe_fedavg.task")
+    rows = task.run_in_process(tmp_path / "flower")
+    sampled = [task.sampled_clients(task.Package.load(tmp_path / "flower"), r) for r in (1, 2, 3)]
+    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
+        del sys.modules[name]
+
+    assert all(len(clients) == 2 for clients in sampled)   # half of the 4 clients train
     history = common.read_csv(tmp_path / "r" / "history.csv")
     assert {(r["round"], r["client"]): r["accuracy"] for r in rows} == {
         (int(r["round"]), int(r["client"])): float(r["accuracy"]) for r in history
