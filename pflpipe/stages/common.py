@@ -364,7 +364,8 @@ def write_results(out_dir: Path, results: list[dict], history: list[dict],
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     totals = compute_totals(history)
-    results = [{**row, **totals.get(int(row["client"]), {})} for row in results]
+    idle = dict.fromkeys(COMPUTE, 0) if totals else {}   # a client never sampled cost nothing
+    results = [{**row, **totals.get(int(row["client"]), idle)} for row in results]
     counted = COMPUTE if totals else ()
     write_csv(out_dir / RESULTS_CSV, (*RESULT_FIELDS, *counted), results)
     columns = {key for row in history for key in row}

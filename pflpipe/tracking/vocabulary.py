@@ -12,8 +12,9 @@ round's (``last``):
 
 Compute and mechanism diagnostics (`pflpipe.engine.records`): per round ``compute.steps``,
 ``compute.samples``, ``compute.bytes_sent``, ``compute.bytes_received`` and each diagnostic under
-its history column's name (``diag.tau``); at the end a client's totals under the same compute
-names, and in an algorithm's run also their sum over clients, ``compute.total.samples`` ...
+its history column's name (``diag.tau``); at the end a client's totals over its rounds,
+``compute.total.samples`` ..., and in an algorithm's run also their sum over its clients,
+``compute.all_clients.samples`` ...
 
 A client run holds its own values; an algorithm's run holds the unweighted mean over its clients
 (the report's "AA"), so selecting the algorithm runs in the chart view or in Compare puts every
@@ -34,9 +35,9 @@ MEASURES = ("loss", "accuracy")
 #: Second models of a client, scored next to the personalized one: a history or results column
 #: ``{scope}_{measure}`` (the engine's ``global_accuracy``) becomes ``{scope}.{split}_{measure}``.
 SCOPES = ("global",)
-#: Prefix of a compute count's metric (``compute.samples``); its sum over an algorithm's clients
-#: is ``compute.total.samples``.
-COMPUTE_PREFIX, TOTAL_PREFIX = "compute.", "compute.total."
+#: Prefixes of a compute count's metrics: per round (``compute.samples``), a client's total over
+#: its rounds (``compute.total.samples``), the sum of those over an algorithm's clients.
+COMPUTE_PREFIX, TOTAL_PREFIX, ALL_PREFIX = "compute.", "compute.total.", "compute.all_clients."
 
 
 def metric(split: str, measure: str, scope: str = "") -> str:
@@ -106,7 +107,7 @@ def final_metrics(results: Iterable[dict]) -> dict[str, float]:
         prefix = SELECTIONS[row["selection"]]
         out |= {f"{prefix}.{name}": value for name, value in _values(row)}
         out[f"{prefix}.round"] = float(row["round"])
-        out |= {f"{COMPUTE_PREFIX}{name}": float(row[name]) for name in COMPUTE
+        out |= {f"{TOTAL_PREFIX}{name}": float(row[name]) for name in COMPUTE
                 if row.get(name) not in (None, "")}
     return out
 
@@ -114,15 +115,15 @@ def final_metrics(results: Iterable[dict]) -> dict[str, float]:
 def compute_totals(per_client: Iterable[dict]) -> dict[str, float]:
     """The sum over clients of each compute count in their final metrics (an algorithm's run).
 
-    >>> compute_totals([{"compute.samples": 20.0, "best.test_accuracy": 0.5},
-    ...                 {"compute.samples": 4.0}])
-    {'compute.total.samples': 24.0}
+    >>> compute_totals([{"compute.total.samples": 20.0, "best.test_accuracy": 0.5},
+    ...                 {"compute.total.samples": 4.0}])
+    {'compute.all_clients.samples': 24.0}
     """
     out: dict[str, float] = {}
     for final in per_client:
         for key, value in final.items():
-            if key.startswith(COMPUTE_PREFIX) and not key.startswith(TOTAL_PREFIX):
-                name = TOTAL_PREFIX + key[len(COMPUTE_PREFIX):]
+            if key.startswith(TOTAL_PREFIX):
+                name = ALL_PREFIX + key[len(TOTAL_PREFIX):]
                 out[name] = out.get(name, 0.0) + value
     return out
 
