@@ -19,7 +19,9 @@ from collections.abc import Iterable, Mapping
 
 import torch
 from torch import Tensor
+from torch.func import vmap
 
+from pflpipe.algorithms.base import Algorithm, Round
 from pflpipe.engine.data import SplitData
 from pflpipe.engine.records import diagnostic_column
 from pflpipe.engine.trainer import gather
@@ -122,6 +124,35 @@ def probe_batch(data: SplitData, clients: Tensor, batch_size: int) -> dict[str, 
     local = torch.arange(size).expand(len(clients), size)
     local = torch.where(local < counts.unsqueeze(1), local, -1).unsqueeze(1)
     return gather(data, local.to(data.x.device), clients.to(data.x.device), 1)
+
+
+def diagnostics(algorithm: Algorithm, ctx, data: SplitData, plan, trained: Round, shared: Tree,
+                server: Tree) -> dict[str, Tensor]:
+    """The algorithm's diagnostics of a round's clients [C, ...] (its two hooks, when defined).
+
+    `trained` is the round with the clients' states after local training, `shared` what the
+    round started from, `server` the server state the server step returned.
+    """
+    out = {}
+    if type(algorithm).diagnostics is not Algorithm.diagnostics:
+        batch = probe_batch(data, trained.clients, plan.batch_size)
+        out |= vmap(lambda s, b: algorithm.diagnostics(s, shared, b, ctx))(trained.states, batch)
+    if type(algorithm).server_diagnostics is not Algorithm.server_diagnostics:
+        out |= algorithm.server_diagnostics(trained, server)
+    return out
+
+
+def record(algorithm: Algorithm, ctx, data: SplitData, plan, trained: Round, shared: Tree,
+           server: Tree, new_global: Mapping[str, Tensor], read: set[str], tally: Tally,
+           losses: list[Tensor]) -> list[dict]:
+    """The train rows of a round whose server step `read` those groups and returned those keys.
+
+    `losses` are the mean losses of each phase [C] (the first is reported).
+    """
+    return train_rows(trained.index, trained.clients.tolist(), losses[0] if losses else None,
+                      tally, sent_bytes(trained.states, read, algorithm.is_payload),
+                      received_bytes(new_global, shared["server"]),
+                      diagnostics(algorithm, ctx, data, plan, trained, shared, server))
 
 
 def train_rows(round_idx: int, clients: list[int], loss: Tensor | None, tally: Tally,

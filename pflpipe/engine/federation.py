@@ -29,7 +29,6 @@ from torch.func import vmap
 
 from pflpipe.algorithms.base import Algorithm, Phase, Round
 from pflpipe.engine import accounting, checkpoint
-from pflpipe.engine.accounting import Reads, Tally
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.noise import step_keys
@@ -188,18 +187,16 @@ class Federation:
         sent = algo.dispatch(info)
         state = vmap(algo.receive, in_dims=(None if sent is None else 0, 0, None))(
             global_params if sent is None else sent, info.states, shared)
-        start, tally, losses = state, Tally(len(clients)), []
+        start, tally, losses = state, accounting.Tally(len(clients)), []
         for phase_idx, phase in enumerate(algo.phases()):
             state, loss = self._train(state, info, phase, phase_idx, shared, tally)
             losses.append(loss)
         state = vmap(algo.finish, in_dims=(0, 0, None))(start, state, shared)
-        reads = Reads(state)
+        reads = accounting.Reads(state)
         new_global, snap["server"] = algo.server_step(dataclasses.replace(info, states=reads))
-        snap["rows"] += accounting.train_rows(
-            round_idx, clients.tolist(), losses[0] if losses else None, tally,
-            sent=accounting.sent_bytes(state, reads.read, algo.is_payload),
-            received=accounting.received_bytes(new_global, shared["server"]),
-            diagnostics=self._diagnostics(info, state, shared, snap["server"]))
+        snap["rows"] += accounting.record(algo, self.ctx, self.data.train, self.plan,
+                                          dataclasses.replace(info, states=state), shared,
+                                          snap["server"], new_global, reads.read, tally, losses)
         new_global, snap["server_optimizer"] = server_update(
             self.plan.server_optimizer, global_params, new_global, snap.get("server_optimizer", {}))
         snap["global"] = merge(global_params, new_global)
@@ -208,18 +205,6 @@ class Federation:
         else:
             assign(snap["state"], clients, state)
         snap["round"] = round_idx
-
-    def _diagnostics(self, info: Round, state: Tree, shared: Tree, server: Tree
-                     ) -> dict[str, Tensor]:
-        """The algorithm's diagnostics of the round's clients [C, ...] (its two hooks)."""
-        algo, out = self.algorithm, {}
-        if type(algo).diagnostics is not Algorithm.diagnostics:
-            batch = accounting.probe_batch(self.data.train, info.clients, self.plan.batch_size)
-            ctx = self.ctx
-            out |= vmap(lambda s, b: algo.diagnostics(s, shared, b, ctx))(state, batch)
-        if type(algo).server_diagnostics is not Algorithm.server_diagnostics:
-            out |= algo.server_diagnostics(dataclasses.replace(info, states=state), server)
-        return out
 
     def _info(self, snap: dict, round_idx: int, clients: Tensor, states: Tree) -> Round:
         counts = self.data.train.counts[clients.to(self.data.train.offsets.device)]
@@ -239,11 +224,8 @@ class Federation:
         return torch.as_tensor(np.concatenate(chosen), device=self.all_clients.device)
 
     def _train(self, state: Tree, info: Round, phase: Phase, phase_idx: int, shared: Tree,
-               tally: Tally | None = None) -> tuple[Tree, Tensor]:
-        """Train `phase` of the round's clients: their new states and mean losses [C].
-
-        `tally` counts the steps and samples the trainer ran.
-        """
+               tally: accounting.Tally | None = None) -> tuple[Tree, Tensor]:
+        """Train `phase`: the new states, mean losses [C]; `tally` counts what the trainer ran."""
         plan, data, clients, round_idx = self.plan, self.data.train, info.clients, info.index
         counts = info.counts.cpu()
         samples = None
