@@ -96,6 +96,9 @@ class Context:
     links: tuple[tuple[str, str], ...] = ()
     #: Warn when the compared models' samples processed differ by more than this factor.
     compute_mismatch: float = 1.5
+    #: The `images` that show what a mechanism chose (PersFL's teacher rounds, λ and T): shown
+    #: with the mechanism diagnostics.
+    mechanism_images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -174,9 +177,10 @@ class Report:
                    for c in comparisons.values()):
                 out += generalization.blocks(comparisons, name, self.unit)
         out += self._diagnostic_blocks()
-        pictures = [(f"figures/{n}", caption) for n, (_, caption) in self.context.images.items()]
+        pictures = [(f"figures/{n}", caption) for n, (_, caption) in self.context.images.items()
+                    if n not in self.context.mechanism_images]
         if pictures:
-            out += [("h2", "The split and PersFL"),
+            out += [("h2", "The split"),
                     *(("figure", name, caption) for name, caption in pictures)]
         return out + render.rule_blocks()
 
@@ -204,14 +208,17 @@ class Report:
 
     def _diagnostic_blocks(self) -> list[tuple]:
         series = compute.diagnostics(self.context.history)
-        if not series:
+        chosen = [(f"figures/{n}", caption) for n, (_, caption) in self.context.images.items()
+                  if n in self.context.mechanism_images]
+        if not series and not chosen:
             return []
         return [("h2", "Mechanism diagnostics"),
                 ("p", "What each algorithm's mechanism did per round (its `diagnostics` hooks, "
-                      "history.csv columns diag.*), mean over the round's clients and the seeds. "
-                      "PersFL's teacher round, λ and T per client are in its figures below."),
+                      "history.csv columns diag.*), mean over the round's clients and the seeds; "
+                      "PersFL's choices per client (teacher round, λ, T) beside them."),
                 *(("figure", _diagnostic_figure(m), f"{m}: diagnostics over rounds.")
-                  for m in series)]
+                  for m in series),
+                *(("figure", name, caption) for name, caption in chosen)]
 
     def to_markdown(self, figure_files: dict[str, dict[str, str]] | None = None) -> str:
         """Render report.md (figures as relative links when `figure_files` is given)."""
