@@ -347,11 +347,15 @@ def compute_totals(history: list[dict]) -> dict[int, dict[str, int]]:
 def _prefixes(scores: dict, measure: str) -> list[str]:
     """The scopes' key prefixes of the scores of `measure` ("" first, then by name).
 
-    >>> _prefixes({"loss": 1, "global_loss": 2, "soft_loss": 3, "accuracy": 4}, "loss")
+    A diagnostic column (``diag.router_loss``) is not a scope's.
+
+    >>> _prefixes({"loss": 1, "global_loss": 2, "soft_loss": 3, "accuracy": 4,
+    ...            "diag.router_loss": 5}, "loss")
     ['', 'global_', 'soft_']
     """
     return sorted(key[:-len(measure)] for key in scores if key.endswith(measure)
-                  and (key == measure or key[-len(measure) - 1] == "_"))
+                  and (key == measure or key[-len(measure) - 1] == "_")
+                  and not key.startswith(DIAGNOSTIC_PREFIX))
 
 
 def write_results(out_dir: Path, results: list[dict], history: list[dict],
