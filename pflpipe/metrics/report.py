@@ -196,10 +196,13 @@ class Report:
         warning = self.compute_warning()
         return [("h2", "Compute"),
                 ("p", "What each model cost, counted by the engine from what it ran: local "
-                      "optimizer steps, samples through an objective (forward and backward), "
-                      "bytes uploaded and downloaded; summed over clients and rounds, mean over "
-                      "seeds. A model started from the FedAvg warm start also cost the warm "
-                      "start's compute (its row 'fedavg')."),
+                      "optimizer steps, samples through an objective (forward and backward; "
+                      "passes an objective makes inside itself, pFedMe's inner steps or "
+                      "Monte-Carlo draws, are not multiplied in), bytes uploaded and downloaded; "
+                      "summed over clients and rounds, mean over seeds. Training before scoring "
+                      "(Per-FedAvg's adaptation) and PersFL's distillation are not counted. A "
+                      "model started from the FedAvg warm start also cost the warm start's "
+                      "compute (its row 'fedavg')."),
                 *([("p", f"**Warning.** {warning}")] if warning else []),
                 ("table", compute.TABLE_HEADER,
                  compute.table_rows(totals, list(self.primary.models))),
