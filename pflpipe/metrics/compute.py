@@ -167,7 +167,7 @@ def diagnostics_png(model: str, series: dict[str, tuple[list, list]]) -> bytes:
         panels.setdefault(head if tail.isdigit() and head else base, []).append(column)
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig = Figure(figsize=(3.6 * cols, 2.6 * rows + 0.5))
+    fig = Figure(figsize=(max(5.5, 3.6 * cols), 2.6 * rows + 0.5))
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax, (name, columns) in zip(axes.flat, panels.items(), strict=False):
         for column in columns:
