@@ -138,7 +138,7 @@ class Flow(Algorithm[FlowParams]):
 
     def router_objective(self, state, batch, shared, hp, ctx):
         """Eq. 4: CE of the soft-routed model + λ·mean −log(π² + ε) of the target route."""
-        pi = self._route(state["router"], batch["x"], ctx)
+        pi = self.route(state["router"], batch["x"], ctx)
         loss = ctx.loss(routed_forward(ctx.model, state["model"], state["local"], pi,
                                        batch["x"]), batch)
         target = self.params.reg_target
@@ -153,7 +153,7 @@ class Flow(Algorithm[FlowParams]):
         """Eq. 5: CE of the routed model (or of the global model alone) in the global layers."""
         if self.params.global_update == "standalone":
             return ctx.task_loss(state["model"], batch)
-        pi = self._route(state["router"], batch["x"], ctx)
+        pi = self.route(state["router"], batch["x"], ctx)
         return ctx.loss(routed_forward(ctx.model, state["model"], state["local"], pi,
                                        batch["x"]), batch)
 
@@ -169,12 +169,37 @@ class Flow(Algorithm[FlowParams]):
 
     def predict(self, model, x, ctx, key, view=""):
         """Hard routing (per layer the likelier copy, ties to global); ``soft``: the mixture."""
-        pi = self._route(model["router"], x, ctx)
+        pi = self.route(model["router"], x, ctx)
         if view != "soft":
             pi = (pi >= 0.5).to(pi.dtype)
         return routed_forward(ctx.model, model["model"], model["local"], pi, x)
 
+    def routing(self, model, x, ctx):
+        """Per routed layer, the mean π_g and the share hard-routed to global (`routing_shares`).
+
+        Over the instances `x`, from a client's scored model.
+        """
+        return routing_shares(self.route(model["router"], x, ctx))
+
     @staticmethod
-    def _route(router, x, ctx):
+    def route(router, x, ctx):
         """π_g^k(x) [B, K]."""
         return torch.softmax(ctx.call("router", router, x), -1)[..., 0]
+
+
+def routing_shares(pi_global, mask=None):
+    """Per routed layer k: the mean π_g^k and the share of instances hard-routed to global.
+
+    Returns {"pi_global": mean π_g^k, "to_global": share with π_g^k ≥ 0.5 (hard routing's
+    choice, ties to global)}, each [K], over the instances of `pi_global` [B, K] (those `mask`
+    [B] keeps).
+
+    >>> out = routing_shares(torch.tensor([[0.9, 0.2], [0.5, 0.4], [0.1, 0.3]]))
+    >>> [round(v, 4) for v in out["pi_global"].tolist()], out["to_global"].tolist()
+    ([0.5, 0.3], [0.6666666865348816, 0.0])
+    """
+    weight = torch.ones_like(pi_global[:, 0]) if mask is None else mask.to(pi_global.dtype)
+    total = weight.sum().clamp_min(1.0)
+    hard = (pi_global >= 0.5).to(pi_global.dtype)
+    return {"pi_global": (pi_global * weight[:, None]).sum(0) / total,
+            "to_global": (hard * weight[:, None]).sum(0) / total}
