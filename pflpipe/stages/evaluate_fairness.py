@@ -162,7 +162,7 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
                     f"{spec.partition.n_clients} clients",
             "rounds": _rounds(spec), "seeds": ", ".join(map(str, spec.experiment.seeds))}
     links = tuple((f"seed {s}: results.csv", f"../seed-{s}/{RESULTS}") for s in sorted(seeds))
-    return Context(info, history, images, links)
+    return Context(info, history, images, links, spec.evaluation.compute_mismatch)
 
 
 def _rounds(spec) -> str:

@@ -134,3 +134,22 @@ def test_scaffold_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, on
     batched, sequential = on_both_trainers(algorithm)
 
     assert differences(batched, sequential) == {}
+
+
+@pytest.mark.parametrize("trainer", [BatchedTrainer, SequentialTrainer])
+def test_scaffold_records_the_control_norms_and_uploads_its_control_delta(line_ctx, clients,
+                                                                         federate, trainer):
+    # Prepare: clients (1, 1) and (1, 0), w = 0, η = 0.1, one local step.
+    # Client 0: y = 0 − 0.1·2(0 − 1) = 0.2, c_0 = (0 − 0.2)/(1·0.1) = −2; client 1: y = 0, c_1 = 0.
+    # c = 0 + (2/2)·mean(−2, 0) = −1. So ‖c_0‖ = 2, ‖c_1‖ = 0, ‖c‖ = 1 for both rows.
+    # Sent: y and Δc_i (4 bytes each); received: x and c (4 bytes each).
+    data = clients([(1, 1)], [(1, 0)])
+
+    # Execute
+    result = federate(_scaffold(), line_ctx, data, {"w": [0.0]}, trainer=trainer)
+
+    # Assert
+    rows = sorted((r for r in result.rows if r["split"] == "train"), key=lambda r: r["client"])
+    assert [r["diag.client_control_norm"] for r in rows] == pytest.approx([2.0, 0.0])
+    assert [r["diag.control_norm"] for r in rows] == pytest.approx([1.0, 1.0])
+    assert [(r["bytes_sent"], r["bytes_received"]) for r in rows] == [(8, 8), (8, 8)]
