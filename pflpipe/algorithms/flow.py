@@ -174,12 +174,13 @@ class Flow(Algorithm[FlowParams]):
             pi = (pi >= 0.5).to(pi.dtype)
         return routed_forward(ctx.model, model["model"], model["local"], pi, x)
 
-    def routing(self, model, x, ctx):
-        """Per routed layer, the mean π_g and the share hard-routed to global (`routing_shares`).
+    def diagnostics(self, state, shared, batch, ctx):
+        """Per routed layer k (``.k``): the mean π_g and the share routed to global.
 
-        Over the instances `x`, from a client's scored model.
+        The share is that of the client's samples that hard routing sends to the global copy,
+        by the client's router after the round.
         """
-        return routing_shares(self.route(model["router"], x, ctx))
+        return routing_shares(self.route(state["router"], batch["x"], ctx), batch["mask"])
 
     @staticmethod
     def route(router, x, ctx):

@@ -65,7 +65,7 @@ class Scaffold(Algorithm[ScaffoldParams]):
                 "steps": {"count": torch.zeros_like(count)}, "gradients": _zeros(total)}
 
     def diagnostics(self, state, shared, batch, ctx):
-        """‖c_i‖ after the round (option II's update)."""
+        """‖c_i‖ after the round (the mean gradient it took)."""
         return {"client_control_norm": _norm(state["control"])}
 
     def server_diagnostics(self, round, server):

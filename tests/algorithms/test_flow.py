@@ -88,6 +88,43 @@ def test_router_regularizer_pushes_towards_the_global_route_by_hand():
     assert loss.item() == pytest.approx(0.03515625 + 0.1 * reg)
 
 
+def test_diagnostics_give_each_layers_mean_pi_global_and_share_routed_to_global_by_hand():
+    # Prepare: the toy router at x = 1 gives π_g = [σ(−ln 3), σ(0)] = [0.25, 0.5]; at x = −1 its
+    # hidden unit is relu(−1) = 0, so both exits give logits 0: π_g = [0.5, 0.5]. The third
+    # sample is padding (mask 0).
+    #   layer 1: mean π_g (0.25 + 0.5)/2 = 0.375; hard routing: local, global (tie) → 0.5
+    #   layer 2: mean 0.5; both ties → global: 1.0
+    router = _router(-math.log(3.0), 0.0)
+    ctx = Context(Toy(), "regression", modules={"router": router})
+    state = {"model": GLOBAL, "local": LOCAL, "router": dict(router.named_parameters())}
+    batch = {"x": torch.tensor([[1.0], [-1.0], [9.0]]), "y": torch.zeros(3),
+             "mask": torch.tensor([1.0, 1.0, 0.0])}
+
+    # Execute
+    out = _flow().diagnostics(state, {}, batch, ctx)
+
+    # Assert
+    assert out["pi_global"].tolist() == pytest.approx([0.375, 0.5])
+    assert out["to_global"].tolist() == pytest.approx([0.5, 1.0])
+
+
+def test_the_engine_records_flows_routing_per_layer_and_round(digits_ds3):
+    # Prepare: Flow on the ds3 digits partition (an MLP: 2 routed layers), 2 rounds
+    _, s, _ = digits_ds3
+    plan = Plan(rounds=2, local_epochs=1, batch_size=16, lr=0.05, seed=0)
+
+    # Execute
+    result = Federation(_flow(), s.ctx, s.data, BatchedTrainer(s.ctx), plan).run(s.init)
+
+    # Assert: every client-round's train row has both layers' π_g and share, each in [0, 1]
+    rows = [r for r in result.rows if r["split"] == "train"]
+    assert {r["round"] for r in rows} == {1, 2}
+    for name in ("pi_global", "to_global"):
+        values = [r[f"diag.{name}.{k}"] for r in rows for k in (0, 1)]
+        assert all(0.0 <= v <= 1.0 for v in values)
+        assert f"diag.{name}.2" not in rows[0]
+
+
 @pytest.mark.parametrize(("model", "shape"), [(Mlp((1, 8, 8), 10), (1, 8, 8)),
                                               (CnnCifar((3, 32, 32), 10), (3, 32, 32)),
                                               (FedAvgCnn((1, 28, 28), 10), (1, 28, 28))])
