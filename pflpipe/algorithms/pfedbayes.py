@@ -9,7 +9,7 @@ minimises, with K reparameterised draws and n the client's samples,
     q_v:  (ζ/n) KL(q_θ ‖ q_v)                                   with q_θ held fixed,
 
 (the negative ELBO over n, so that lr is on the scale of a mean loss; every σ kept within
-`std_bounds`) as one objective whose
+[min_std, max_std]) as one objective whose
 gradients land where pFedBayes applies them (the two updates are simultaneous here, one after the
 other in the paper's Algorithm 1), by Adam with separate personal and global learning rates as
 the paper's code (plain SGD diverges on small clients: the KL's curvature ζ/(n·σ²) reaches 10⁴
@@ -48,7 +48,7 @@ class PFedBayes(Algorithm[PFedBayesParams]):
     def phases(self):
         """Local epochs of full-batch steps on q_θ and the copy of q_v together."""
         p = self.params
-        personal, global_ = p.personal_lr or self.lr, p.global_lr or self.lr
+        personal, global_ = p.learning_rates()
         return (Phase(train=("personal", "personal_spread", "model", "spread"), full_batch=True,
                       lr=personal, group_lr={"model": global_, "spread": global_},
                       optimizer="adam" if p.optimizer == "adam" else None),)

@@ -1,8 +1,11 @@
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, model_validator
 
 from pflpipe.spec.algorithms.base import FederatedParams
+
+#: The personal and global learning rates of the paper's code (README's MNIST run).
+PAPER_LR = 1e-3
 
 
 class PFedBayesParams(FederatedParams):
@@ -30,19 +33,23 @@ class PFedBayesParams(FederatedParams):
         "clients) or federation (federation.optimizer).",
     )
     personal_lr: float | None = Field(
-        1e-3, gt=0,
-        description="Learning rate of the personal distribution q_θ (paper: 1e-3); the entry's "
-        "lr when null.",
+        None, gt=0,
+        description="Learning rate of the personal distribution q_θ; the entry's lr when "
+        "omitted, and the paper's 1e-3 (PAPER_LR) when that is omitted too — never "
+        "federation.lr, whose SGD steps are on another scale than Adam's.",
     )
     global_lr: float | None = Field(
-        1e-3, gt=0,
-        description="Learning rate of the client's copy of the global distribution q_v (paper: "
-        "1e-3); the entry's lr when null.",
+        None, gt=0,
+        description="Learning rate of the client's copy of the global distribution q_v; as "
+        "personal_lr when omitted.",
     )
-    std_bounds: tuple[float, float] = Field(
-        (1e-3, 10.0),
-        description="Bounds [σ_min, σ_max] of every standard deviation σ = softplus(π) in the "
-        "objective (personal and global): a spread outside them counts as the bound.",
+    min_std: float = Field(
+        1e-3, gt=0,
+        description="σ_min: every standard deviation σ = softplus(π) in the objective (personal "
+        "and global) counts as at least this (a bounded spread).",
+    )
+    max_std: float = Field(
+        10.0, gt=0, description="σ_max: and as at most this."
     )
     beta: float = Field(1.0, gt=0, description="Server mixing β: v ← (1−β)·v + β·mean(v_i).")
     mc_samples: int = Field(
@@ -53,9 +60,18 @@ class PFedBayesParams(FederatedParams):
         "Monte-Carlo predictive average over K sampled networks.",
     )
 
-    @field_validator("std_bounds")
-    @classmethod
-    def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
-        if not 0 < value[0] < value[1]:
-            raise ValueError(f"must be 0 < σ_min < σ_max (got {list(value)})")
-        return value
+    @model_validator(mode="after")
+    def _ordered(self):
+        if self.min_std >= self.max_std:
+            raise ValueError(f"min_std ({self.min_std}) must be below max_std ({self.max_std})")
+        return self
+
+    @property
+    def std_bounds(self) -> tuple[float, float]:
+        """(σ_min, σ_max)."""
+        return self.min_std, self.max_std
+
+    def learning_rates(self) -> tuple[float, float]:
+        """(personal, global) learning rates: their own, else the entry's lr, else PAPER_LR."""
+        personal = self.personal_lr or self.lr or PAPER_LR
+        return personal, self.global_lr or personal
