@@ -11,7 +11,9 @@ from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer, Context
 from pflpipe.models import CnnCifar, FedAvgCnn, Mlp
+from pflpipe.spec import parse_spec
 from pflpipe.spec.algorithms import FlowParams
+from pflpipe.stages import common, partition_data
 
 
 def _flow(lr=0.05, **params):
@@ -123,6 +125,41 @@ def test_the_engine_records_flows_routing_per_layer_and_round(digits_ds3):
         values = [r[f"diag.{name}.{k}"] for r in rows for k in (0, 1)]
         assert all(0.0 <= v <= 1.0 for v in values)
         assert f"diag.{name}.2" not in rows[0]
+
+
+DIRICHLET = """\
+experiment: {name: flow-dirichlet}
+dataset: {name: digits}
+partition: {strategy: dirichlet, n_clients: 10, alpha: 0.1}
+tracking: {enabled: false}
+"""
+
+
+def test_flow_defaults_keep_both_routes_alive_on_dirichlet_digits(tmp_path):
+    # Prepare: 10 digits clients with Dirichlet(0.1) label skew, Flow's default parameters,
+    # 20 rounds of 3 local epochs (batch 20, lr 0.05, every client every round). Issue 27: the
+    # old defaults (Eq. 5 through the routed model, λ = 1e-3) sent every instance of every layer
+    # to the local copy (mean π_g 4 % and 1 % here), starving the global layers.
+    spec = parse_spec(DIRICHLET + f"storage: {{kind: local, path: {tmp_path / 'store'}}}\n")
+    partition_data.run(spec, 0, tmp_path / "partition")
+    s = common.setup(spec, 0, tmp_path / "partition")
+    flow = Flow(FlowParams(name="flow"), head=s.head, lr=0.05, local_epochs=3)
+    plan = Plan(rounds=20, local_epochs=3, batch_size=20, lr=0.05, seed=0)
+    federation = Federation(flow, s.ctx, s.data, BatchedTrainer(s.ctx), plan)
+
+    # Execute
+    result = federation.run(s.init)
+
+    # Assert: over every client's test instances, each routed layer's mean π_g (the soft
+    # routing the personalized model mixes by) lies strictly inside 5 %-95 %
+    pis = []
+    for client in range(s.data.n_clients):
+        x, _ = s.data.test.client(client)
+        router = {k: v[client] for k, v in result.last_model["router"].items()}
+        pis.append(torch.softmax(federation.ctx.call("router", router, x), -1)[..., 0])
+    mean_pi = torch.cat(pis).mean(0)
+    assert len(mean_pi) == 2
+    assert ((mean_pi > 0.05) & (mean_pi < 0.95)).all(), mean_pi.tolist()
 
 
 @pytest.mark.parametrize(("model", "shape"), [(Mlp((1, 8, 8), 10), (1, 8, 8)),
