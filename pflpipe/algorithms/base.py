@@ -90,6 +90,8 @@ class Phase:
     #: (objective, groups) updates that follow the phase's own on the same mini-batch at every
     #: step, each with its own optimizer (Flow's alternating policy and global steps).
     then: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: The phase's local optimizer ("sgd" or "adam") instead of the federation's (pFedBayes).
+    optimizer: str | None = None
 
 
 @dataclass(frozen=True)

@@ -251,7 +251,8 @@ class Federation:
             batch_size=batch_size,
             seeds=[member_seed(plan.seed, plan.stream, round_idx, self.data.client_id(c),
                                phase_idx) for c in clients.tolist()],
-            shared=shared, batches_per_step=phase.batches_per_step, optimizer=plan.optimizer,
+            shared=shared, batches_per_step=phase.batches_per_step,
+            optimizer=_optimizer(plan.optimizer, phase.optimizer),
             samples=samples,
             then=tuple((getattr(self.algorithm, name), train) for name, train in phase.then))
         result = self.trainer.train(job)
@@ -398,3 +399,14 @@ def _predict(algorithm: Algorithm, view: str = ""):
 def _forward_shared(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
     """`evaluate`'s predict for one network shared by every member."""
     return ctx.forward(shared["model"], x)
+
+
+def _optimizer(federation: OptimizerConfig, name: str | None) -> OptimizerConfig:
+    """The federation's local optimizer, or the phase's own (`Phase.optimizer`).
+
+    A phase's SGD keeps the federation's momentum; Adam has none.
+    """
+    if name is None or name == federation.name:
+        return federation
+    return dataclasses.replace(federation, name=name,
+                               momentum=federation.momentum if name == "sgd" else 0.0)
