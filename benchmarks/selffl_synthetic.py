@@ -105,7 +105,8 @@ def estimates(cases: dict[int, Draws], fraction: float, seed: int) -> dict[str, 
     out: dict[str, dict] = {m: {} for m in METHODS}
     for case, draws in cases.items():
         oracle = {"sigma0_sq": CASES[case]["sigma0_sq"], "sigma_sq": SIGMA_SQ}
-        found = run({"name": "self_fl", "oracle": oracle, "max_local_steps": 100_000}, 1,
+        found = run({"name": "self_fl", "oracle": oracle, "loss_reduction": "sum",
+                     "max_local_steps": 100_000}, 1,
                     draws.ys, fraction, seed)
         out["self_fl"][case] = found["global"], found["personal"]
     ys = [y for draws in cases.values() for y in draws.ys]

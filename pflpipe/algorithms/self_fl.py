@@ -26,6 +26,26 @@ def _spread(group, mean):
     return sum(((v - mean[k]) ** 2).flatten(1).sum(1) for k, v in group.items())
 
 
+def local_steps(lr, sigma_sq, s_minus, n, cap):
+    """ℓ_m of Eqn. 8 [C]: ⌈ln ρ_m / ln(1 − η/(n_m σ_m²))⌉ clipped to [1, cap] (long).
+
+    ρ_m = S_{−m}/(σ_m⁻² + S_{−m}) is the share of the distance to the local optimum Eqn. 7 leaves;
+    η/(n_m σ_m²) is what one step of lr η contracts it by when the loss stepped on is the mean of
+    n_m per-sample negative log-likelihoods (n_m = 1: the summed NLL of Eqn. 5). A contraction ≥ 1
+    (one step overshoots the optimum) takes one step.
+
+    >>> local_steps(torch.tensor([0.05]), torch.tensor([0.01]), torch.tensor([200.0]),
+    ...             torch.tensor([50.0]), 40).tolist()  # ρ = 2/3, a = 0.1: ⌈0.405/0.105⌉
+    [4]
+    """
+    s2, s_minus = sigma_sq.double().clamp_min(EPS), s_minus.double()
+    rho = (s_minus / (1 / s2 + s_minus)).clamp(EPS, 1 - EPS)
+    rate = lr.double() / (n.double() * s2)
+    below_one = torch.where(rate < 1, rate, 0.5)
+    ell = torch.ceil(torch.log(rho) / torch.log1p(-below_one))
+    return torch.where(rate < 1, ell, 1.0).clamp(1, cap).long()
+
+
 @register
 class SelfFL(Algorithm[SelfFLParams]):
     """Leave-one-out start, uncertainty-driven local steps and precision-weighted aggregation."""
@@ -56,17 +76,13 @@ class SelfFL(Algorithm[SelfFLParams]):
         return out
 
     def schedule(self, round, phase, steps, lr):
-        """ℓ_m of Eqn. 8 in the main phase, capped by `max_local_steps`."""
+        """ℓ_m of Eqn. 8 in the main phase (`local_steps`), capped by `max_local_steps`."""
         if self.params.steps == "fixed" or phase.objective != "local_objective":
             return steps, lr
         s2, _, s_minus, ready, _ = self._peers(round, self._sigma0_sq(round), False)
-        s2, s_minus = s2.double().clamp_min(EPS), s_minus.double()
-        rho = (s_minus / (1 / s2 + s_minus)).clamp(EPS, 1 - EPS)
-        rate = lr.to(s2) / s2              # the contraction per step of the NLL, η/σ_m²
-        below_one = torch.where(rate < 1, rate, 0.5)
-        ell = torch.ceil(torch.log(rho) / torch.log1p(-below_one))
-        ell = torch.where(rate < 1, ell, 1.0).clamp(1, self.params.max_local_steps)
-        return torch.where(ready.cpu(), ell.long().cpu(), steps), lr
+        n = round.counts if self.params.loss_reduction == "mean" else torch.ones_like(round.counts)
+        ell = local_steps(lr.to(s2), s2, s_minus, n.to(s2), self.params.max_local_steps)
+        return torch.where(ready.cpu(), ell.cpu(), steps), lr
 
     def server_step(self, round):
         """σ̂₀² of the round, Eqn. 11 weights, the smoothed global model and the σ̂_k² table."""

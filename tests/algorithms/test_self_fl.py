@@ -71,14 +71,42 @@ def test_self_fl_leave_one_out_start_of_a_seen_third_client():
     (0.02, 5, [5, 5, 5]),          # capped by max_local_steps
     (0.5, 40, [1, 1, 1]),          # η ≥ σ_m²: one step already reaches the local optimum
 ])
-def test_self_fl_local_steps_solve_eqn_8(lr, cap, expected):
-    algorithm = _algorithm(oracle=ORACLE, lr=lr, max_local_steps=cap)
+def test_self_fl_local_steps_solve_eqn_8_on_the_summed_likelihood(lr, cap, expected):
+    algorithm = _algorithm(oracle=ORACLE, lr=lr, max_local_steps=cap, loss_reduction="sum")
     round = _round(algorithm, model=(2, 0, 3))
 
     steps, lrs = algorithm.schedule(round, Phase(), torch.full((3,), 9), torch.full((3,), lr))
 
     assert steps.tolist() == expected
     assert lrs.tolist() == pytest.approx([lr] * 3)
+
+
+def test_self_fl_local_steps_on_the_batch_mean_loss_contract_by_lr_over_n_sigma_sq():
+    # The same clients stepping on the mean loss: a_m = η/(N_m σ_m²) = 0.02/(1·0.4) = 0.02/(2·0.2)
+    # = 0.02/(4·0.1) = 0.05 for all three; ℓ = ⌈ln ρ / ln 0.95⌉ = ⌈−0.262364/−0.051293⌉ = 6,
+    # ⌈−0.538997/−0.051293⌉ = ⌈10.508⌉ = 11, ⌈−1.056053/−0.051293⌉ = ⌈20.589⌉ = 21.
+    algorithm = _algorithm(oracle=ORACLE, lr=0.02)
+    round = _round(algorithm, model=(2, 0, 3))
+
+    steps, _ = algorithm.schedule(round, Phase(), torch.full((3,), 9), torch.full((3,), 0.02))
+
+    assert steps.tolist() == [6, 11, 21]
+
+
+def test_self_fl_takes_more_than_one_step_at_digits_scale_variances():
+    # Issue 27: on digits at lr 0.05, σ̂_m² ≈ 0.012 made η/σ̂_m² ≥ 1 and ℓ_m = 1 always. On the
+    # batch-mean loss with N_m = 30, 60, 120: a_m = 0.05/(N_m·0.012) = 0.1389, 0.0694, 0.0347;
+    # σ̂₀² = 0.04 so w = 1/0.052 for all, S_{−m} = 2/0.052 = 38.46, ρ = 38.46/(83.33 + 38.46)
+    # = 0.31579; ℓ = ⌈1.15268/0.14953⌉ = ⌈7.709⌉ = 8, ⌈1.15268/0.07194⌉ = ⌈16.02⌉ = 17,
+    # ⌈1.15268/0.03534⌉ = ⌈32.62⌉ = 33.
+    algorithm = _algorithm(lr=0.05)
+    round = _round(algorithm, model=(2, 0, 3), counts=(30, 60, 120), seen=(3, 3, 3),
+                   stats={"var": torch.full((3,), 0.012)})
+    round.server["uncertainty"]["sigma0_sq"] = torch.tensor(0.04)
+
+    steps, _ = algorithm.schedule(round, Phase(), torch.full((3,), 9), torch.full((3,), 0.05))
+
+    assert steps.tolist() == [8, 17, 33]
 
 
 def test_self_fl_clients_without_history_start_from_the_global_model_with_fedavg_steps():

@@ -55,7 +55,7 @@ def personal(case2):
     """Self-FL's personal estimates θ_m after ROUNDS rounds on the engine [M]."""
     data, _, _ = case2
     params = SelfFLParams(name="self_fl", oracle={"sigma0_sq": SIGMA0_SQ, "sigma_sq": SIGMA_SQ},
-                          max_local_steps=10_000)
+                          loss_reduction="sum", max_local_steps=10_000)
     ctx = GaussianLikelihood(ScalarMean(), sigma_sq=SIGMA_SQ)
     plan = Plan(rounds=ROUNDS, local_epochs=1, batch_size=200, lr=LR, seed=0,
                 eval_every=ROUNDS, score_global=False)
