@@ -1,10 +1,13 @@
 """Self-FL (Chen et al., NeurIPS 2022): personalization from inter- and intra-client uncertainty.
 
 Two-level model θ_m ~ N(θ₀, σ₀²), client estimate z_m ~ N(θ_m, σ_m²): ℓ_m gradient steps on client
-m's negative log-likelihood from the leave-one-out start reach its Bayes posterior mean θ_m^(FL).
+m's negative log-likelihood from the leave-one-out start reach the paper's FL-optimal θ_m^(FL)
+(Eqn. 3; not the model's posterior mean E[θ_m | z], see `pflpipe.engine.two_level`).
 With w_k = (σ₀² + σ_k²)⁻¹ and S_{−m} = Σ_{k≠m} w_k, each round (Algorithm 1):
 - start (Eqn. 10): θ_m^INIT = θ − (w_m / S_{−m})·(θ_m − θ), θ_m the client's last personal model;
-- steps (Eqn. 8): (1 − η/σ_m²)^ℓ_m = S_{−m} / (σ_m⁻² + S_{−m}), ℓ_m = ⌈·⌉ clipped to [1, ℓ_max];
+- steps (Eqn. 8): (1 − a_m)^ℓ_m = S_{−m} / (σ_m⁻² + S_{−m}), ℓ_m = ⌈·⌉ clipped to [1, ℓ_max], with
+  a_m = η/(N_m σ_m²) on the engine's batch-mean loss (η/σ_m² on Eqn. 5's summed NLL,
+  `loss_reduction`; the derivation is `two_level.local_steps`'s);
 - server (Eqn. 11): θ̂ = Σ w_m θ_m^t / Σ w_m, then θ ← (1 − C)·θ + C·θ̂ at activity rate C.
 σ̂_m² is the empirical variance (trace, 1/n) of the client's personal models over its previous
 participations (Welford, kept per client); σ̂₀² that of the round's personal models. Clients with
@@ -16,34 +19,13 @@ import torch
 
 from pflpipe.algorithms.base import Algorithm, Phase, register
 from pflpipe.engine.tree import weighted_mean
+from pflpipe.engine.two_level import EPS, local_steps
 from pflpipe.spec.algorithms.self_fl import SelfFLParams
-
-EPS = 1e-12
 
 
 def _spread(group, mean):
     """Σ over keys of ‖group[k] − mean[k]‖² per member [C] (group [C, ...], mean [...])."""
     return sum(((v - mean[k]) ** 2).flatten(1).sum(1) for k, v in group.items())
-
-
-def local_steps(lr, sigma_sq, s_minus, n, cap):
-    """ℓ_m of Eqn. 8 [C]: ⌈ln ρ_m / ln(1 − η/(n_m σ_m²))⌉ clipped to [1, cap] (long).
-
-    ρ_m = S_{−m}/(σ_m⁻² + S_{−m}) is the share of the distance to the local optimum Eqn. 7 leaves;
-    η/(n_m σ_m²) is what one step of lr η contracts it by when the loss stepped on is the mean of
-    n_m per-sample negative log-likelihoods (n_m = 1: the summed NLL of Eqn. 5). A contraction ≥ 1
-    (one step overshoots the optimum) takes one step.
-
-    >>> local_steps(torch.tensor([0.05]), torch.tensor([0.01]), torch.tensor([200.0]),
-    ...             torch.tensor([50.0]), 40).tolist()  # ρ = 2/3, a = 0.1: ⌈0.405/0.105⌉
-    [4]
-    """
-    s2, s_minus = sigma_sq.double().clamp_min(EPS), s_minus.double()
-    rho = (s_minus / (1 / s2 + s_minus)).clamp(EPS, 1 - EPS)
-    rate = lr.double() / (n.double() * s2)
-    below_one = torch.where(rate < 1, rate, 0.5)
-    ell = torch.ceil(torch.log(rho) / torch.log1p(-below_one))
-    return torch.where(rate < 1, ell, 1.0).clamp(1, cap).long()
 
 
 @register
