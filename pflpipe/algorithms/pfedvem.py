@@ -66,6 +66,10 @@ class PFedVem(Algorithm[PFedVemParams]):
             denominator = trace + deviation
         return (d / denominator).to(next(iter(mean.values())).dtype)
 
+    def diagnostics(self, state, shared, batch, ctx):
+        """τ_j: the confidence the client's head entered this round with (Eq. 8)."""
+        return {"tau": state["tau"]["value"]}
+
     def phases(self):
         """The E-step on the head (full batch), then FedAvg's local epochs on the base."""
         p = self.params

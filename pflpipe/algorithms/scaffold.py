@@ -14,6 +14,10 @@ from pflpipe.engine.tree import weighted_mean
 from pflpipe.spec.algorithms.scaffold import ScaffoldParams
 
 
+def _norm(group):
+    return sum((value.double() ** 2).sum() for value in group.values()).sqrt()
+
+
 def _zeros(group):
     return {key: torch.zeros_like(value) for key, value in group.items()}
 
@@ -48,6 +52,14 @@ class Scaffold(Algorithm[ScaffoldParams]):
         return {**trained, "control": new,
                 "control_delta": {k: new[k] - c_i[k] for k in new},
                 "steps": {"count": torch.zeros_like(trained["steps"]["count"])}}
+
+    def diagnostics(self, state, shared, batch, ctx):
+        """‖c_i‖ after the round (option II's update)."""
+        return {"client_control_norm": _norm(state["control"])}
+
+    def server_diagnostics(self, round, server):
+        """‖c‖ after the round's server step (the same for every client of the round)."""
+        return {"control_norm": _norm(server["control"]).expand(len(round.clients))}
 
     def server_step(self, round):
         """X ← x + η_g(mean_n(y) − x); c ← c + (|S|/N)·mean(Δc)."""

@@ -28,7 +28,8 @@ from torch import Tensor
 from torch.func import vmap
 
 from pflpipe.algorithms.base import Algorithm, Phase, Round
-from pflpipe.engine import checkpoint
+from pflpipe.engine import accounting, checkpoint
+from pflpipe.engine.accounting import Reads, Tally
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.noise import step_keys
@@ -187,11 +188,18 @@ class Federation:
         sent = algo.dispatch(info)
         state = vmap(algo.receive, in_dims=(None if sent is None else 0, 0, None))(
             global_params if sent is None else sent, info.states, shared)
-        start = state
+        start, tally, losses = state, Tally(len(clients)), []
         for phase_idx, phase in enumerate(algo.phases()):
-            state = self._train(state, info, phase, phase_idx, shared, snap)
+            state, loss = self._train(state, info, phase, phase_idx, shared, tally)
+            losses.append(loss)
         state = vmap(algo.finish, in_dims=(0, 0, None))(start, state, shared)
-        new_global, snap["server"] = algo.server_step(dataclasses.replace(info, states=state))
+        reads = Reads(state)
+        new_global, snap["server"] = algo.server_step(dataclasses.replace(info, states=reads))
+        snap["rows"] += accounting.train_rows(
+            round_idx, clients.tolist(), losses[0] if losses else None, tally,
+            sent=accounting.sent_bytes(state, reads.read, algo.is_payload),
+            received=accounting.received_bytes(new_global, shared["server"]),
+            diagnostics=self._diagnostics(info, state, shared, snap["server"]))
         new_global, snap["server_optimizer"] = server_update(
             self.plan.server_optimizer, global_params, new_global, snap.get("server_optimizer", {}))
         snap["global"] = merge(global_params, new_global)
@@ -200,6 +208,18 @@ class Federation:
         else:
             assign(snap["state"], clients, state)
         snap["round"] = round_idx
+
+    def _diagnostics(self, info: Round, state: Tree, shared: Tree, server: Tree
+                     ) -> dict[str, Tensor]:
+        """The algorithm's diagnostics of the round's clients [C, ...] (its two hooks)."""
+        algo, out = self.algorithm, {}
+        if type(algo).diagnostics is not Algorithm.diagnostics:
+            batch = accounting.probe_batch(self.data.train, info.clients, self.plan.batch_size)
+            ctx = self.ctx
+            out |= vmap(lambda s, b: algo.diagnostics(s, shared, b, ctx))(state, batch)
+        if type(algo).server_diagnostics is not Algorithm.server_diagnostics:
+            out |= algo.server_diagnostics(dataclasses.replace(info, states=state), server)
+        return out
 
     def _info(self, snap: dict, round_idx: int, clients: Tensor, states: Tree) -> Round:
         counts = self.data.train.counts[clients.to(self.data.train.offsets.device)]
@@ -219,7 +239,11 @@ class Federation:
         return torch.as_tensor(np.concatenate(chosen), device=self.all_clients.device)
 
     def _train(self, state: Tree, info: Round, phase: Phase, phase_idx: int, shared: Tree,
-               snap: dict) -> Tree:
+               tally: Tally | None = None) -> tuple[Tree, Tensor]:
+        """Train `phase` of the round's clients: their new states and mean losses [C].
+
+        `tally` counts the steps and samples the trainer ran.
+        """
         plan, data, clients, round_idx = self.plan, self.data.train, info.clients, info.index
         counts = info.counts.cpu()
         samples = None
@@ -250,11 +274,9 @@ class Federation:
             then=tuple((getattr(self.algorithm, name), train) for name, train in phase.then))
         result = self.trainer.train(job)
         self._check_finite(result, clients, round_idx, phase, lr)
-        if phase_idx == 0 and round_idx > 0:
-            losses = zip(clients.tolist(), result.loss.tolist(), strict=True)
-            snap["rows"] += [{"round": round_idx, "client": c, "split": "train", "loss": loss}
-                             for c, loss in losses]
-        return result.state
+        if tally is not None:
+            tally.add(job.steps, counts, batch_size, phase.batches_per_step, len(job.updates))
+        return result.state, result.loss
 
     def _part(self, round_idx: int, client: int, n: int, part: tuple[float, float]) -> Tensor:
         """A client's samples in `part` of its shuffle of this round (the same for every phase)."""
@@ -291,8 +313,7 @@ class Federation:
             state = vmap(algo.receive, in_dims=(None, 0, None))(snap["global"], state, shared)
             info = self._info(snap, round_idx, clients, state)
             for phase_idx, phase in enumerate(algo.eval_phases()):
-                state = self._train(state, info, phase, _EVAL_PHASES + phase_idx, shared,
-                                    {"rows": []})
+                state, _ = self._train(state, info, phase, _EVAL_PHASES + phase_idx, shared)
         models = vmap(algo.scored, in_dims=(0, None))(state, shared)
         scores = self._scores(snap, round_idx, clients, models, shared)
         self._track(snap, scores, models, clients)
