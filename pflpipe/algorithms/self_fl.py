@@ -61,10 +61,32 @@ class SelfFL(Algorithm[SelfFLParams]):
         """ℓ_m of Eqn. 8 in the main phase (`local_steps`), capped by `max_local_steps`."""
         if self.params.steps == "fixed" or phase.objective != "local_objective":
             return steps, lr
-        s2, _, s_minus, ready, _ = self._peers(round, self._sigma0_sq(round), False)
-        n = round.counts if self.params.loss_reduction == "mean" else torch.ones_like(round.counts)
-        ell = local_steps(lr.to(s2), s2, s_minus, n.to(s2), self.params.max_local_steps)
+        ell, ready = self._steps(round, lr, False)
         return torch.where(ready.cpu(), ell.cpu(), steps), lr
+
+    def _steps(self, round, lr, after_training):
+        """ℓ_m [C] from Eqn. 8 and whether it applies [C] (else FedAvg's steps are taken)."""
+        s2, _, s_minus, ready, _ = self._peers(round, self._sigma0_sq(round), after_training)
+        n = round.counts if self.params.loss_reduction == "mean" else torch.ones_like(round.counts)
+        return local_steps(lr.to(s2), s2, s_minus, n.to(s2), self.params.max_local_steps), ready
+
+    def server_diagnostics(self, round, server):
+        """ℓ_m (NaN where Eqn. 8 did not apply), σ̂_m² used, aggregation weight, σ̂₀² [C]."""
+        s2 = self._peers(round, self._sigma0_sq(round), True)[0]
+        sigma0_sq = server["uncertainty"]["sigma0_sq"]
+        out = {"sigma_sq": s2, "weight": self._weights(round, sigma0_sq),
+               "sigma0_sq": sigma0_sq.expand(len(round.clients))}
+        if self.params.steps == "adaptive":
+            ell, ready = self._steps(round, torch.full_like(s2, self.lr), True)
+            out["local_steps"] = torch.where(ready, ell.to(s2), float("nan"))
+        return out
+
+    def _weights(self, round, sigma0_sq):
+        """The aggregation weights [C]: Eqn. 11's w_m / Σ w_m, or FedAvg's n_m / n."""
+        if self.params.aggregation != "uncertainty":
+            return round.weights
+        w = self._peers(round, sigma0_sq, True)[1]
+        return w / w.sum()
 
     def server_step(self, round):
         """σ̂₀² of the round, Eqn. 11 weights, the smoothed global model and the σ̂_k² table."""
@@ -73,8 +95,8 @@ class SelfFL(Algorithm[SelfFLParams]):
         mean = {k: v.mean(0) for k, v in upload.items()}
         sigma0_sq = (_spread(upload, mean).mean() if len(round.clients) > 1 and p.oracle is None
                      else self._sigma0_sq(round))
-        _, w, _, _, table = self._peers(round, sigma0_sq, True)
-        weights = w / w.sum() if p.aggregation == "uncertainty" else round.weights
+        table = self._peers(round, sigma0_sq, True)[4]
+        weights = self._weights(round, sigma0_sq)
         payloads = {k: v for k, v in round.states["model"].items() if self.is_payload(k)}
         rate = len(round.clients) / round.n_clients if p.smoothing else 1.0
         new = {k: (1 - rate) * round.global_params[k] + rate * v

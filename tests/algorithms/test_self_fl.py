@@ -6,6 +6,7 @@ The three-client case (oracle variances σ₀² = 0.1, σ² = 0.4, sizes 1, 2, 4
   ρ_m = S_{−m} / (1/σ_m² + S_{−m}) = (25/3)/(65/6), 7/12, (16/3)/(46/3) = 10/13, 7/12, 8/23.
 """
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -15,6 +16,8 @@ import torch
 from pflpipe.algorithms.actperfl import ActPerFL
 from pflpipe.algorithms.base import Phase, Round
 from pflpipe.algorithms.self_fl import SelfFL
+from pflpipe.engine.federation import Federation, Plan
+from pflpipe.engine.trainer import BatchedTrainer
 from pflpipe.spec.algorithms import ActPerFLParams, SelfFLParams
 
 ORACLE = {"sigma0_sq": 0.1, "sigma_sq": 0.4}
@@ -217,3 +220,39 @@ def test_self_fl_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, on_
     if params.get("augmented"):    # the local optimum trained on past the personal model
         assert all((batched.state["optimum"][k] - batched.state["model"][k]).abs().amax(
             tuple(range(1, v.dim()))).min() > 0 for k, v in batched.state["model"].items())
+
+
+def test_self_fl_records_its_steps_weights_and_variances_per_client(line_ctx, clients, federate):
+    # The hand case above on the engine (oracle variances, one round, a batch holds a client's
+    # samples): ℓ_m = 6, 11, 21 steps on the mean loss, taken as counted by the engine; Eqn. 11's
+    # weights w_m / W = (2, 10/3, 5) / (31/3) = 6/31, 10/31, 15/31; σ_m² = 0.4, 0.2, 0.1; σ₀² 0.1.
+    algorithm = _algorithm(oracle=ORACLE, lr=0.02)
+    data = clients([(1, 1)], [(1, 1)] * 2, [(1, 1)] * 4)
+
+    result = federate(algorithm, line_ctx, data, {"w": [0.0]})
+
+    train = sorted((r for r in result.rows if r["split"] == "train"), key=lambda r: r["client"])
+    assert [r["diag.local_steps"] for r in train] == [6, 11, 21]
+    assert [r["steps"] for r in train] == [6, 11, 21]
+    assert [r["diag.weight"] for r in train] == pytest.approx([6 / 31, 10 / 31, 15 / 31])
+    assert [r["diag.sigma_sq"] for r in train] == pytest.approx([0.4, 0.2, 0.1])
+    assert [r["diag.sigma0_sq"] for r in train] == pytest.approx([0.1] * 3)
+
+
+def test_self_fl_on_digits_takes_more_than_one_step_where_eqn_8_applies(digits_ds3):
+    # Issue 27: with estimated variances on real data ℓ_m was 1 in every client-round. From
+    # round 3 (two recorded participations) Eqn. 8 applies; its ℓ_m is recorded and is the
+    # number of steps the engine ran; before, ℓ_m is NaN (FedAvg's steps).
+    _, s, _ = digits_ds3
+    algorithm = _algorithm(lr=0.05)
+    algorithm.head = s.head
+    plan = Plan(rounds=4, local_epochs=1, batch_size=16, lr=0.05, seed=0)
+
+    result = Federation(algorithm, s.ctx, s.data, BatchedTrainer(s.ctx), plan).run(s.init)
+
+    train = [r for r in result.rows if r["split"] == "train"]
+    applied = [r for r in train if r["round"] >= 3]
+    assert all(math.isnan(r["diag.local_steps"]) for r in train if r["round"] < 3)
+    assert [r["diag.local_steps"] for r in applied] == [r["steps"] for r in applied]
+    assert max(r["steps"] for r in applied) > 1
+    assert sum(r["diag.weight"] for r in applied) == pytest.approx(2.0)   # rounds 3 and 4
