@@ -16,7 +16,10 @@ federation's local epochs, n_m weights), `steps_fixed` (the full method with Fed
 `steps_fixed_10ep` (the same with 10 local epochs, about Self-FL's steps: a compute control, as
 the paper's FEMNIST baselines at ℓ = 40), `uncapped` (ℓ_max 400 instead of §4.2's 40),
 `unscaled` (Eqn. 8's contraction η/σ̂_m² as if the mean loss were the summed likelihood: the rule
-before issue 27), `self_fl_alg2` (Algorithm 2) and `actperfl`.
+before issue 27), `self_fl_alg2` (Algorithm 2), `actperfl`, and `fedavg_10ep` (FedAvg as FedProx
+with μ = 0, 10 local epochs: the compute control of FedAvg). GA is the global model's test
+accuracy at the last round (Fig. 2b's metric); the other columns score the personalized models
+(a global-only model's personalized model is its global model).
 """
 
 import argparse
@@ -28,7 +31,6 @@ from pathlib import Path
 import torch
 import yaml
 
-from pflpipe.algorithms.self_fl import SelfFL
 from pflpipe.spec import Spec
 from pflpipe.stages import common, partition_data, personalize, warm_start_fedavg
 
@@ -46,24 +48,8 @@ VARIANTS = {
     "unscaled": {"name": "self_fl", "loss_reduction": "sum"},
     "self_fl_alg2": {"name": "self_fl", "augmented": True},
     "actperfl": {"name": "actperfl"},
+    "fedavg_10ep": {"name": "fedprox", "mu": 0.0, "local_epochs": 10},
 }
-STEPS: dict[str, list[int]] = defaultdict(list)   # label → ℓ_m of every client-round
-
-
-def record_steps(label_of):
-    """Wrap SelfFL.schedule so that each ℓ_m it returns is kept under the running entry's label."""
-    original = SelfFL.schedule
-
-    def schedule(self, round, phase, steps, lr):
-        out, lrs = original(self, round, phase, steps, lr)
-        if self.params.steps == "adaptive" and phase.objective == "local_objective":
-            ready = self._peers(round, self._sigma0_sq(round), False)[3].cpu()
-            STEPS[label_of()] += out[ready].tolist()
-        return out, lrs
-
-    SelfFL.schedule = schedule
-
-
 def load(rounds: int, only: list[str] | None, root: Path) -> Spec:
     """The spec with every variant as an entry, `rounds` rounds, no tracking, under `root`."""
     data = yaml.safe_load(SPEC.read_text())
@@ -76,11 +62,24 @@ def load(rounds: int, only: list[str] | None, root: Path) -> Spec:
     return Spec.model_validate(data)
 
 
-def curve(directory: Path) -> dict[int, float]:
-    """Round → mean over clients of the personalized model's test accuracy."""
+def local_steps(directory: Path) -> list[int]:
+    """ℓ_m of every client-round where Eqn. 8 applied (history.csv's diag.local_steps)."""
+    rows = common.read_csv(directory / "history.csv")
+    return [int(float(row["diag.local_steps"])) for row in rows
+            if row["split"] == "train" and row.get("diag.local_steps", "nan") not in ("", "nan")]
+
+
+def curve(directory: Path, scope: str = "") -> dict[int, float]:
+    """Round → mean over clients of the test accuracy of the model of `scope` ("": personalized).
+
+    A model without a global scope (FedAvg's stage scores only its global model) gives its own.
+    """
+    rows = common.read_csv(directory / "history.csv")
+    if not any(row["scope"] == scope for row in rows):
+        scope = ""
     per_round = defaultdict(list)
-    for row in common.read_csv(directory / "history.csv"):
-        if row["split"] == "test" and row["scope"] == "" and row["accuracy"] != "":
+    for row in rows:
+        if row["split"] == "test" and row["scope"] == scope and row["accuracy"] != "":
             per_round[int(row["round"])].append(float(row["accuracy"]))
     return {r: statistics.fmean(v) for r, v in sorted(per_round.items())}
 
@@ -102,35 +101,38 @@ def main() -> None:
     torch.set_num_threads(1)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="selffl-digits-"))
     spec = load(args.rounds, args.only, root)
-    running = {"label": ""}
-    record_steps(lambda: running["label"])
-    curves, bests = defaultdict(list), defaultdict(list)
+    curves, bests, steps = defaultdict(list), defaultdict(list), defaultdict(list)
+    ga = defaultdict(list)
     for seed in args.seeds:
         out = root / f"seed-{seed}"
         partition_data.run(spec, seed, out / "partition")
         warm_start_fedavg.run(spec, seed, out / "partition", out / "checkpoints", out / "fedavg")
         labels = ["fedavg"] + [e.display_name for e in spec.personalization]
         for label in labels[1:]:
-            running["label"] = label
             personalize.run(spec, seed, label, out / "partition", out / "checkpoints", out / label)
         for label in labels:
             curves[label].append(curve(out / label))
+            ga[label].append(curve(out / label, "global")[args.rounds])
             bests[label].append(best_val(out / label))
+            steps[label] += local_steps(out / label) if label != "fedavg" else []
     marks = sorted({5, 10, 20, args.rounds} & set(range(1, args.rounds + 1)))
     print(f"seeds {args.seeds}, {args.rounds} rounds, warm_start none; test accuracy (mean over "
           "clients, then seeds)\n")
-    print("| model | " + " | ".join(f"round {r}" for r in marks) + " | best-val | ℓ_m: min / "
-          "median / mean / max (client-rounds) |")
-    print("|---|" + "---:|" * (len(marks) + 2))
+    print("| model | " + " | ".join(f"round {r}" for r in marks) + " | best-val | GA | ℓ_m: min "
+          "/ median / mean / max (client-rounds) |")
+    print("|---|" + "---:|" * (len(marks) + 3))
     for label in curves:
         cells = [statistics.fmean(c[r] for c in curves[label]) for r in marks]
-        steps = STEPS.get(label)
-        dist = (f"{min(steps)} / {statistics.median(steps):g} / {statistics.fmean(steps):.1f} / "
-                f"{max(steps)} ({len(steps)})" if steps else "—")
+        ell = steps.get(label)
+        dist = (f"{min(ell)} / {statistics.median(ell):g} / {statistics.fmean(ell):.1f} / "
+                f"{max(ell)} ({len(ell)})" if ell else "—")
         print(f"| {label} | " + " | ".join(f"{c:.3f}" for c in cells)
-              + f" | {statistics.fmean(bests[label]):.3f} | {dist} |")
-    for label, steps in STEPS.items():
-        counts = torch.bincount(torch.tensor(steps)).tolist()
+              + f" | {statistics.fmean(bests[label]):.3f} | {statistics.fmean(ga[label]):.3f} | "
+              f"{dist} |")
+    for label, ell in steps.items():
+        if not ell:
+            continue
+        counts = torch.bincount(torch.tensor(ell)).tolist()
         print(f"\n{label} ℓ_m histogram: " + ", ".join(f"{k}: {n}" for k, n in
                                                        enumerate(counts) if n))
 
