@@ -65,9 +65,13 @@ def protocol(selection: str, local: str, global_: str, validation: bool | None =
     score = measure(unit)
     chosen = {"best_val": "the model best on validation", "last_round": "the last-round model"}
     rule = (NO_VALIDATION if validation is False else
-            "The per-client model (round or epoch) is chosen on the client's validation split, "
-            "never on test; both the last-round and the best-on-validation models are recorded, "
-            f"and this report evaluates {chosen[selection]} ({selection}).")
+            "A personalized model's round (or epoch) is chosen for each client on that client's "
+            "validation split. The warm start's global model (FedAvg) is one model, so its "
+            "best-on-validation round is one round for every client: the round with the best "
+            "mean validation accuracy over the clients, weighted by their samples. An algorithm's "
+            "own global model is scored at the round its personalized model was chosen. Test is "
+            "never used to choose; both the last-round and the best-on-validation models are "
+            f"recorded, and this report evaluates {chosen[selection]} ({selection}).")
     return (
         f"Each client is scored on its own test split with its personalized model. {rule} "
         f"QoI_i = P_i − max(G_i, L_i) "

@@ -171,9 +171,16 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
 
 
 def _rounds(spec) -> str:
-    """How long each model trained, e.g. ``fedavg 30 rounds, local 20 epochs, ...``."""
+    """How long each model that ran trained, e.g. ``fedavg 30 rounds, local 20 epochs, ...``.
+
+    >>> from pflpipe.spec import Spec
+    >>> _rounds(Spec.model_validate({"experiment": {"name": "t"}, "dataset": {"name": "digits"},
+    ...                              "partition": {"strategy": "ds1", "n_clients": 2},
+    ...                              "personalization": []}))
+    'fedavg 20 rounds'
+    """
     parts = [f"fedavg {spec.federation.rounds} rounds",
-             f"local {spec.local_params.epochs} epochs"]
+             *([f"local {spec.local_params.epochs} epochs"] if spec.runs_local else [])]
     for entry in spec.personalization:
         if entry.name == "persfl":
             parts.append(f"{entry.display_name} {spec.distillation.epochs} distillation epochs")
