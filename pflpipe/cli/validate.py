@@ -48,6 +48,7 @@ def plan(spec) -> str:
     ]
     if algorithms:
         lines.append(f"  personalize         {', '.join(algorithms)}")
+    lines += tuning_plan(spec)
     if spec.has_persfl:
         dist = spec.distillation
         lines += [
@@ -70,3 +71,23 @@ def plan(spec) -> str:
         lines.append(f"  engine              warm_start_fedavg, train_local and personalize as "
                      f"{spec.engine.workers} workers, each a shard of the clients")
     return "\n".join(lines)
+
+
+def tuning_plan(spec) -> list[str]:
+    """The tuning stages' lines: seeds, each entry's grid and budget, the untuned entries."""
+    tuning = spec.tuning
+    if tuning is None:
+        return []
+    lines = [f"  tune                tuning seeds {tuning.seeds} (never reported), each entry's "
+             f"setting chosen on their validation splits ({spec.evaluation.selection})"]
+    for tuned in tuning.entries:
+        budget = tuning.budget_of(tuned)
+        rounds = f", {budget.rounds} rounds each" if budget.rounds else ""
+        grid = ", ".join(f"{key} {values}" for key, values in tuned.grid.items())
+        lines.append(f"    {tuned.entry}: {len(tuned.points())} grid point(s) of at most "
+                     f"{budget.max_points}{rounds}: {grid}")
+    untuned = [e.display_name for e in spec.personalization
+               if e.stage == "personalize" and not tuning.find(e.display_name)]
+    if untuned:
+        lines.append(f"    not tuned (the spec's settings): {', '.join(untuned)}")
+    return lines

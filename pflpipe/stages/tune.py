@@ -14,7 +14,7 @@ the grid. Test splits are never read. Output, ``tuning.json``::
                                        "mean": 0.9}, ...],
                            "chosen": {"lam": 0.1}}}}
 
-The `personalize` tasks of the reported seeds read it (`chosen`) and keep their entry's part next
+The `personalize` tasks of the reported seeds read it (`apply`) and keep their entry's part next
 to their results (`keep_record`), where the report finds it.
 """
 
@@ -25,7 +25,6 @@ from pathlib import Path
 
 from pflpipe.errors import DataError
 from pflpipe.spec.tuning import replace_entry, with_values
-from pflpipe.stages.tables import read_csv
 
 #: The stage's output file, also kept in each tuned model's results directory.
 TUNING_JSON = "tuning.json"
@@ -134,8 +133,8 @@ def apply(spec, label: str, tuning_dir: Path):
 
 
 def keep_record(tuning_dir: Path, label: str, results_dir: Path) -> None:
-    """Write entry `label`'s grid, scores and choice into its results directory."""
+    """Write tuning.json holding only entry `label` (its grid, scores, choice) to its results."""
     whole = read(tuning_dir)
-    record = {key: whole[key] for key in ("seeds", "selection", "score")}
-    (Path(results_dir) / TUNING_JSON).write_text(json.dumps(
-        {**record, "entry": label, **whole["entries"][label]}, indent=2) + "\n")
+    (Path(results_dir) / TUNING_JSON).write_text(json.dumps({
+        **whole, "records": [r for r in whole["records"] if r["entry"] == label],
+        "entries": {label: whole["entries"][label]}}, indent=2) + "\n")
