@@ -37,9 +37,9 @@ tuning:
   budget: {{max_points: 3, rounds: 1}}
   entries:
     - entry: prox
-      grid: {{lr: [0.001, 0.3, 0.05]}}
+      grid: {{lr: [0.001, 0.3, 0.02]}}
 """
-GRID = [{"lr": 0.001}, {"lr": 0.3}, {"lr": 0.05}]
+GRID = [{"lr": 0.001}, {"lr": 0.3}, {"lr": 0.02}]  # not the untuned lr (0.05)
 
 
 def rows(path: Path) -> list[dict]:
@@ -111,7 +111,7 @@ def test_report_lists_every_grid_the_chosen_values_and_the_tuning_seeds(tuned):
     report = json.loads((tuned["run"].report / "report.json").read_text())
     tuning = report["tuning"]
     assert tuning["seeds"] == [7] and tuning["reported_seeds"] == [0]
-    assert tuning["entries"]["prox"]["grid"] == {"lr": [0.001, 0.3, 0.05]}
+    assert tuning["entries"]["prox"]["grid"] == {"lr": [0.001, 0.3, 0.02]}
     assert tuning["entries"]["prox"]["chosen"] == tuned["best"]
     assert tuning["untuned"] == ["fedper"]
     markdown = (tuned["run"].report / "report.md").read_text()
@@ -160,7 +160,7 @@ def test_tune_chooses_the_best_mean_over_seeds_a_tie_going_to_the_first_point(tm
 def test_tune_refuses_a_point_missing_a_seed(tmp_path):
     spec = parse_spec(SPEC.format(out=tmp_path))
     dirs = write_points(tmp_path / "points", {7: [0.5, 0.6, 0.9], 8: [0.5, 0.8]})
-    with pytest.raises(DataError, match=r'grid point \{"lr": 0.05\} of .prox. has no score for '
+    with pytest.raises(DataError, match=r'grid point \{"lr": 0.02\} of .prox. has no score for '
                        r"tuning seed\(s\) \[8\]"):
         tune.run(spec, dirs, tmp_path / "chosen")
 
@@ -202,5 +202,63 @@ def test_validate_shows_the_tuning_plan(tmp_path, capsys):
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "tune                tuning seeds [7] (never reported)" in out
-    assert "prox: 3 grid point(s) of at most 3, 1 rounds each: lr [0.001, 0.3, 0.05]" in out
+    assert "prox: 3 grid point(s) of at most 3, 1 rounds each: lr [0.001, 0.3, 0.02]" in out
     assert "not tuned (the spec's settings): fedper" in out
+
+
+def ir_tasks(ir: dict) -> dict[str, tuple[str, dict]]:
+    """Every task of a compiled pipeline as name → (the loops it is nested in, its spec)."""
+    components = ir["components"]
+    found: dict[str, tuple[str, dict]] = {}
+
+    def walk(dag: dict, where: str) -> None:
+        for name, task in dag["tasks"].items():
+            ref = task["componentRef"]["name"]
+            if "dag" in components[ref]:
+                walk(components[ref]["dag"], f"{where}/{task['taskInfo']['name']}")
+            else:
+                found[f"{where}/{name}"] = (where, task)
+
+    walk(ir["root"]["dag"], "")
+    return found
+
+
+def test_a_tuning_section_compiles_to_grid_points_nested_in_tuning_seeds(tmp_path):
+    from pflpipe.pipelines.compile import compile_pipeline
+
+    spec = parse_spec(SPEC.format(out=tmp_path))
+    path = compile_pipeline(spec, tmp_path / "tuned.yaml")
+    ir = next(yaml.safe_load_all(path.read_text()))
+    tasks = ir_tasks(ir)
+    grid = "/for each tuning seed/for each grid point"
+    assert {name for name, (where, _) in tasks.items() if where.startswith("/for each tuning")} \
+        == {"/for each tuning seed/partition-data", "/for each tuning seed/warm-start-fedavg",
+            f"{grid}/tune-point", "/for each tuning seed/tune"}
+    assert "/tune-2" in tasks  # the choice over every tuning seed
+    point_loop = next(c["dag"] for c in ir["components"].values() if "dag" in c
+                      and "tune-point" in c["dag"]["tasks"])
+    iterator = next(t["parameterIterator"] for c in ir["components"].values() if "dag" in c
+                    for t in c["dag"]["tasks"].values()
+                    if t.get("taskInfo", {}).get("name") == "for each grid point")
+    points = json.loads(iterator["items"]["raw"])
+    assert [json.loads(p["values"]) for p in points] == GRID
+    for point, values in zip(points, GRID, strict=True):
+        scoped = json.loads(point["spec_json"])
+        (entry,) = scoped["personalization"]
+        assert entry["lr"] == values["lr"] and entry["rounds"] == 1   # the budget's rounds
+        assert "tuning" not in scoped  # a grid point does not see the other points
+    assert point_loop["tasks"]["tune-point"]["cachingOptions"] == {"enableCache": True}
+    seed_loop = "/for each seed"
+    tuned = tasks[f"{seed_loop}/for each tuned algorithm/personalize-2"][1]
+    untuned = tasks[f"{seed_loop}/for each algorithm/personalize"][1]
+    assert tuned["inputs"]["artifacts"]["tuning"] == {
+        "componentInputArtifact": "pipelinechannel--tune-2-chosen"}  # the choice over all seeds
+    assert "tuning" not in untuned["inputs"]["artifacts"]
+    collect = tasks[f"{seed_loop}/collect-results"][1]["inputs"]["artifacts"]
+    assert {"personalized", "tuned"} <= set(collect)
+
+
+def test_a_spec_without_tuning_dumps_as_before_the_section_existed(tmp_path):
+    spec = parse_spec(SPEC.format(out=tmp_path).split("tuning:")[0])
+    assert "tuning" not in json.loads(spec.model_dump_json(by_alias=True))
+    assert "tuning" not in spec.model_dump()
