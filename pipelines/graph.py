@@ -7,7 +7,8 @@ for each seed:
         └─► train_local ─────────────────────────────────────────────────────────┴─► collect_results
 evaluate_fairness(Collected(collect_results))      one report, mean ± std over the seeds
 ```
-With a `tuning` section, the tuning seeds run first:
+With a `tuning` section, the tuning seeds' tasks run beside those (`engine.parallel_tasks`
+bounds each of the two seed loops):
 ```
 for each tuning seed:
   partition_data ─► warm_start_fedavg ─► for each grid point: tune_point ─► tune (this seed)
