@@ -107,6 +107,14 @@ def test_reported_seeds_never_train_the_other_grid_points_and_untuned_entries_ke
     assert set(tuned["run"].seeds) == {0}
 
 
+def test_mlflow_records_the_chosen_setting_as_the_tuned_runs_params(tuned):
+    from pflpipe.stages.track_results import _settings
+
+    seed_dir = tuned["run"].seeds[0]
+    assert _settings(tuned["spec"], "prox", seed_dir / "prox")["lr"] == tuned["best"]["lr"]
+    assert "lr" not in _settings(tuned["spec"], "fedper", seed_dir / "fedper")  # untuned: None
+
+
 def test_report_lists_every_grid_the_chosen_values_and_the_tuning_seeds(tuned):
     report = json.loads((tuned["run"].report / "report.json").read_text())
     tuning = report["tuning"]
