@@ -4,6 +4,7 @@ from pathlib import Path
 
 from pflpipe.errors import SpecError
 from pflpipe.spec import load_spec
+from pflpipe.spec.tuning import unequal_tuning
 
 
 def register(subparsers) -> None:
@@ -90,4 +91,5 @@ def tuning_plan(spec) -> list[str]:
                if e.stage == "personalize" and not tuning.find(e.display_name)]
     if untuned:
         lines.append(f"    not tuned (the spec's settings): {', '.join(untuned)}")
-    return lines
+    warning = unequal_tuning(spec)
+    return lines + ([f"    warning: {warning}"] if warning else [])

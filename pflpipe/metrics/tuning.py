@@ -38,6 +38,8 @@ def blocks(tuning: dict) -> list[tuple]:
     if tuning["untuned"]:
         out.append(("p", f"Not tuned (run with the spec's settings): "
                          f"{', '.join(tuning['untuned'])}."))
+    if tuning.get("warning"):
+        out.append(("p", tuning["warning"]))
     return out
 
 

@@ -174,3 +174,18 @@ def point_spec(spec, label: str, values: dict):
     tuned = spec.tuning.find(label)
     return replace_entry(spec, label,
                          point_entry(spec.algorithm(label), values, spec.tuning.budget_of(tuned)))
+
+
+def unequal_tuning(spec) -> str | None:
+    """Say which personalize entries were tuned over more settings than others, if any do.
+
+    An untuned entry counts as one setting (the spec's).
+    """
+    counts = {e.display_name: 1 for e in spec.personalization if e.stage == "personalize"}
+    for tuned in spec.tuning.entries if spec.tuning else ():
+        counts[tuned.entry] = len(tuned.points())
+    if len(set(counts.values())) < 2:
+        return None
+    tried = ", ".join(f"{label} {n}" for label, n in counts.items())
+    return (f"Unequal tuning: the entries tried different numbers of settings ({tried}); an "
+            "entry tuned over more settings had more chances on the validation split.")

@@ -168,6 +168,7 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
 
 def _tuning(spec, seed_dir: Path) -> dict:
     """The report's tuning facts: each tuned entry's record (kept with its results), the rest."""
+    from pflpipe.spec.tuning import unequal_tuning
     from pflpipe.stages.tune import read
 
     entries = {model: read(seed_dir / model) for model in _models(seed_dir)
@@ -178,7 +179,8 @@ def _tuning(spec, seed_dir: Path) -> dict:
             "score": first.get("score", "accuracy"),
             "entries": {m: r["entries"][m] for m, r in entries.items()},
             "untuned": [e.display_name for e in spec.personalization
-                        if e.stage == "personalize" and not spec.tuning.find(e.display_name)]}
+                        if e.stage == "personalize" and not spec.tuning.find(e.display_name)],
+            "warning": unequal_tuning(spec)}
 
 
 def _rounds(spec) -> str:

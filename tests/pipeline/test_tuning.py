@@ -126,6 +126,8 @@ def test_report_lists_every_grid_the_chosen_values_and_the_tuning_seeds(tuned):
     assert "## Tuning" in markdown and "tuning seed(s) 7" in markdown
     assert f"### prox: lr = {tuned['best']['lr']:g}" in markdown
     assert "Not tuned (run with the spec's settings): fedper." in markdown
+    assert "Unequal tuning: the entries tried different numbers of settings (prox 3, fedper 1)" \
+        in markdown
 
 
 def test_tune_point_scores_a_point_as_the_hand_computation(tuned, tmp_path):
@@ -212,6 +214,11 @@ def test_validate_shows_the_tuning_plan(tmp_path, capsys):
     assert "tune                tuning seeds [7] (never reported)" in out
     assert "prox: 3 grid point(s) of at most 3, 1 rounds each: lr [0.001, 0.3, 0.02]" in out
     assert "not tuned (the spec's settings): fedper" in out
+    assert "warning: Unequal tuning" in out
+    equal = SPEC.format(out=tmp_path) + "    - entry: fedper\n      grid: {lr: [0.01, 0.1, 0.2]}\n"
+    path.write_text(equal)
+    assert main(["validate", str(path)]) == 0
+    assert "Unequal" not in capsys.readouterr().out
 
 
 def ir_tasks(ir: dict) -> dict[str, tuple[str, dict]]:
