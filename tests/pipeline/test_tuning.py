@@ -60,7 +60,7 @@ def tuned(tmp_path_factory):
     """The pipeline's run, and every grid point plus the plain run computed directly."""
     tmp = tmp_path_factory.mktemp("tuning")
     spec = parse_spec(SPEC.format(out=tmp / "pipeline"))
-    run = run_local(spec, {}, results_dir=tmp / "pipeline", use_cache=False)
+    run = run_local(spec, {}, results_dir=tmp / "pipeline")
     direct = parse_spec(SPEC.format(out=tmp / "direct"))  # its own checkpoints: nothing reused
 
     def warm(seed: int) -> tuple[Path, Path]:
@@ -105,6 +105,18 @@ def test_reported_seeds_never_train_the_other_grid_points_and_untuned_entries_ke
                                                                     "fedper"}
     # the tuning seed is no reported seed
     assert set(tuned["run"].seeds) == {0}
+
+
+def test_a_new_grid_point_reruns_only_its_own_task_and_the_tuned_entry(tuned):
+    """Every tuning stage is cached: a second run with a fourth grid point trains only that."""
+    text = SPEC.format(out=tuned["tmp"] / "pipeline").replace(
+        "max_points: 3", "max_points: 4").replace("[0.001, 0.3, 0.02]", "[0.001, 0.3, 0.02, 0.1]")
+    again = run_local(parse_spec(text), {}, results_dir=tuned["tmp"] / "pipeline")
+    ran = sorted(t.title for t in again.tasks if t.status != "CACHED")
+    assert ran == ["collect_results · seed 0", "evaluate_fairness", "personalize[prox] · seed 0",
+                   "tune", "tune", "tune_point[prox] · seed 7"]
+    points = tune.read(again.seeds[0] / "prox")["entries"]["prox"]["points"]
+    assert [p["scores"]["7"] for p in points[:3]] == tuned["scores"]  # the cached points'
 
 
 def test_mlflow_records_the_chosen_setting_as_the_tuned_runs_params(tuned):
