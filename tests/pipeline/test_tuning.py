@@ -179,6 +179,34 @@ def test_tune_chooses_the_best_mean_over_seeds_a_tie_going_to_the_first_point(tm
     assert points[0]["scores"] == {"7": 0.5, "8": 0.5}
 
 
+def test_a_regression_is_tuned_on_the_lowest_validation_mse_never_on_test(tmp_path):
+    spec = parse_spec(
+        "experiment: {name: t}\ndataset: {name: gaussian, n_min: 5, n_max: 9}\n"
+        "partition: {strategy: natural, n_clients: 2, min_samples: 5}\n"
+        "personalization: [{name: fedprox, label: prox}]\n"
+        "tuning: {seeds: [7], entries: [{entry: prox, grid: {lr: [0.001, 0.3, 0.02]}}]}\n")
+    # val MSE of the two clients (best_val, personalized rows only) per point; test rows and a
+    # global model's rows would favour another point, and must not count
+    val = [(0.5, 0.7), (0.2, 0.4), (0.3, 0.1)]
+    dirs = []
+    for index, losses in enumerate(val):
+        table = [{"split": "val", "selection": "best_val", "scope": "", "loss": loss}
+                 for loss in losses]
+        table += [{"split": "test", "selection": "best_val", "scope": "", "loss": 0.0},
+                  {"split": "val", "selection": "best_val", "scope": "global", "loss": 0.0},
+                  {"split": "val", "selection": "last_round", "scope": "", "loss": 0.0}]
+        score = tune.validation_score(spec, table)
+        assert score == pytest.approx(sum(losses) / 2)
+        directory = tmp_path / str(index)
+        directory.mkdir()
+        (directory / tune.POINT_JSON).write_text(json.dumps(
+            {"entry": "prox", "seed": 7, "values": GRID[index], "score": score}))
+        dirs.append(directory)
+    result = tune.run(spec, dirs, tmp_path / "chosen")
+    assert result.chosen == {"prox": GRID[2]}   # means 0.6, 0.3, 0.2: the lowest MSE
+    assert tune.read(tmp_path / "chosen")["score"] == "mse"
+
+
 def test_tune_refuses_a_point_missing_a_seed(tmp_path):
     spec = parse_spec(SPEC.format(out=tmp_path))
     dirs = write_points(tmp_path / "points", {7: [0.5, 0.6, 0.9], 8: [0.5, 0.8]})
