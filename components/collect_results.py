@@ -17,7 +17,8 @@ def collect_results(spec_json: str, seed: int, tracking_uri: str, experiment: st
                     parent_run_id: str, partition: Input[Dataset], checkpoints: Input[Model],
                     fedavg: Input[Model], results: Output[Model], metrics: Output[Metrics],
                     summary: Output[Markdown], local: Input[Model] = None,
-                    persfl: Input[Model] = None, personalized: Input[list[Model]] = None):
+                    persfl: Input[Model] = None, personalized: Input[list[Model]] = None,
+                    tuned: Input[list[Model]] = None):
     """Copy each results directory under `results/<model>/`; concatenate and track them."""
     from pathlib import Path
 
@@ -27,7 +28,8 @@ def collect_results(spec_json: str, seed: int, tracking_uri: str, experiment: st
 
     spec = Spec.model_validate_json(spec_json)
     tracker = parent_tracker(spec.tracking, tracking_uri, parent_run_id, experiment)
-    inputs = [a for a in (fedavg, local, persfl, *(personalized or [])) if a is not None]
+    inputs = [a for a in (fedavg, local, persfl, *(personalized or []), *(tuned or []))
+              if a is not None]
     result = stage.run(spec, seed, [Path(a.path) for a in inputs], Path(results.path),
                        partition_dir=Path(partition.path), checkpoints_dir=Path(checkpoints.path),
                        tracker=tracker)

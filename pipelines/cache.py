@@ -13,11 +13,15 @@ A custom `cache_key` cannot do this: it is a constant of the compiled pipeline, 
 iteration of the seeds loop.
 """
 
+import json
+
 from pflpipe.spec import Spec
 
 #: Stages whose outputs are reused across runs; the two that track run every time.
 CACHED = ("partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",
-          "distill_grid_search")
+          "distill_grid_search", "tune_point", "tune")
+#: Stages whose tasks run one personalization entry, and see only it.
+PER_ENTRY = ("personalize", "tune_point")
 
 #: Stages that run one task per client shard under `engine.shards` (pipelines.graph), as do the
 #: personalize entries whose clients train alone (`is_sharded`).
@@ -33,6 +37,8 @@ READS = {
     "personalize": _TRAINING,          # and its own entry
     "select_teachers": ("teachers", "distillation.teacher"),
     "distill_grid_search": ("model", "federation", "engine", "teachers", "distillation"),
+    "tune_point": _TRAINING,           # and its own entry at the grid point
+    "tune": ("tuning", "evaluation.selection"),  # and the tuned entries
 }
 
 
@@ -67,6 +73,24 @@ def scoped_spec_json(spec: Spec, stage: str, label: str | None = None) -> str:
             kept[section] = data[section]
     kept["personalization"] = [
         entry for entry, parsed in zip(data["personalization"], spec.personalization, strict=True)
-        if (stage == "personalize" and parsed.display_name == label)
-        or (stage == "train_local" and parsed.name == "local")]
+        if (stage in PER_ENTRY and parsed.display_name == label)
+        or (stage == "train_local" and parsed.name == "local")
+        or (stage == "tune" and spec.tuning.find(parsed.display_name))]
+    if stage == "tune":  # any reported seeds disjoint from the tuning seeds: the first such
+        kept["experiment"]["seeds"] = [min(set(range(len(spec.tuning.seeds) + 1))
+                                           - set(spec.tuning.seeds))]
     return Spec.model_validate(kept).model_dump_json(by_alias=True)
+
+
+def tuning_items(spec: Spec) -> list[dict[str, str]]:
+    """The grid-point loop's items: an entry's label, its point's scoped spec, the point's values.
+
+    Each grid point's spec holds the entry at the point's values and the budget's rounds
+    (`pflpipe.spec.tuning.point_spec`); the values travel as JSON.
+    """
+    from pflpipe.spec.tuning import point_spec
+
+    return [{"label": tuned.entry, "values": json.dumps(values),
+             "spec_json": scoped_spec_json(point_spec(spec, tuned.entry, values), "tune_point",
+                                           tuned.entry)}
+            for tuned in spec.tuning.entries for values in tuned.points()]

@@ -7,6 +7,15 @@ for each seed:
         └─► train_local ─────────────────────────────────────────────────────────┴─► collect_results
 evaluate_fairness(Collected(collect_results))      one report, mean ± std over the seeds
 ```
+With a `tuning` section, the tuning seeds' tasks run beside those (`engine.parallel_tasks`
+bounds each of the two seed loops):
+```
+for each tuning seed:
+  partition_data ─► warm_start_fedavg ─► for each grid point: tune_point ─► tune (this seed)
+tune(Collected(tune))      each tuned entry's setting, chosen on the tuning seeds' validation
+```
+and the reported seeds' tuned entries run in a loop of their own whose personalize tasks read
+that choice (an artifact), so the untuned entries' tasks keep their cache keys.
 With `engine.shards` = N, train_local and distill_grid_search are each a loop of N tasks, one per
 client shard, followed by merge_shards (`pflpipe.stages.shards`); a personalize entry whose clients
 train alone (fedavg_ft) is N items of the personalize loop, and collect_results merges them.
@@ -29,8 +38,10 @@ from pflpipe.components.partition_data import partition_data
 from pflpipe.components.personalize import personalize
 from pflpipe.components.select_teachers import select_teachers
 from pflpipe.components.train_local import train_local
+from pflpipe.components.tune import tune
+from pflpipe.components.tune_point import tune_point
 from pflpipe.components.warm_start_fedavg import warm_start_fedavg
-from pflpipe.pipelines.cache import CACHED, is_sharded, scoped_spec_json
+from pflpipe.pipelines.cache import CACHED, PER_ENTRY, is_sharded, scoped_spec_json, tuning_items
 from pflpipe.pipelines.platform import configure
 from pflpipe.spec import Spec
 from pflpipe.spec.algorithms import PERSONALIZE
@@ -63,16 +74,17 @@ def model_names(spec: Spec) -> list[str]:
     return list(dict.fromkeys(names + personalize_labels(spec)))
 
 
-def parallelism(spec: Spec) -> tuple[int, int]:
+def parallelism(spec: Spec, seeds: list[int] | None = None) -> tuple[int, int]:
     """ParallelFor parallelism of the seeds loop and of the nested personalize loop (0: all).
 
     With `engine.parallel_tasks` = P, at most P tasks run at once: the seeds loop runs
     min(P, seeds) iterations at once and each of them P // that many personalize tasks.
+    `seeds`: the seeds of the loop (the tuning seeds'), experiment.seeds when omitted.
     """
     limit = spec.engine.parallel_tasks
     if not limit:
         return 0, 0
-    seeds = min(limit, len(spec.experiment.seeds))
+    seeds = min(limit, len(seeds or spec.experiment.seeds))
     return seeds, max(1, limit // seeds)
 
 
@@ -86,7 +98,8 @@ def build_pipeline(spec: Spec):
     `pflpipe.stages.common.RESUME`). Its output is the report directory.
     """
     spec_json = spec.model_dump_json(by_alias=True)
-    scoped = {stage: scoped_spec_json(spec, stage) for stage in CACHED if stage != "personalize"}
+    scoped = {stage: scoped_spec_json(spec, stage) for stage in CACHED
+              if stage not in PER_ENTRY and (stage != "tune" or spec.tuning)}
     entries = personalize_items(spec)
     seeds_at_once, labels_at_once = parallelism(spec)
 
@@ -97,10 +110,11 @@ def build_pipeline(spec: Spec):
                  parent_run_id: str = "", resume: str = "all") -> Artifact:
         tracking = {"tracking_uri": tracking_uri, "experiment": experiment,
                     "parent_run_id": parent_run_id}
+        chosen = _tuning_tasks(spec, scoped, resume) if spec.tuning else None
         with dsl.ParallelFor(spec.experiment.seeds, name="for each seed",
                              parallelism=seeds_at_once) as seed:
             collect = _seed_tasks(spec, seed, spec_json, scoped, (entries, labels_at_once),
-                                  tracking, resume)
+                                  tracking, resume, chosen)
         report = configure(evaluate_fairness(
             spec_json=spec_json, results=dsl.Collected(collect.outputs["results"]),
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, **tracking), spec, "evaluate_fairness")
@@ -109,18 +123,44 @@ def build_pipeline(spec: Spec):
     return pipeline
 
 
-def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
-                personalizing: tuple[list[dict], int], tracking: dict, resume):
-    """The tasks of one seed: the training stages, then collect_results (returned).
+def _tuning_tasks(spec: Spec, scoped: dict[str, str], resume):
+    """The tuning seeds' tasks; returns the artifact holding each tuned entry's choice."""
+    seeds_at_once, points_at_once = parallelism(spec, spec.tuning.seeds)
+    with dsl.ParallelFor(spec.tuning.seeds, name="for each tuning seed",
+                         parallelism=seeds_at_once) as seed:
+        partition, warm = _warm_start(spec, seed, scoped, resume)
+        with dsl.ParallelFor(tuning_items(spec), name="for each grid point",
+                             parallelism=points_at_once) as point:
+            scored = configure(tune_point(
+                spec_json=point.spec_json, seed=seed, label=point.label, values=point.values,
+                resume=resume, partition=partition, checkpoints=warm.outputs["checkpoints"]),
+                spec, "tune_point")
+        per_seed = configure(tune(spec_json=scoped["tune"],
+                                  scores=dsl.Collected(scored.outputs["results"])), spec, "tune")
+    return configure(tune(spec_json=scoped["tune"],
+                          scores=dsl.Collected(per_seed.outputs["chosen"])), spec,
+                     "tune").outputs["chosen"]
 
-    `personalizing` holds the personalize loop's items and its parallelism.
-    """
+
+def _warm_start(spec: Spec, seed, scoped: dict[str, str], resume):
+    """partition_data and warm_start_fedavg of one seed: the partition and the warm-start task."""
     partition = configure(partition_data(
         spec_json=scoped["partition_data"], seed=seed, resume=resume), spec, "partition_data"
     ).outputs["partition"]
     warm = configure(warm_start_fedavg(
         spec_json=scoped["warm_start_fedavg"], seed=seed, resume=resume, partition=partition),
         spec, "warm_start_fedavg")
+    return partition, warm
+
+
+def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
+                personalizing: tuple[list[dict], int], tracking: dict, resume, chosen=None):
+    """The tasks of one seed: the training stages, then collect_results (returned).
+
+    `personalizing` holds the personalize loop's items and its parallelism; `chosen`, the tune
+    stage's output, is read by the tuned entries' personalize tasks.
+    """
+    partition, warm = _warm_start(spec, seed, scoped, resume)
     checkpoints = warm.outputs["checkpoints"]
     gathered = {"fedavg": warm.outputs["results"]}
     entries, at_once = personalizing
@@ -135,12 +175,18 @@ def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
                                       dict(spec_json=scoped["distill_grid_search"], seed=seed,
                                            partition=partition, checkpoints=checkpoints,
                                            teachers=teachers.outputs["teachers"]))
-    if entries:
-        with dsl.ParallelFor(entries, name="for each algorithm", parallelism=at_once) as entry:
+    tuned = [e for e in entries if spec.tuning and spec.tuning.find(e["label"])]
+    loops = {"personalized": ([e for e in entries if e not in tuned], "for each algorithm", {}),
+             "tuned": (tuned, "for each tuned algorithm", {"tuning": chosen})}
+    for key, (items, name, extra) in loops.items():
+        if not items:
+            continue
+        with dsl.ParallelFor(items, name=name, parallelism=at_once) as entry:
             personal = configure(personalize(
                 spec_json=entry.spec_json, seed=seed, label=entry.label, shard=entry.shard,
-                resume=resume, partition=partition, checkpoints=checkpoints), spec, "personalize")
-        gathered["personalized"] = dsl.Collected(personal.outputs["results"])
+                resume=resume, partition=partition, checkpoints=checkpoints, **extra),
+                spec, "personalize")
+        gathered[key] = dsl.Collected(personal.outputs["results"])
     return configure(collect_results(
         spec_json=spec_json, seed=seed, partition=partition, checkpoints=checkpoints,
         **gathered, **tracking), spec, "collect_results")

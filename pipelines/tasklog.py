@@ -186,5 +186,9 @@ class TaskLogRouter(io.TextIOBase):
 
 
 def _stage(task_name: str) -> str:
-    """Return the stage name of a task: kfp names tasks after components, with dashes."""
-    return task_name.replace("-", "_")
+    """Return the stage name of a task: kfp names tasks after components, with dashes.
+
+    A component used by several tasks names the second `<component>-2` and so on (the tuning
+    seeds' partition_data, the tuned entries' personalize); the stage is the component.
+    """
+    return re.sub(r"-\d+$", "", task_name).replace("-", "_")

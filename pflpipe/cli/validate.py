@@ -4,6 +4,7 @@ from pathlib import Path
 
 from pflpipe.errors import SpecError
 from pflpipe.spec import load_spec
+from pflpipe.spec.tuning import unequal_tuning
 
 
 def register(subparsers) -> None:
@@ -61,6 +62,7 @@ def plan(spec) -> str:
                      f"{spec.local_params.epochs} epochs")
     if algorithms:
         lines.append(f"  personalize         {', '.join(algorithms)}")
+    lines += tuning_plan(spec)
     if spec.has_persfl:
         dist = spec.distillation
         lines += [
@@ -88,3 +90,24 @@ def plan(spec) -> str:
         lines.append(f"  engine              warm_start_fedavg, train_local and personalize as "
                      f"{spec.engine.workers} workers, each a shard of the clients")
     return "\n".join(lines)
+
+
+def tuning_plan(spec) -> list[str]:
+    """The tuning stages' lines: seeds, each entry's grid and budget, the untuned entries."""
+    tuning = spec.tuning
+    if tuning is None:
+        return []
+    lines = [f"  tune                tuning seeds {tuning.seeds} (never reported), each entry's "
+             f"setting chosen on their validation splits ({spec.evaluation.selection})"]
+    for tuned in tuning.entries:
+        budget = tuning.budget_of(tuned)
+        rounds = f", {budget.rounds} rounds each" if budget.rounds else ""
+        grid = ", ".join(f"{key} {values}" for key, values in tuned.grid.items())
+        lines.append(f"    {tuned.entry}: {len(tuned.points())} grid point(s) of at most "
+                     f"{budget.max_points}{rounds}: {grid}")
+    untuned = [e.display_name for e in spec.personalization
+               if e.stage == "personalize" and not tuning.find(e.display_name)]
+    if untuned:
+        lines.append(f"    not tuned (the spec's settings): {', '.join(untuned)}")
+    warning = unequal_tuning(spec)
+    return lines + ([f"    warning: {warning}"] if warning else [])

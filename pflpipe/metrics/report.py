@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pflpipe.metrics import compute, curves, figures, generalization, render
+from pflpipe.metrics import compute, curves, figures, generalization, render, tuning
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
@@ -91,6 +91,8 @@ class Context:
         images: PNG files to show, by name: label heatmap, teacher rounds, λ–T; each with its
             caption.
         links: (text, relative href) of the per-seed results tables.
+        tuning: Each tuned entry's grid, scores and choice, the tuning and reported seeds and
+            the untuned entries (`pflpipe.metrics.tuning`); empty without tuning.
 
     """
 
@@ -103,6 +105,7 @@ class Context:
     #: The `images` that show what a mechanism chose (PersFL's teacher rounds, λ and T): shown
     #: with the mechanism diagnostics.
     mechanism_images: tuple[str, ...] = ()
+    tuning: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,7 @@ class Report:
             "tables": dict(self.context.links),
             "compute": compute.totals(self.context.history),
             "compute_warning": self.compute_warning(),
+            **({"tuning": self.context.tuning} if self.context.tuning else {}),
         }
 
     def blocks(self, figure_files: dict[str, dict[str, str]] | None = None) -> list[tuple]:
@@ -171,6 +175,7 @@ class Report:
                   f"global {self.global_!r}. Tables: {', '.join(self.sources) or '(in memory)'}."),
             ("h2", "Protocol"),
             ("p", protocol(self.selection, self.local, self.global_, self.validation, self.unit)),
+            *tuning.blocks(self.context.tuning),
             ("h2", "Answers"), ("list", [s.answer() for s in self.splits.values()]),
         ]
         out += self._compute_blocks()

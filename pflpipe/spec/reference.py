@@ -77,8 +77,9 @@ def _variants(annotation: Any) -> list[type[BaseModel]]:
     if typing.get_origin(inner) is list:
         inner = _strip(typing.get_args(inner)[0])
     if typing.get_origin(inner) in (typing.Union, types.UnionType):
-        return [a for a in typing.get_args(inner)
-                if isinstance(a, type) and issubclass(a, BaseModel)]
+        models = [a for a in typing.get_args(inner)
+                  if isinstance(a, type) and issubclass(a, BaseModel)]
+        return models if len(models) > 1 else []  # one model or null: an optional section
     return []
 
 

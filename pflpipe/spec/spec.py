@@ -3,7 +3,7 @@
 import hashlib
 import json
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from pflpipe.spec.algorithms import PERSONALIZE, Algorithm, LocalParams, PersFLParams
@@ -30,6 +30,7 @@ from pflpipe.spec.sections import (
     Teachers,
     Tracking,
 )
+from pflpipe.spec.tuning import Tuning, tuning_errors
 
 IMAGE_SHAPES = {
     "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28), "emnist": (1, 28, 28),
@@ -60,10 +61,15 @@ class Spec(Section):
     storage: Storage = Field(default_factory=lambda: LocalStorage(kind="local"))
     resources: Resources = Field(default_factory=Resources)
     engine: Engine = Field(default_factory=Engine)
+    tuning: Tuning | None = Field(
+        None, description="Grids of personalization entries, each chosen on the validation "
+        "splits of tuning seeds that are never reported (docs/tuning.md); none when omitted.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self):
-        errors = [*_data_errors(self), *_model_errors(self), *_algorithm_errors(self)]
+        errors = [*_data_errors(self), *_model_errors(self), *_algorithm_errors(self),
+                  *tuning_errors(self)]
         if errors:
             raise ValidationError.from_exception_data(
                 "Spec",
@@ -71,6 +77,15 @@ class Spec(Section):
                  for loc, msg, value in errors],
             )
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent_tuning(self, handler):
+        # A spec without tuning dumps as before the section existed: the same JSON, content
+        # hash and stage cache keys.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("tuning", ...) is None:
+            del data["tuning"]
+        return data
 
     # ---- conveniences read by every stage -------------------------------------------------
     def algorithm(self, label: str):

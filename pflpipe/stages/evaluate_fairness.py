@@ -167,7 +167,25 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
             "rounds": _rounds(spec), "seeds": ", ".join(map(str, spec.experiment.seeds))}
     links = tuple((f"seed {s}: results.csv", f"../seed-{s}/{RESULTS}") for s in sorted(seeds))
     chosen = tuple(name for (folder, name) in PICTURES if folder == "persfl" and name in images)
-    return Context(info, history, images, links, spec.evaluation.compute_mismatch, chosen)
+    tuned = _tuning(spec, seeds[min(seeds)]) if seeds and spec.tuning else {}
+    return Context(info, history, images, links, spec.evaluation.compute_mismatch, chosen, tuned)
+
+
+def _tuning(spec, seed_dir: Path) -> dict:
+    """The report's tuning facts: each tuned entry's record (kept with its results), the rest."""
+    from pflpipe.spec.tuning import unequal_tuning
+    from pflpipe.stages.tune import read
+
+    entries = {model: read(seed_dir / model) for model in _models(seed_dir)
+               if spec.tuning.find(model)}
+    first = next(iter(entries.values()), {})
+    return {"seeds": spec.tuning.seeds, "reported_seeds": spec.experiment.seeds,
+            "selection": first.get("selection", spec.evaluation.selection),
+            "score": first.get("score", "accuracy"),
+            "entries": {m: r["entries"][m] for m, r in entries.items()},
+            "untuned": [e.display_name for e in spec.personalization
+                        if e.stage == "personalize" and not spec.tuning.find(e.display_name)],
+            "warning": unequal_tuning(spec)}
 
 
 def _rounds(spec) -> str:

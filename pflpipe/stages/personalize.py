@@ -17,7 +17,7 @@ from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import Plan
 from pflpipe.errors import DataError
 from pflpipe.metrics.table import GLOBAL_SCOPE
-from pflpipe.stages import common
+from pflpipe.stages import common, tune
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 log = logging.getLogger(__name__)
@@ -45,15 +45,19 @@ class PersonalizeResult:
 
 def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path | None,
         results_dir: Path, *, tracker: Tracker = NULL_TRACKER, stage: str = STAGE,
-        progress: bool = False, resume: str = "all", shard: int | None = None
-        ) -> PersonalizeResult:
+        progress: bool = False, resume: str = "all", shard: int | None = None,
+        tuning_dir: Path | None = None) -> PersonalizeResult:
     """Run the personalization entry called `label`; write its results directory.
 
     With `progress`, a line per round goes to stdout (`common.PROGRESS`, for `pflpipe run`).
     `resume` says which of an earlier run's checkpoints to resume from (`common.RESUME`).
     With `shard` = k, only the clients of the k-th of `engine.shards` client shards train (an
     entry whose clients train alone: `pflpipe.stages.shards` merges the shards' directories).
+    With `tuning_dir` (the `tune` stage's output), the entry runs at the setting chosen for it
+    there, exactly as a spec giving that setting would run it, and keeps the tuning record.
     """
+    if tuning_dir is not None:
+        spec = tune.apply(spec, label, tuning_dir)
     entry = spec.algorithm(label)
     if shard is not None and not entry.clients_train_alone:
         raise DataError(f"{label}: {entry.name}'s clients communicate, so it cannot run as a "
@@ -78,6 +82,8 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     common.write_results(Path(results_dir), results, history, models, summary.to_markdown())
     if shard is not None:
         common.write_shard(Path(results_dir), data, summary)
+    if tuning_dir is not None:
+        tune.keep_record(tuning_dir, label, results_dir)
     tracker.log_params({"algorithm": entry.name, "seed": seed, "rounds": plan.rounds,
                         **{k: v for k, v in entry.model_dump(mode="json").items()
                            if v is not None and k != "name"}})

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from pflpipe.stages import common
+from pflpipe.stages import common, tune
 from pflpipe.tracking import NULL_TRACKER, Tracker, vocabulary
 
 #: Stage of each model that is not trained by `personalize`.
@@ -40,7 +40,7 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
     template = _template(spec, seed, partition_dir)
     extra = None
     with tracker.child(vocabulary.run_name(model, seed=seed if several else None), tags) as run:
-        run.log_params({"seed": seed, **_settings(spec, model)})
+        run.log_params({"seed": seed, **_settings(spec, model, results_dir)})
         if stage == "distill_grid_search":
             chosen = {int(r["client"]): r for r in common.read_csv(results_dir / "chosen.csv")}
             extra = lambda client: _teacher_and_pair(chosen[client])  # noqa: E731
@@ -56,8 +56,11 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
                            seed=seed if several else None, template=template)
 
 
-def _settings(spec, model: str) -> dict:
-    """What an algorithm's run records as params: the spec settings it ran with."""
+def _settings(spec, model: str, results_dir: Path | None = None) -> dict:
+    """What an algorithm's run records as params: the spec settings it ran with.
+
+    A tuned entry ran with the setting the tune stage chose (kept in its `results_dir`).
+    """
     if model == "fedavg":
         fed = spec.federation
         return {"rounds": fed.rounds, "local_epochs": fed.local_epochs, "lr": fed.lr,
@@ -69,6 +72,8 @@ def _settings(spec, model: str) -> dict:
                 "epochs": dist.epochs, "objective": dist.objective, "teacher": dist.teacher,
                 "selection_split": dist.selection_split, "criterion": spec.teachers.criterion}
     entry = spec.local_params if model == "local" else spec.algorithm(model)
+    if results_dir is not None and (Path(results_dir) / tune.TUNING_JSON).is_file():
+        entry = tune.apply(spec, model, results_dir).algorithm(model)
     return {"algorithm": entry.name, **{k: v for k, v in entry.model_dump(mode="json").items()
                                        if v is not None and k != "name"}}
 

@@ -20,6 +20,8 @@ from pflpipe.components.partition_data import partition_data
 from pflpipe.components.personalize import personalize
 from pflpipe.components.select_teachers import select_teachers
 from pflpipe.components.train_local import train_local
+from pflpipe.components.tune import tune
+from pflpipe.components.tune_point import tune_point
 from pflpipe.components.warm_start_fedavg import warm_start_fedavg
 from pflpipe.pipelines import build_pipeline
 from pflpipe.pipelines.cache import scoped_spec_json
@@ -29,7 +31,7 @@ from pflpipe.tracking import open_parent_run
 
 REPO = Path(__file__).resolve().parents[2]
 COMPONENTS = [partition_data, warm_start_fedavg, train_local, personalize, select_teachers,
-              distill_grid_search, collect_results, evaluate_fairness]
+              distill_grid_search, collect_results, evaluate_fairness, tune_point, tune]
 N_CLIENTS = 4
 
 TINY = """\

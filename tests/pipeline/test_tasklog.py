@@ -132,6 +132,16 @@ def test_router_reports_cache_hits(tmp_path):
     assert router.tasks[0].status == "CACHED"
 
 
+def test_router_names_a_components_second_task_after_its_stage(tmp_path):
+    events = []
+    router = TaskLogRouter(tmp_path, lambda kind, task: events.append((kind, task.stage)))
+
+    router.write("21:00:00,000 - INFO - Task personalize-2 cache hit (key=0123456789ab); "
+                 "skipping execution.\n")
+
+    assert events == [("cached", "personalize")]
+
+
 def test_stage_error_without_traceback_gives_the_last_lines():
     assert stage_error(["a", "", "Killed"]) == "a\nKilled"
 

@@ -1,0 +1,140 @@
+"""Stage `tune`: choose each tuned entry's setting from its grid points' validation scores.
+
+Every grid point of an entry trains on every tuning seed (`pflpipe.stages.tune_point`, which
+writes the point's score: the mean over clients of its validation accuracy, or MSE for a
+regression, of each client's `evaluation.selection` model). This stage gathers those scores (from
+the points' directories, or from `tune` directories of single seeds) and chooses, per entry, the
+point with the best mean score over the tuning seeds; a tie goes to the point written first in
+the grid. Test splits are never read. Output, ``tuning.json``::
+
+    {"seeds": [100, 101], "selection": "best_val", "score": "accuracy",
+     "records": [{"entry": "ditto", "seed": 100, "values": {"lam": 0.1}, "score": 0.91}, ...],
+     "entries": {"ditto": {"grid": {"lam": [...]}, "budget": {"max_points": 8, "rounds": null},
+                           "points": [{"values": {...}, "scores": {"100": 0.91, ...},
+                                       "mean": 0.9}, ...],
+                           "chosen": {"lam": 0.1}}}}
+
+The `personalize` tasks of the reported seeds read it (`apply`) and keep their entry's part next
+to their results (`keep_record`), where the report finds it.
+"""
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from pflpipe.errors import DataError
+from pflpipe.spec.tuning import replace_entry, with_values
+
+#: The stage's output file, also kept in each tuned model's results directory.
+TUNING_JSON = "tuning.json"
+#: What a `tune_point` directory says of its grid point.
+POINT_JSON = "point.json"
+RESULTS = "results.csv"
+
+
+@dataclass(frozen=True)
+class TuningResult:
+    """The setting chosen per entry, and the seeds it was chosen on."""
+
+    seeds: tuple[int, ...]
+    chosen: dict[str, dict]
+
+    def to_markdown(self) -> str:
+        """One line per tuned entry (the KFP Markdown artifact)."""
+        lines = [f"**tune**: chosen on the validation splits of tuning seed(s) "
+                 f"{', '.join(map(str, self.seeds))}", ""]
+        lines += [f"- {label}: {json.dumps(values)}" for label, values in self.chosen.items()]
+        return "\n".join(lines) + "\n"
+
+
+def score_name(spec) -> str:
+    """What a point is scored by: "accuracy" (higher is better), or "mse" for a regression."""
+    from pflpipe.spec.dataset import task_of
+
+    return "mse" if task_of(spec.dataset) == "regression" else "accuracy"
+
+
+def validation_score(spec, rows: list[dict]) -> float:
+    """Mean over clients of the validation score of each client's `evaluation.selection` model.
+
+    Only the personalized model's rows count (not a global model's, scope "global").
+    """
+    column = "loss" if score_name(spec) == "mse" else "accuracy"
+    values = [float(r[column]) for r in rows if r["split"] == "val" and not r.get("scope")
+              and r["selection"] == spec.evaluation.selection]
+    if not values:
+        raise DataError("tuning: the results hold no validation rows; settings are chosen on "
+                        "the validation split (give partition.fractions.val a fraction)")
+    return math.fsum(values) / len(values)
+
+
+def run(spec, scored_dirs: list[Path], out_dir: Path) -> TuningResult:
+    """Gather the scores under `scored_dirs`, choose each entry's setting; write tuning.json."""
+    records = _gather(list(map(Path, scored_dirs)))
+    seeds = sorted({r["seed"] for r in records})
+    higher = score_name(spec) == "accuracy"
+    entries = {}
+    for tuned in spec.tuning.entries:
+        points = [_point(tuned.entry, values, records, seeds) for values in tuned.points()]
+        means = [p["mean"] for p in points]
+        best = means.index(max(means) if higher else min(means))
+        entries[tuned.entry] = {
+            "grid": tuned.grid, "budget": spec.tuning.budget_of(tuned).model_dump(),
+            "points": points, "chosen": points[best]["values"]}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TUNING_JSON).write_text(json.dumps({
+        "seeds": seeds, "selection": spec.evaluation.selection, "score": score_name(spec),
+        "records": records, "entries": entries}, indent=2) + "\n")
+    return TuningResult(tuple(seeds), {label: e["chosen"] for label, e in entries.items()})
+
+
+def _gather(dirs: list[Path]) -> list[dict]:
+    records = []
+    for directory in dirs:
+        if (directory / POINT_JSON).is_file():
+            records.append(json.loads((directory / POINT_JSON).read_text()))
+        elif (directory / TUNING_JSON).is_file():
+            records += json.loads((directory / TUNING_JSON).read_text())["records"]
+        else:
+            raise DataError(f"{directory} holds neither {POINT_JSON} nor {TUNING_JSON}; tune "
+                            "reads the directories of tune_point or tune tasks")
+    return records
+
+
+def _point(label: str, values: dict, records: list[dict], seeds: list[int]) -> dict:
+    key = json.dumps(values, sort_keys=True)
+    scores = {r["seed"]: r["score"] for r in records
+              if r["entry"] == label and json.dumps(r["values"], sort_keys=True) == key}
+    missing = [s for s in seeds if s not in scores]
+    if missing:
+        raise DataError(f"tuning: grid point {key} of {label!r} has no score for tuning seed(s) "
+                        f"{missing}; every point trains on every tuning seed")
+    return {"values": values, "scores": {str(s): scores[s] for s in seeds},
+            "mean": math.fsum(scores.values()) / len(scores)}
+
+
+def read(tuning_dir: Path) -> dict:
+    """The content of a tuning.json (in a `tune` output or a tuned model's results)."""
+    path = Path(tuning_dir) / TUNING_JSON
+    if not path.is_file():
+        raise DataError(f"{tuning_dir} holds no {TUNING_JSON}; it is the output of the tune stage")
+    return json.loads(path.read_text())
+
+
+def apply(spec, label: str, tuning_dir: Path):
+    """Return `spec` with entry `label` at the setting `tune` chose for it."""
+    entries = read(tuning_dir)["entries"]
+    if label not in entries:
+        raise DataError(f"{label}: the tuning results hold no choice for this entry (they tune "
+                        f"{', '.join(entries) or 'nothing'})")
+    return replace_entry(spec, label, with_values(spec.algorithm(label), entries[label]["chosen"]))
+
+
+def keep_record(tuning_dir: Path, label: str, results_dir: Path) -> None:
+    """Write tuning.json holding only entry `label` (its grid, scores, choice) to its results."""
+    whole = read(tuning_dir)
+    (Path(results_dir) / TUNING_JSON).write_text(json.dumps({
+        **whole, "records": [r for r in whole["records"] if r["entry"] == label],
+        "entries": {label: whole["entries"][label]}}, indent=2) + "\n")

@@ -1,0 +1,43 @@
+"""Stage `tune_point`: one grid point of a tuned entry on one tuning seed, scored on validation.
+
+The spec it receives holds the entry at the grid point's values (and the budget's rounds,
+`pflpipe.spec.tuning.point_entry`); the entry trains as `personalize` trains it, and the
+point's score (`pflpipe.stages.tune.validation_score`) goes to ``point.json`` next to its results.
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pflpipe.stages import personalize, tune
+from pflpipe.stages.tables import read_csv
+
+STAGE = "tune_point"
+
+
+@dataclass(frozen=True)
+class PointScore:
+    """One grid point's mean client validation score on one tuning seed."""
+
+    entry: str
+    seed: int
+    values: dict
+    score: float
+
+    def to_markdown(self) -> str:
+        """One line for the KFP Markdown artifact."""
+        return (f"**tune_point** {self.entry} {json.dumps(self.values)}, tuning seed {self.seed}: "
+                f"mean client validation score {self.score:.4f}\n")
+
+
+def run(spec, seed: int, label: str, values: dict, partition_dir: Path,
+        checkpoints_dir: Path | None, out_dir: Path, *, progress: bool = False,
+        resume: str = "all") -> PointScore:
+    """Train entry `label` of `spec` (already at the point's `values`) on `seed`; score it."""
+    personalize.run(spec, seed, label, partition_dir, checkpoints_dir, out_dir, stage=STAGE,
+                    progress=progress, resume=resume)
+    rows = read_csv(Path(out_dir) / tune.RESULTS)
+    result = PointScore(label, seed, dict(values), tune.validation_score(spec, rows))
+    (Path(out_dir) / tune.POINT_JSON).write_text(json.dumps(
+        {"entry": label, "seed": seed, "values": result.values, "score": result.score}) + "\n")
+    return result
