@@ -85,12 +85,14 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all") -> Out
     import logging
 
     from pflpipe.pipelines.local import StageFailed, publish, run_local
+    from pflpipe.storage import check_store
     from pflpipe.tracking import open_parent_run, record_failure
 
     results_dir = Path(spec.experiment.results_dir)
     import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
+    check_store(spec.storage)  # a silent or missing store fails here, before any stage runs
     parent = open_parent_run(spec, spec_yaml=spec_yaml, owner_pid=os.getpid())
     _header(console, spec, parent, resume)
     progress = Progress(console)
