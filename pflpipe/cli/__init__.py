@@ -6,6 +6,7 @@ mlflow) happen inside the verb's handler, never here.
 
 import argparse
 import importlib
+import logging
 import os
 import sys
 import traceback
@@ -58,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("PFLPIPE_DEBUG") == "1"
+    # A log record that cannot be written (a full disk) must not print "--- Logging error ---"
+    # and a traceback; the failure itself reaches the user as one line.
+    logging.raiseExceptions = debug
     try:
         return args.handler(args) or EXIT_OK
     except KeyboardInterrupt:

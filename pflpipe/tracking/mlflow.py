@@ -28,7 +28,21 @@ T = TypeVar("T")
 PARENT_TAG = "mlflow.parentRunId"
 ROOT_TAG = "root_run_id"
 _MAX_PARAMS_TAGS, _MAX_METRICS, _MAX_PARAM_LEN, _MAX_TAG_LEN = 100, 1000, 6000, 8000
-_LOCK_ATTEMPTS = 6
+
+#: The one retry policy of MLflow calls, MLflow's own; pflpipe has no retry loop of its own.
+#: - On a tracking server, MLflow's REST client retries (urllib3) a refused connection, a timeout
+#:   and HTTP 429/5xx; these defaults of its environment variables (the user's values win) bound
+#:   a call to (MAX_RETRIES + 1) × TIMEOUT plus a few seconds of backoff (1, 2 s), about a minute,
+#:   instead of MLflow's 7 retries × 120 s. The first request of a process is `check_server`'s,
+#:   which gives up after PROBE_TIMEOUT_S.
+#: - On a sqlite store, a call waits for a lock held by another process by sqlite's own busy
+#:   timeout (MLflow sets 20 s per session), then fails; the first open of a process is
+#:   `check_sqlite`'s, which gives up after PROBE_TIMEOUT_S.
+#: Every failure then becomes one TrackingError naming the store.
+HTTP_POLICY = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "20", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+               "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+#: Seconds of MLflow's sqlite busy timeout (`mlflow.store.db.utils`), for messages.
+SQLITE_BUSY_S = 20
 
 
 _READY: set[str] = set()  # stores this process has opened: sqlite schema made, server answered
@@ -37,19 +51,51 @@ _READY: set[str] = set()  # stores this process has opened: sqlite schema made, 
 PROBE_TIMEOUT_S = 5.0
 
 
+def move_credentials(tracking_uri: str) -> str:
+    """Return `tracking_uri` without ``user:password@``, which go to MLflow's own variables.
+
+    MLflow sends MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD as HTTP basic auth; a URI
+    that carries them would hand the userinfo to the HTTP client as part of the host, and would
+    show them wherever the URI is printed (the pipeline's parameters). Child processes inherit
+    the variables.
+
+    >>> import os
+    >>> move_credentials("http://alice:pw@127.0.0.1:5000/"), os.environ["MLFLOW_TRACKING_USERNAME"]
+    ('http://127.0.0.1:5000/', 'alice')
+    """
+    import os
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return tracking_uri
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    os.environ["MLFLOW_TRACKING_USERNAME"] = urllib.parse.unquote(user)
+    if password:
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = urllib.parse.unquote(password)
+    return urllib.parse.urlunsplit(parts._replace(netloc=host))
+
+
 def check_server(tracking_uri: str) -> None:
     """Raise TrackingError when nothing answers HTTP at `tracking_uri` within `PROBE_TIMEOUT_S`.
 
     Any HTTP answer (even 401 or 404) and a TLS failure (MLflow has settings for certificates)
-    count as alive; a refused or unanswered connection and an unknown host do not.
+    count as alive; a refused or unanswered connection and an unknown host do not. The request
+    carries MLflow's basic-auth credentials when they are set.
     """
+    import base64
+    import os
     import ssl
     import urllib.error
     import urllib.request
 
+    request = urllib.request.Request(tracking_uri.rstrip("/") + "/health")
+    if user := os.environ.get("MLFLOW_TRACKING_USERNAME"):
+        token = f"{user}:{os.environ.get('MLFLOW_TRACKING_PASSWORD', '')}".encode()
+        request.add_header("Authorization", "Basic " + base64.b64encode(token).decode())
     try:
-        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health",
-                                    timeout=PROBE_TIMEOUT_S):
+        with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S):
             return
     except urllib.error.HTTPError:
         return
@@ -65,12 +111,44 @@ def check_server(tracking_uri: str) -> None:
             "server, or set tracking.enabled: false") from None
 
 
+def check_sqlite(tracking_uri: str) -> None:
+    """Raise TrackingError when another process holds the sqlite store's write lock.
+
+    Waits `PROBE_TIMEOUT_S` for it (``BEGIN IMMEDIATE``, rolled back at once); a database not
+    made yet passes (MLflow creates it).
+    """
+    import sqlite3
+
+    database = Path(tracking_uri[len("sqlite:///"):].partition("?")[0])
+    if not database.is_file():
+        return
+    try:
+        connection = sqlite3.connect(database, timeout=PROBE_TIMEOUT_S, isolation_level=None)
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("ROLLBACK")
+        finally:
+            connection.close()
+    except sqlite3.OperationalError as err:
+        if "locked" not in str(err) and "busy" not in str(err):
+            raise TrackingError(f"the MLflow store {tracking_uri} cannot be opened ({err})"
+                                ) from None
+        raise TrackingError(_locked(tracking_uri, PROBE_TIMEOUT_S)) from None
+
+
+def _locked(tracking_uri: str, seconds: float) -> str:
+    return (f"the MLflow store {tracking_uri} is locked by another process (waited "
+            f"{seconds:g} s); end the process that holds it (an open `sqlite3` shell, a stuck "
+            "`mlflow ui` or run) or set tracking.uri to another store")
+
+
 def _client(tracking_uri: str):
     """Return a client; the first one of a process on a sqlite store holds a lock beside it.
 
     MLflow creates and migrates a sqlite schema when a client first opens the database; two
     processes doing that at once fail ("duplicate column name: step"). The lock makes them take
-    turns: the first creates the tables, the others find them.
+    turns: the first creates the tables, the others find them. The first client of a process
+    on a store probes it (`check_server`, `check_sqlite`) and sets `HTTP_POLICY`.
     """
     import os
 
@@ -79,6 +157,12 @@ def _client(tracking_uri: str):
     # MLflow prints (and fetches) a "View run" link at the end of every run on a server; we
     # end hundreds of client runs and print one link of our own.
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    for name, value in HTTP_POLICY.items():
+        os.environ.setdefault(name, value)
+    # The store logs each SQLAlchemy error with its traceback before raising it; the raise
+    # becomes one TrackingError line (`_guarded`).
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    tracking_uri = move_credentials(tracking_uri)
     if tracking_uri.startswith(("http://", "https://")) and tracking_uri not in _READY:
         check_server(tracking_uri)
         _READY.add(tracking_uri)
@@ -86,6 +170,7 @@ def _client(tracking_uri: str):
         return MlflowClient(tracking_uri=tracking_uri)
     from filelock import FileLock
 
+    check_sqlite(tracking_uri)
     _sqlite_write_ahead_log()
     database = Path(tracking_uri[len("sqlite:///"):].partition("?")[0])
     with FileLock(f"{database}.lock"):
@@ -122,20 +207,18 @@ def _write_ahead_log(connection, _record) -> None:
     connection.execute("PRAGMA synchronous=NORMAL")
 
 
-def _retrying(what: str, tracking_uri: str, fn: Callable[..., T], *args, **kwargs) -> T:
-    """Call `fn`, retrying while sqlite reports a lock held by another process."""
+def _guarded(what: str, tracking_uri: str, fn: Callable[..., T], *args, **kwargs) -> T:
+    """Call `fn` (MLflow retries by `HTTP_POLICY`); turn its failure into one TrackingError line."""
     from mlflow.exceptions import MlflowException
 
-    for attempt in range(1, _LOCK_ATTEMPTS + 1):
-        try:
-            return fn(*args, **kwargs)
-        except MlflowException as err:
-            if "database is locked" in str(err) and attempt < _LOCK_ATTEMPTS:
-                time.sleep(0.1 * 2 ** attempt)
-                continue
-            raise TrackingError(f"MLflow {what} at {scrub_text(tracking_uri)} failed: "
-                                f"{scrub_text(str(err))}") from err
-    raise AssertionError("unreachable")
+    try:
+        return fn(*args, **kwargs)
+    except MlflowException as err:
+        if "database is locked" in str(err):
+            raise TrackingError(_locked(tracking_uri, SQLITE_BUSY_S)) from err
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise TrackingError(f"MLflow {what} at {scrub_text(tracking_uri)} failed: "
+                            f"{scrub_text(first)}") from err
 
 
 def _chunks(items: list, size: int) -> Iterator[list]:
@@ -164,12 +247,12 @@ class MlflowTracker(Tracker):
                log_models: bool = True) -> "MlflowTracker":
         """Return a tracker for an existing run (e.g. the pipeline's parent run)."""
         client = _client(tracking_uri)
-        run = _retrying("lookup of run", tracking_uri, client.get_run, run_id)
+        run = _guarded("lookup of run", tracking_uri, client.get_run, run_id)
         if run.info.lifecycle_stage == "deleted":
             raise TrackingError(f"run {run_id} at {scrub_text(tracking_uri)} is deleted; "
                                 "restore it in the MLflow UI or start the pipeline again")
         if experiment:
-            found = _retrying("lookup of experiment", tracking_uri, client.get_experiment,
+            found = _guarded("lookup of experiment", tracking_uri, client.get_experiment,
                               run.info.experiment_id).name
             if found != experiment:
                 raise TrackingError(f"run {run_id} belongs to experiment {found!r}, not "
@@ -178,7 +261,7 @@ class MlflowTracker(Tracker):
                    log_models=log_models, context_tags={ROOT_TAG: run_id})
 
     def _call(self, what: str, fn: Callable[..., T], *args, **kwargs) -> T:
-        return _retrying(f"{what} (run {self.run_id})", self.tracking_uri, fn, *args, **kwargs)
+        return _guarded(f"{what} (run {self.run_id})", self.tracking_uri, fn, *args, **kwargs)
 
     @contextmanager
     def child(self, name: str, tags: dict[str, str] | None = None) -> Iterator["MlflowTracker"]:
