@@ -58,13 +58,45 @@ def load_tensors(path, what: str, map_location="cpu", name: str | None = None):
             return torch.load(path, map_location=map_location, weights_only=True)
     except _READ_ERRORS as err:
         found = _GLOBAL.search(str(err))
+        pickled = None if found or name is not None else pickled_object(Path(path))
         path = name or path
         if found:
             raise DataError(f"{path}: holds a Python object ({found.group(1)}), not only tensors "
                             f"and numbers; pflpipe reads {what} (saved with torch.save) and never "
                             "unpickles objects") from None
+        if pickled:
+            raise DataError(f"{path}: a plain Python pickle holding an object ({pickled}), not a "
+                            f"torch.save file; pflpipe reads {what} saved with torch.save and "
+                            "never unpickles objects") from None
         raise DataError(f"{path}: not a readable torch file (damaged, truncated or not written by "
                         f"torch.save); expected {what}") from None
+
+
+def pickled_object(path: Path, max_ops: int = 100_000) -> str | None:
+    """The first class or function a plain pickle file refers to, read without unpickling.
+
+    `pickletools.genops` only parses the opcodes; None when the file is no pickle (a zip archive
+    of torch.save, random bytes) or refers to no object.
+    """
+    import itertools
+    import pickletools
+
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(2) == b"PK":  # torch.save's zip format
+                return None
+            handle.seek(0)
+            strings: list[str] = []
+            for op, arg, _ in itertools.islice(pickletools.genops(handle), max_ops):
+                if op.name in ("GLOBAL", "INST"):
+                    return str(arg).replace(" ", ".")
+                if op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                    return f"{strings[-2]}.{strings[-1]}"
+                if isinstance(arg, str):
+                    strings.append(arg)
+    except Exception:  # noqa: BLE001 - not a pickle: the caller's message stands
+        return None
+    return None
 
 
 def check_samples(path: Path, x: np.ndarray) -> np.ndarray:
