@@ -35,3 +35,56 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "compile" in item.keywords:
             item.add_marker(skip)
+
+
+# ---- the hostile corpus: every bad input and fault, judged and tallied ---------------------------
+#: What a corpus case may turn out to be besides "ok" (issue 30's tally).
+VERDICTS = ("hang", "silently wrong", "data lost", "traceback", "unclear")
+#: Seconds a case may take before it counts as a hang.
+CASE_LIMIT_S = 20.0
+
+
+def judge(code: int, err: str, seconds: float, *, expected: int, fragments=(), never=(),
+          lost: bool = False) -> str:
+    """The verdict of one corpus case: "ok" or one of `VERDICTS`."""
+    if seconds > CASE_LIMIT_S:
+        return "hang"
+    if "Traceback" in err and "Traceback" in never:
+        return "traceback"
+    if lost:
+        return "data lost"
+    if code == 0 and expected != 0:
+        return "silently wrong"
+    if code != expected or any(f not in err for f in fragments) or any(w in err for w in never):
+        return "unclear"
+    return "ok"
+
+
+@pytest.fixture
+def hostile(request):
+    """Return ``check(code, err, seconds, expected=..., fragments=..., never=..., lost=...)``.
+
+    It records the case's verdict for the tally that `pytest_terminal_summary` prints and fails
+    the test unless the verdict is "ok".
+    """
+    def check(code: int, err: str, seconds: float, **expectations) -> None:
+        verdict = judge(code, err, seconds, **expectations)
+        request.node.user_properties.append(("corpus", verdict))
+        assert verdict == "ok", (f"{verdict}: exit {code} after {seconds:.1f} s; expected "
+                                 f"{expectations}; stderr:\n{err}")
+
+    return check
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the hostile corpus's tally when corpus cases ran (`-m corpus` runs them all)."""
+    verdicts = [value for kind in ("passed", "failed") for report in
+                terminalreporter.stats.get(kind, []) if report.when == "call"
+                for key, value in report.user_properties if key == "corpus"]
+    if not verdicts:
+        return
+    counts = {verdict: verdicts.count(verdict) for verdict in VERDICTS}
+    terminalreporter.write_line(
+        f"hostile corpus: {len(verdicts)} cases, {verdicts.count('ok')} ok; " + ", ".join(
+            f"{counts[v]} {v if v != 'hang' else 'hangs'}" if v != "traceback" else
+            f"{counts[v]} tracebacks" for v in VERDICTS))
