@@ -17,16 +17,22 @@ from pflpipe.errors import SpecError
 COPIES_PER_CLIENT = 4
 
 
-def check_model(spec) -> None:
-    """Raise SpecError naming the field when the spec's model cannot be built or cannot fit."""
+def check_model(spec, shape: tuple[int, ...] | None = None, n_classes: int | None = None,
+                clients: int | None = None) -> None:
+    """Raise SpecError naming the field when the spec's model cannot be built or cannot fit.
+
+    `validate` knows the input shape and classes of the named datasets only; a stage passes its
+    data's `shape`, `n_classes` and the `clients` it trains at once.
+    """
     model_spec = spec.model
     if model_spec.architecture == "custom":
         resolve_custom(model_spec.path)
-    shape, n_classes = _input_of(spec)
+    known_shape, known_classes = _input_of(spec)
+    shape, n_classes = shape or known_shape, n_classes or known_classes
     if shape is None or n_classes is None:
         return
     parameters = count_parameters(model_spec, shape, n_classes)
-    clients = -(-(spec.partition.n_clients or 1) // max(1, spec.engine.workers))
+    clients = clients or -(-(spec.partition.n_clients or 1) // max(1, spec.engine.workers))
     needed = parameters * 4 * (COPIES_PER_CLIENT * clients + 1)
     memory = physical_memory()
     if memory and needed > memory:

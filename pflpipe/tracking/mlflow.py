@@ -217,8 +217,21 @@ def _guarded(what: str, tracking_uri: str, fn: Callable[..., T], *args, **kwargs
         if "database is locked" in str(err):
             raise TrackingError(_locked(tracking_uri, SQLITE_BUSY_S)) from err
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if "Max retries exceeded" in first:
+            first = _no_answer()
         raise TrackingError(f"MLflow {what} at {scrub_text(tracking_uri)} failed: "
                             f"{scrub_text(first)}") from err
+
+
+def _no_answer() -> str:
+    """Why a server call failed after MLflow's retries, in `HTTP_POLICY`'s terms."""
+    import os
+
+    tries = 1 + int(os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", 7))
+    timeout = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", 120)
+    return (f"the server did not answer in {tries} tries of {timeout} s each "
+            "(MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_TIMEOUT); check that it is "
+            "up, or set tracking.enabled: false")
 
 
 def _chunks(items: list, size: int) -> Iterator[list]:

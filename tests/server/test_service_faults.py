@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -230,6 +230,46 @@ def test_tracking_uri_with_credentials_works_on_a_live_server_and_logs_none(
     assert run.info.status == "FINISHED"
     assert parent.pipeline_parameters()["tracking_uri"] == mlflow_server
     assert password not in repr(run.data.params) + repr(run.data.tags) + caplog.text
+
+
+class _FrozenAfterHealth(BaseHTTPRequestHandler):
+    """Answers the health probe, then accepts every API call and never answers it."""
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        if self.path.startswith("/health"):
+            self.send_response(200)
+            self.end_headers()
+            return
+        time.sleep(60)
+
+    do_POST = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+def test_server_that_stops_answering_fails_by_mlflows_policy_in_bounded_time(
+        tmp_path, capsys, hostile, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    import mlflow  # noqa: F401 - imported before the clock starts, as in a warm process
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")  # the policy's 20 s, shortened
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FrozenAfterHealth)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    spec = write_spec(tmp_path, f"tracking: {{uri: '{uri}'}}")
+    try:
+        code, seconds = timed_main(["run", str(spec)])
+    finally:
+        server.shutdown()
+
+    err = capsys.readouterr().err
+    # 3 tries of 1 s and MLflow's backoff of 1 and 2 s (jittered) between them
+    hostile(code, err, seconds, expected=1, never=NEVER, lost=(tmp_path / "results").exists(),
+            fragments=[f"error: MLflow lookup of experiment at {uri} failed: the server did not "
+                       "answer in 3 tries of 1 s each"])
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_full_disk_is_one_line_naming_the_directory(tmp_path, capsys, hostile, sqlite_store):

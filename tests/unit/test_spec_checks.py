@@ -67,3 +67,15 @@ def test_labels_that_are_ids_are_refused_unless_the_classes_are_declared(tmp_pat
                                         r"samples \(37 classes never seen\)"):
         check_labels(tmp_path / "d.npz", labels)
     assert check_labels(tmp_path / "d.npz", labels, n_classes=41)[1] == 41
+
+
+def test_a_stage_checks_with_its_datas_shape_and_clients(monkeypatch):
+    spec = parse_spec("experiment: {name: t}\ndataset: {name: arrays, path: d.npz}\n"
+                      "partition: {strategy: iid, n_clients: 10}\n"
+                      "model: {architecture: mlp, hidden: [10]}\n")
+    # 5 features → 10 → 3 classes: 5·10 + 10 + 10·3 + 3 = 93 parameters; 2 clients: 93·4·9 bytes
+    monkeypatch.setattr(check, "physical_memory", lambda: 93 * 4 * 9 - 1)
+
+    check.check_model(spec)  # validate alone cannot know the arrays' shape: nothing to check
+    with pytest.raises(SpecError, match="model.hidden: the model has 93 parameters; 2 clients'"):
+        check.check_model(spec, (5,), 3, clients=2)
