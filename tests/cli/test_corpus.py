@@ -330,3 +330,17 @@ def test_debug_keeps_the_exit_code_of_a_stage_failure_class_of_error(capsys):
     assert _report(TrackingError("the MLflow tracking server ... does not answer"), True) == 1
     assert _report(PermissionError(13, "Permission denied", "/x"), debug=True) == 2
     assert capsys.readouterr().err.splitlines()[-1] == "error: /x: Permission denied"
+
+
+def test_a_full_disk_without_a_file_name_is_one_line_not_a_bug(capsys):
+    import errno
+
+    from pflpipe.cli import _report
+
+    code = _report(OSError(errno.ENOSPC, "No space left on device"), debug=False)
+
+    [line] = capsys.readouterr().err.splitlines()
+    assert code == 1
+    assert line.startswith("error: No space left on device (the writer named no file: check the "
+                           "results directory, ")
+    assert "bug" not in line
