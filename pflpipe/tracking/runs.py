@@ -24,8 +24,9 @@ from pflpipe import __version__
 from pflpipe.errors import TrackingError
 from pflpipe.spec.sections import TRACKING_SCHEMES
 from pflpipe.tracking.base import NULL_TRACKER, Tracker
-from pflpipe.tracking.mlflow import ROOT_TAG, MlflowTracker, _client, _guarded, move_credentials
+from pflpipe.tracking.mlflow import ROOT_TAG, MlflowTracker
 from pflpipe.tracking.scrub import scrub_text
+from pflpipe.tracking.store import _client, _guarded, move_credentials
 
 log = logging.getLogger(__name__)
 #: Tags of a run's owner process, which alone ends the run (see `close_abandoned_runs`).
