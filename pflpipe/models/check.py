@@ -22,7 +22,7 @@ def check_model(spec, shape: tuple[int, ...] | None = None, n_classes: int | Non
     """Raise SpecError naming the field when the spec's model cannot be built or cannot fit.
 
     `validate` knows the input shape and classes of the named datasets only; a stage passes its
-    data's `shape`, `n_classes` and the `clients` it trains at once.
+    data's `shape`, `n_classes` and its `clients` (split among engine.workers processes).
     """
     model_spec = spec.model
     if model_spec.architecture == "custom":
@@ -32,7 +32,8 @@ def check_model(spec, shape: tuple[int, ...] | None = None, n_classes: int | Non
     if shape is None or n_classes is None:
         return
     parameters = count_parameters(model_spec, shape, n_classes)
-    clients = clients or -(-(spec.partition.n_clients or 1) // max(1, spec.engine.workers))
+    clients = clients or spec.partition.n_clients or 1
+    clients = -(-clients // max(1, spec.engine.workers))  # each worker process holds a shard
     needed = parameters * 4 * (COPIES_PER_CLIENT * clients + 1)
     memory = physical_memory()
     if memory and needed > memory:
