@@ -92,7 +92,9 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all") -> Out
     from pflpipe.pipelines.local import StageFailed, publish, run_local
     from pflpipe.storage import check_store
     from pflpipe.tracking import open_parent_run, record_failure
+    from pflpipe.tracking.runs import without_credentials
 
+    spec = without_credentials(spec)  # the tasks inherit them from the environment
     results_dir = Path(spec.experiment.results_dir)
     import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
 

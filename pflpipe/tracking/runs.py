@@ -64,6 +64,21 @@ def resolve_tracking_uri(tracking_spec=None) -> str:
     return move_credentials(uri)
 
 
+def without_credentials(spec):
+    """Return `spec` with ``user:password@`` taken out of `tracking.uri` (into MLflow's variables).
+
+    The spec travels into the pipeline (its JSON is a parameter of every task, printed by the
+    local runner, compiled into the IR), so its URI must carry no credentials; the processes of
+    a local run inherit MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD instead.
+    """
+    uri = spec.tracking.uri
+    if not uri or move_credentials(uri) == uri:
+        return spec
+    data = spec.model_dump(mode="json", by_alias=True)
+    data["tracking"]["uri"] = move_credentials(uri)
+    return type(spec).model_validate(data)
+
+
 def flatten(data: Any, prefix: str = "") -> dict[str, str]:
     """Flatten nested mappings and lists of mappings into dotted keys with string values.
 
