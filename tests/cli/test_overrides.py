@@ -103,3 +103,18 @@ def test_load_spec_takes_a_mapping_and_refuses_other_types():
     with pytest.raises(TypeError, match="load_spec takes a spec file's path, a mapping or a "
                                         "Spec, not a int"):
         pflpipe.load_spec(3)
+
+
+def test_credentials_of_the_tracking_uri_are_not_compiled_into_the_pipeline(tmp_path, capsys,
+                                                                            monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    out = tmp_path / "p.yaml"
+
+    code = main(["compile", str(QUICKSTART), "-o", str(out), "--set",
+                 "tracking.uri=http://alice:pw-7f3a9c@mlflow.example:5000"])
+
+    assert code == 0, capsys.readouterr().err
+    text = out.read_text()
+    assert "pw-7f3a9c" not in text and "alice" not in text
+    assert "http://mlflow.example:5000" in text
