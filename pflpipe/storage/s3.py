@@ -146,7 +146,6 @@ class _Connection:
         client = self._new_client(1, PROBE_TIMEOUT_S, PROBE_TIMEOUT_S,
                                   self.client.meta.region_name)
         try:
-            self.client, saved = client, self.client
             self.call("access check", None, lambda: client.head_bucket(Bucket=self.bucket))
         except AccessDenied:
             pass
@@ -158,8 +157,6 @@ class _Connection:
                     f"{PROBE_TIMEOUT_S:g} s to a request for bucket {self.bucket!r}); start it "
                     "or fix storage.endpoint_url") from None
             raise
-        finally:
-            self.client = saved
         self._bucket_checked = True
 
     def check_bucket(self) -> None:
