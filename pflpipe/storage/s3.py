@@ -156,6 +156,9 @@ class _Connection:
                     f"the S3 endpoint {self.where} does not answer (no answer within "
                     f"{PROBE_TIMEOUT_S:g} s to a request for bucket {self.bucket!r}); start it "
                     "or fix storage.endpoint_url") from None
+            if isinstance(cause, bex.EndpointConnectionError):
+                raise StorageError(f"the S3 endpoint {self.where} cannot be reached ({cause}); "
+                                   "start it or fix storage.endpoint_url") from None
             raise
         self._bucket_checked = True
 

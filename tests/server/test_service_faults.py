@@ -89,6 +89,21 @@ def test_silent_s3_endpoint_fails_in_seconds_before_any_stage(tmp_path, capsys, 
                        "to a request for bucket 'pfl')", "storage.endpoint_url"])
 
 
+def test_s3_endpoint_that_refuses_connections_fails_before_any_stage(tmp_path, capsys, hostile,
+                                                                     sqlite_store):
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{closed.getsockname()[1]}"  # bound, not listening
+        spec = write_spec(tmp_path, f"storage: {{kind: s3, bucket: pfl, endpoint_url: "
+                                    f"'{endpoint}'}}")
+        code, seconds = timed_main(["run", str(spec)])
+
+    err = capsys.readouterr().err
+    hostile(code, err, seconds, expected=1, never=NEVER, lost=(tmp_path / "results").exists(),
+            fragments=[f"error: the S3 endpoint {endpoint} cannot be reached (Could not connect "
+                       "to the endpoint URL", "storage.endpoint_url"])
+
+
 def test_s3_without_the_bucket_fails_before_any_stage(tmp_path, capsys, hostile, s3_server,
                                                       sqlite_store):
     spec = write_spec(tmp_path, f"storage: {{kind: s3, bucket: nobucket, endpoint_url: "
