@@ -84,9 +84,10 @@ def test_silent_s3_endpoint_fails_in_seconds_before_any_stage(tmp_path, capsys, 
     code, seconds = timed_main(["run", str(spec)])
 
     err = capsys.readouterr().err
-    hostile(code, err, seconds, expected=1, never=NEVER, lost=(tmp_path / "results").exists(),
+    hostile(code, err, seconds, expected=1, never=NEVER,
             fragments=[f"error: the S3 endpoint {endpoint} does not answer (no answer within 5 s "
                        "to a request for bucket 'pfl')", "storage.endpoint_url"])
+    assert not (tmp_path / "results").exists()  # found before any stage computed
 
 
 def test_s3_endpoint_that_refuses_connections_fails_before_any_stage(tmp_path, capsys, hostile,
@@ -99,9 +100,10 @@ def test_s3_endpoint_that_refuses_connections_fails_before_any_stage(tmp_path, c
         code, seconds = timed_main(["run", str(spec)])
 
     err = capsys.readouterr().err
-    hostile(code, err, seconds, expected=1, never=NEVER, lost=(tmp_path / "results").exists(),
+    hostile(code, err, seconds, expected=1, never=NEVER,
             fragments=[f"error: the S3 endpoint {endpoint} cannot be reached (Could not connect "
                        "to the endpoint URL", "storage.endpoint_url"])
+    assert not (tmp_path / "results").exists()  # found before any stage computed
 
 
 def test_s3_without_the_bucket_fails_before_any_stage(tmp_path, capsys, hostile, s3_server,
@@ -112,8 +114,9 @@ def test_s3_without_the_bucket_fails_before_any_stage(tmp_path, capsys, hostile,
     code, seconds = timed_main(["run", str(spec)])
 
     err = capsys.readouterr().err
-    hostile(code, err, seconds, expected=1, never=NEVER, lost=(tmp_path / "results").exists(),
+    hostile(code, err, seconds, expected=1, never=NEVER,
             fragments=[f"error: bucket 'nobucket' does not exist at {s3_server}: create it"])
+    assert not (tmp_path / "results").exists()  # found before any stage computed
 
 
 def test_s3_store_retries_by_botocore_and_says_how_often(silent_port):
@@ -149,9 +152,10 @@ def test_sqlite_store_locked_by_another_process_is_one_line_in_seconds(tmp_path,
     code, seconds = timed_main(["run", str(spec)])
 
     err = capsys.readouterr().err
-    hostile(code, err, seconds, expected=1, never=NEVER, lost=(tmp_path / "results").exists(),
+    hostile(code, err, seconds, expected=1, never=NEVER,
             fragments=[f"error: the MLflow store {locked_store} is locked by another process "
                        "(waited 5 s)", "end the process that holds it"])
+    assert not (tmp_path / "results").exists()  # found before any stage computed
     assert len(err.strip().splitlines()) == 1
 
 
@@ -181,9 +185,10 @@ def test_unsupported_tracking_scheme_from_the_environment_is_exit_2(tmp_path, ca
     code, seconds = timed_main(["run", str(spec)])
 
     err = capsys.readouterr().err
-    hostile(code, err, seconds, expected=2, never=NEVER, lost=(tmp_path / "results").exists(),
+    hostile(code, err, seconds, expected=2, never=NEVER,
             fragments=["tracking URI 'gopher://127.0.0.1/mlflow': unsupported scheme 'gopher'; "
                        "use one of sqlite, http, https"])
+    assert not (tmp_path / "results").exists()  # found before any stage computed
 
 
 class _BasicAuthServer(BaseHTTPRequestHandler):
@@ -281,9 +286,10 @@ def test_server_that_stops_answering_fails_by_mlflows_policy_in_bounded_time(
 
     err = capsys.readouterr().err
     # 3 tries of 1 s and MLflow's backoff of 1 and 2 s (jittered) between them
-    hostile(code, err, seconds, expected=1, never=NEVER, lost=(tmp_path / "results").exists(),
+    hostile(code, err, seconds, expected=1, never=NEVER,
             fragments=[f"error: MLflow lookup of experiment at {uri} failed: the server did not "
                        "answer in 3 tries of 1 s each"])
+    assert not (tmp_path / "results").exists()  # found before any stage computed
     assert len(err.strip().splitlines()) == 1
 
 
