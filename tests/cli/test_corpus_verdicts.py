@@ -1,7 +1,7 @@
 """The hostile corpus's verdicts: how a case's outcome is classified for the tally."""
 
 import pytest
-from conftest import CASE_LIMIT_S, judge
+from verdicts import CASE_LIMIT_S, judge
 
 NEVER = ("Traceback", "unexpected")
 
