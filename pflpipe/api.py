@@ -12,6 +12,7 @@ like the file (`pflpipe.spec.overrides`). Nothing heavy is imported until a func
 """
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -45,8 +46,14 @@ def load_spec(spec: "Spec | Mapping[str, Any] | str | Path", **overrides: Any) -
             from pflpipe.errors import SpecError
 
             raise SpecError(f"<dict>: the spec holds a value YAML cannot write ({err})") from None
-        return parse_spec(text, "<spec>" if isinstance(spec, Spec) else "<dict>", overrides,
-                          source="override")
+        if isinstance(spec, Spec):
+            return parse_spec(text, "<spec>", overrides, source="override")
+        from pflpipe.errors import SpecError
+
+        try:
+            return parse_spec(text, "<dict>", overrides, source="override")
+        except SpecError as err:  # lines of YAML the caller never wrote: name the field only
+            raise SpecError([re.sub(r"^<dict>:\d+", "<dict>", p) for p in err.problems]) from None
     if not isinstance(spec, str | PathLike):
         raise TypeError(f"load_spec takes a spec file's path, a mapping or a Spec, not a "
                         f"{type(spec).__name__}")

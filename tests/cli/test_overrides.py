@@ -97,7 +97,7 @@ def test_load_spec_takes_a_mapping_and_refuses_other_types():
     spec = pflpipe.load_spec(data, federation={"lr": 1e-3})
 
     assert spec == load_spec(QUICKSTART, {"federation.lr": 1e-3})
-    with pytest.raises(SpecError, match=r"<dict>:\d+: partition.n_clients: must be a valid "
+    with pytest.raises(SpecError, match=r"^<dict>: partition.n_clients: must be a valid "
                                         "integer"):
         pflpipe.load_spec({**data, "partition": {**data["partition"], "n_clients": "ten"}})
     with pytest.raises(TypeError, match="load_spec takes a spec file's path, a mapping or a "
