@@ -21,6 +21,7 @@ from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import FederationResult
 from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig
+from pflpipe.engine.records import COMPUTE, DIAGNOSTIC_PREFIX, diagnostic_columns
 from pflpipe.engine.trainer import Context, make_trainer
 from pflpipe.engine.tree import Group, Tree
 from pflpipe.engine.two_level import GaussianLikelihood
@@ -39,7 +40,7 @@ RESULT_FIELDS = ("seed", "client", "model", "split", "selection", "round", "accu
 RESULTS_CSV, HISTORY_CSV, SUMMARY_MD = "results.csv", "history.csv", "summary.md"
 HISTORY_FIELDS = ("seed", "client", "model", "round", "split", "loss", "accuracy", "scope")
 #: Version of what the engine checkpoints; a new one never resumes from an older one's files.
-CHECKPOINT_FORMAT = 2
+CHECKPOINT_FORMAT = 3   # 3: the engine's train rows carry compute and diagnostics
 
 
 @dataclass
@@ -314,34 +315,68 @@ def history_rows(rows: list[dict], model: str, seed: int) -> list[dict]:
     An engine record with the global model's scores (``global_loss``, ``global_accuracy``)
     becomes two rows: the personalized model's and one of scope ``global`` (and so for every
     other scored view, e.g. ``soft_loss``: scope ``soft``).
+    A ``train`` record's compute and diagnostics (`pflpipe.engine.records`) stay on its row.
     """
     out = []
     for row in rows:
         base = {"seed": seed, "model": model, "round": row["round"], "client": row["client"],
                 "split": row["split"]}
+        own = {k: v for k, v in row.items() if k in COMPUTE or k.startswith(DIAGNOSTIC_PREFIX)}
         out += [{**base, "scope": prefix[:-1], "loss": row[f"{prefix}loss"],
-                 "accuracy": row.get(f"{prefix}accuracy", "")}
+                 "accuracy": row.get(f"{prefix}accuracy", ""), **({} if prefix else own)}
                 for prefix in _prefixes(row, "loss")]
     return out
+
+
+def compute_totals(history: list[dict]) -> dict[int, dict[str, int]]:
+    """Each client's compute summed over its history's rounds (`records.COMPUTE`).
+
+    >>> compute_totals([{"client": 1, "steps": 2, "samples": 8, "bytes_sent": 4,
+    ...                  "bytes_received": 4}, {"client": 1, "steps": 3, "samples": 9,
+    ...                  "bytes_sent": 4, "bytes_received": 4}, {"client": 1, "loss": 0.5}])
+    {1: {'steps': 5, 'samples': 17, 'bytes_sent': 8, 'bytes_received': 8}}
+    """
+    totals: dict[int, dict[str, int]] = {}
+    for row in history:
+        if row.get("steps") in (None, ""):
+            continue
+        total = totals.setdefault(int(row["client"]), dict.fromkeys(COMPUTE, 0))
+        for name in COMPUTE:
+            total[name] += int(row[name])
+    return totals
 
 
 def _prefixes(scores: dict, measure: str) -> list[str]:
     """The scopes' key prefixes of the scores of `measure` ("" first, then by name).
 
-    >>> _prefixes({"loss": 1, "global_loss": 2, "soft_loss": 3, "accuracy": 4}, "loss")
+    A diagnostic column (``diag.router_loss``) is not a scope's.
+
+    >>> _prefixes({"loss": 1, "global_loss": 2, "soft_loss": 3, "accuracy": 4,
+    ...            "diag.router_loss": 5}, "loss")
     ['', 'global_', 'soft_']
     """
     return sorted(key[:-len(measure)] for key in scores if key.endswith(measure)
-                  and (key == measure or key[-len(measure) - 1] == "_"))
+                  and (key == measure or key[-len(measure) - 1] == "_")
+                  and not key.startswith(DIAGNOSTIC_PREFIX))
 
 
 def write_results(out_dir: Path, results: list[dict], history: list[dict],
                   models: dict[str, dict] | None = None, summary: str = "") -> None:
-    """Write a results directory: results.csv, history.csv, models/*.pt, summary.md."""
+    """Write a results directory: results.csv, history.csv, models/*.pt, summary.md.
+
+    results.csv gets each client's compute over its whole run (`compute_totals` of `history`)
+    when the history counts it; history.csv the compute and diagnostic columns its rows hold.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_csv(out_dir / RESULTS_CSV, RESULT_FIELDS, results)
-    write_csv(out_dir / HISTORY_CSV, HISTORY_FIELDS, history)
+    totals = compute_totals(history)
+    idle = dict.fromkeys(COMPUTE, 0) if totals else {}   # a client never sampled cost nothing
+    results = [{**row, **totals.get(int(row["client"]), idle)} for row in results]
+    counted = COMPUTE if totals else ()
+    write_csv(out_dir / RESULTS_CSV, (*RESULT_FIELDS, *counted), results)
+    columns = {key for row in history for key in row}
+    write_csv(out_dir / HISTORY_CSV,
+              (*HISTORY_FIELDS, *counted, *diagnostic_columns(columns)), history)
     for name, state_dict in (models or {}).items():
         (out_dir / "models").mkdir(exist_ok=True)
         torch.save({k: v.detach().cpu() for k, v in state_dict.items()},
@@ -449,4 +484,5 @@ def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],
         per_client_rounds.append(rounds)
         per_client_final.append(final)
     (means,) = vocabulary.mean_over_clients(per_client_final) or [{}]
-    tracker.log_batch(vocabulary.mean_over_clients(per_client_rounds, "round"), means)
+    tracker.log_batch(vocabulary.mean_over_clients(per_client_rounds, "round"),
+                      {**means, **vocabulary.compute_totals(per_client_final)})
