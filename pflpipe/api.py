@@ -12,8 +12,11 @@ like the file (`pflpipe.spec.overrides`). Nothing heavy is imported until a func
 """
 
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -22,20 +25,38 @@ from pflpipe.spec import load_spec as _load_file
 from pflpipe.spec.loader import parse_spec
 
 
-def load_spec(spec: "Spec | str | Path", **overrides: Any) -> Spec:
-    """Return the validated spec of a file (or a `Spec`) with `overrides` applied.
+def load_spec(spec: "Spec | Mapping[str, Any] | str | Path", **overrides: Any) -> Spec:
+    """Return the validated spec of a file, a mapping or a `Spec`, with `overrides` applied.
+
+    A mapping holds what the YAML file would (``{"experiment": {"name": ...}, ...}``).
 
     Raises:
         SpecError: every problem, each naming its field and line (or its override).
 
     """
-    if isinstance(spec, Spec):
-        if not overrides:
-            return spec
+    if isinstance(spec, Spec) and not overrides:
+        return spec
+    if isinstance(spec, Spec | Mapping):
         import yaml
 
-        return parse_spec(yaml.safe_dump(spec.model_dump(mode="json", by_alias=True)),
-                          "<spec>", overrides, source="override")
+        data = spec.model_dump(mode="json", by_alias=True) if isinstance(spec, Spec) else spec
+        try:
+            text = yaml.safe_dump(dict(data), sort_keys=False)
+        except yaml.YAMLError as err:
+            from pflpipe.errors import SpecError
+
+            raise SpecError(f"<dict>: the spec holds a value YAML cannot write ({err})") from None
+        if isinstance(spec, Spec):
+            return parse_spec(text, "<spec>", overrides, source="override")
+        from pflpipe.errors import SpecError
+
+        try:
+            return parse_spec(text, "<dict>", overrides, source="override")
+        except SpecError as err:  # lines of YAML the caller never wrote: name the field only
+            raise SpecError([re.sub(r"^<dict>:\d+", "<dict>", p) for p in err.problems]) from None
+    if not isinstance(spec, str | PathLike):
+        raise TypeError(f"load_spec takes a spec file's path, a mapping or a Spec, not a "
+                        f"{type(spec).__name__}")
     path = Path(spec)
     if not overrides:
         return _load_file(path)

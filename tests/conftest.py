@@ -3,6 +3,7 @@
 import os
 
 import pytest
+from verdicts import VERDICTS, judge
 
 os.environ.setdefault("CI", "true")
 os.environ.setdefault("MLFLOW_SKIP_PIP_REQUIREMENTS_CHECK", "true")
@@ -35,3 +36,34 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "compile" in item.keywords:
             item.add_marker(skip)
+
+
+# ---- the hostile corpus: every bad input and fault, judged and tallied ---------------------------
+@pytest.fixture
+def hostile(request):
+    """Return ``check(code, err, seconds, expected=..., fragments=..., never=..., lost=...)``.
+
+    It records the case's verdict for the tally that `pytest_terminal_summary` prints and fails
+    the test unless the verdict is "ok".
+    """
+    def check(code: int, err: str, seconds: float, **expectations) -> None:
+        verdict = judge(code, err, seconds, **expectations)
+        request.node.user_properties.append(("corpus", verdict))
+        assert verdict == "ok", (f"{verdict}: exit {code} after {seconds:.1f} s; expected "
+                                 f"{expectations}; stderr:\n{err}")
+
+    return check
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the hostile corpus's tally when corpus cases ran (`-m corpus` runs them all)."""
+    verdicts = [value for kind in ("passed", "failed") for report in
+                terminalreporter.stats.get(kind, []) if report.when == "call"
+                for key, value in report.user_properties if key == "corpus"]
+    if not verdicts:
+        return
+    counts = {verdict: verdicts.count(verdict) for verdict in VERDICTS}
+    terminalreporter.write_line(
+        f"hostile corpus: {len(verdicts)} cases, {verdicts.count('ok')} ok; " + ", ".join(
+            f"{counts[v]} {v if v != 'hang' else 'hangs'}" if v != "traceback" else
+            f"{counts[v]} tracebacks" for v in VERDICTS))

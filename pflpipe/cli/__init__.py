@@ -5,7 +5,9 @@ mlflow) happen inside the verb's handler, never here.
 """
 
 import argparse
+import errno
 import importlib
+import logging
 import os
 import sys
 import traceback
@@ -58,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("PFLPIPE_DEBUG") == "1"
+    # A log record that cannot be written (a full disk) must not print "--- Logging error ---"
+    # and a traceback; the failure itself reaches the user as one line.
+    logging.raiseExceptions = debug
     try:
         return args.handler(args) or EXIT_OK
     except KeyboardInterrupt:
@@ -81,6 +86,14 @@ def _report(err: Exception, debug: bool) -> int:
         return EXIT_USAGE
     if isinstance(err, PflpipeError):  # DivergenceError, StorageError, TrackingError, a stage
         _error(err, prefix="error: ")
+        return EXIT_FAILED
+    if isinstance(err, OSError) and err.filename is None and err.errno in (errno.ENOSPC,
+                                                                           errno.EDQUOT):
+        import tempfile
+
+        print(f"error: {err.strerror or err} (the writer named no file: check the results "
+              f"directory, {os.getcwd()} and {tempfile.gettempdir()}); free some space and run "
+              "the same command again", file=sys.stderr)
         return EXIT_FAILED
     if isinstance(err, OSError) and err.filename is not None:
         where = err.filename if err.filename2 is None else f"{err.filename} → {err.filename2}"

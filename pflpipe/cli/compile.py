@@ -25,8 +25,10 @@ def run(args) -> int:
     from pflpipe.pipelines.graph import personalize_labels
     from pflpipe.spec import load_spec
     from pflpipe.spec.overrides import parse_assignments
+    from pflpipe.tracking.runs import without_credentials
 
-    spec = load_spec(args.spec, parse_assignments(args.set))
+    # Credentials never go into the IR: the pods get MLFLOW_TRACKING_USERNAME/PASSWORD.
+    spec = without_credentials(load_spec(args.spec, parse_assignments(args.set)))
     path = compile_pipeline(spec, args.output or Path(f"{spec.experiment.name}.yaml"))
     labels = personalize_labels(spec)
     print(f"{path}: pipeline {spec.experiment.name!r}, seeds {spec.experiment.seeds}, "

@@ -35,6 +35,10 @@ def run(args) -> int:
     from pflpipe.spec import load_spec
 
     spec = load_spec(args.spec)
+    if args.client_data.is_dir():
+        raise UsageError(f"--client-data: {args.client_data} is a directory; give the newcomer's "
+                         "data file: an .npz (np.savez(path, x=..., y=...)) or a .pt dict of "
+                         "tensors x, y")
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
     partition, checkpoints = args.partition, args.checkpoints
     if partition is None or checkpoints is None:

@@ -7,10 +7,15 @@ report and every seed's results into a folder of the run's own (``runs/<time>-<r
 calls. kfp itself is imported by `pflpipe.pipelines`, inside the handler.
 """
 
+import errno
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,18 +90,22 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all") -> Out
     import logging
 
     from pflpipe.pipelines.local import StageFailed, publish, run_local
+    from pflpipe.storage import check_store
     from pflpipe.tracking import open_parent_run, record_failure
+    from pflpipe.tracking.runs import without_credentials
 
+    spec = without_credentials(spec)  # the tasks inherit them from the environment
     results_dir = Path(spec.experiment.results_dir)
     import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
+    check_store(spec.storage)  # a silent or missing store fails here, before any stage runs
     parent = open_parent_run(spec, spec_yaml=spec_yaml, owner_pid=os.getpid())
     _header(console, spec, parent, resume)
     progress = Progress(console)
     started = time.monotonic()
     try:
-        with progress:
+        with progress, component_tmpdir():
             local = run_local(spec, parent.pipeline_parameters() | {"resume": resume},
                               results_dir=results_dir, use_cache=resume == "all",
                               on_event=progress.event)
@@ -107,10 +116,49 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all") -> Out
                            {"algorithm": task.label or "",
                             "seed": "" if task.seed is None else str(task.seed)})
         parent.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+        if (full := disk_full(err, results_dir)) is not None:
+            raise full from err
         raise
     parent.finish("FINISHED")
     _summary(console, run_dir, copies, parent, results_dir, time.monotonic() - started)
     return Outcome(run_dir, copies, parent, local.tasks)
+
+
+@contextmanager
+def component_tmpdir() -> Iterator[Path]:
+    """Give the run's tasks a temporary directory of their own (TMPDIR), removed afterwards.
+
+    kfp.local's SubprocessRunner writes every task's code into a fresh ``mktemp -d`` folder
+    (``tmp.*/ephemeral_component.py``) and never removes it; with TMPDIR pointing here, they all
+    go when the run ends, whatever its outcome.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="pflpipe-run-"))
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if saved is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def disk_full(err: BaseException, results_dir: Path) -> Exception | None:
+    """The one-line error for a run that ran out of disk space (None for any other error)."""
+    from pflpipe.errors import PflpipeError
+
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = err.filename or results_dir
+    elif "No space left on device" in str(err) or "Disk quota exceeded" in str(err):
+        where = results_dir
+    else:
+        return None
+    free = shutil.disk_usage(results_dir).free if Path(results_dir).exists() else 0
+    return PflpipeError(f"no space left on the device of {where} ({free:,} bytes free); free "
+                        "some space or give --results a directory on another disk, then run the "
+                        "same command again: finished stages are kept")
 
 
 def with_results_dir(spec, results: Path | None):

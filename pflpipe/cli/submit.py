@@ -28,8 +28,9 @@ def run(args) -> int:
     from pflpipe.pipelines.submit import submit
     from pflpipe.spec import load_spec
     from pflpipe.tracking import open_parent_run, resolve_tracking_uri
+    from pflpipe.tracking.runs import without_credentials
 
-    spec = load_spec(args.spec)
+    spec = without_credentials(load_spec(args.spec))  # never uploaded inside the pipeline
     if spec.tracking.enabled:
         uri = resolve_tracking_uri(spec.tracking)
         if not uri.startswith(("http://", "https://")):

@@ -14,15 +14,26 @@ def register(subparsers) -> None:
         description="Validate one or more specs. Exit 2 if any is invalid.")
     parser.add_argument("specs", nargs="+", type=Path, metavar="SPEC")
     parser.add_argument("-q", "--quiet", action="store_true", help="Print problems only.")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                        help="Override a spec setting as run, compile and split do, e.g. --set "
+                        "federation.lr=1e-3 (repeatable; values are YAML).")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
-    """Validate every spec; raise one SpecError holding all problems."""
+    """Validate every spec (with the overrides); raise one SpecError holding all problems.
+
+    Past the schema, the model is checked as far as the spec alone determines it: a custom path
+    must name an nn.Module subclass, and the clients' copies must fit in memory.
+    """
+    from pflpipe.spec.overrides import parse_assignments
+
+    overrides = parse_assignments(args.set)
     problems: list[str] = []
     for path in args.specs:
         try:
-            spec = load_spec(path)
+            spec = load_spec(path, overrides)
+            checked_model(spec, path)
         except SpecError as err:
             problems.extend(err.problems)
             continue
@@ -32,6 +43,16 @@ def run(args) -> int:
     if problems:
         raise SpecError(problems)
     return 0
+
+
+def checked_model(spec, path) -> None:
+    """Raise SpecError (problems prefixed with `path`) when the spec's model fails its checks."""
+    from pflpipe.models.check import check_model
+
+    try:
+        check_model(spec)
+    except SpecError as err:
+        raise SpecError([f"{path}: {problem}" for problem in err.problems]) from None
 
 
 def _partition(part) -> str:

@@ -58,13 +58,45 @@ def load_tensors(path, what: str, map_location="cpu", name: str | None = None):
             return torch.load(path, map_location=map_location, weights_only=True)
     except _READ_ERRORS as err:
         found = _GLOBAL.search(str(err))
+        pickled = None if found or name is not None else pickled_object(Path(path))
         path = name or path
         if found:
             raise DataError(f"{path}: holds a Python object ({found.group(1)}), not only tensors "
                             f"and numbers; pflpipe reads {what} (saved with torch.save) and never "
                             "unpickles objects") from None
+        if pickled:
+            raise DataError(f"{path}: a plain Python pickle holding an object ({pickled}), not a "
+                            f"torch.save file; pflpipe reads {what} saved with torch.save and "
+                            "never unpickles objects") from None
         raise DataError(f"{path}: not a readable torch file (damaged, truncated or not written by "
                         f"torch.save); expected {what}") from None
+
+
+def pickled_object(path: Path, max_ops: int = 100_000) -> str | None:
+    """The first class or function a plain pickle file refers to, read without unpickling.
+
+    `pickletools.genops` only parses the opcodes; None when the file is no pickle (a zip archive
+    of torch.save, random bytes) or refers to no object.
+    """
+    import itertools
+    import pickletools
+
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(2) == b"PK":  # torch.save's zip format
+                return None
+            handle.seek(0)
+            strings: list[str] = []
+            for op, arg, _ in itertools.islice(pickletools.genops(handle), max_ops):
+                if op.name in ("GLOBAL", "INST"):
+                    return str(arg).replace(" ", ".")
+                if op.name == "STACK_GLOBAL" and len(strings) >= 2:
+                    return f"{strings[-2]}.{strings[-1]}"
+                if isinstance(arg, str):
+                    strings.append(arg)
+    except Exception:  # noqa: BLE001 - not a pickle: the caller's message stands
+        return None
+    return None
 
 
 def check_samples(path: Path, x: np.ndarray) -> np.ndarray:
@@ -100,11 +132,35 @@ def check_labels(path: Path, y: np.ndarray, n_classes: int | None = None) -> tup
     if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or (len(y) and y.min() < 0):
         raise DataError(f"{path}: y must be a 1-D array of integer labels 0..n_classes-1 (got "
                         f"dtype {y.dtype}, shape {y.shape}{_low(y)})")
+    if not n_classes and len(y):
+        check_inferred_classes(path, y)
     n_classes = n_classes or (int(y.max()) + 1 if len(y) else 0)
     if len(y) and y.max() >= n_classes:
         raise DataError(f"{path}: label {int(y.max())} is out of range for dataset.n_classes = "
                         f"{n_classes}; labels must be 0..{n_classes - 1}")
     return y.astype(np.int64), n_classes
+
+
+#: Classes that may be absent from pooled labels before the inferred class count is implausible.
+MAX_UNSEEN_CLASSES = 10
+
+
+def check_inferred_classes(path: Path, y: np.ndarray) -> None:
+    """Reject pooled labels whose inferred class count (largest label + 1) is implausible.
+
+    Labels that are ids (``{3, 1017, 99999}``) rather than class indices would give a model head
+    of 100,000 classes, almost all never seen: more absent classes than present ones (and more
+    than `MAX_UNSEEN_CLASSES`), or more classes than samples, is an error naming the numbers.
+    A declared ``dataset.n_classes`` is taken as it is.
+    """
+    inferred, present = int(y.max()) + 1, len(np.unique(y))
+    unseen = inferred - present
+    if unseen > max(present, MAX_UNSEEN_CLASSES) or (inferred > len(y) and unseen):
+        raise DataError(
+            f"{path}: the largest label is {inferred - 1:,}, so {inferred:,} classes would be "
+            f"inferred, but only {present:,} distinct labels appear in {len(y):,} samples "
+            f"({unseen:,} classes never seen); labels must be class indices 0..k-1: relabel "
+            "them, or declare dataset.n_classes if the classes really are that many")
 
 
 def _member(path: Path, data, key: str) -> np.ndarray:

@@ -281,6 +281,15 @@ def _message(error: dict, loc: Loc, data: Any) -> tuple[Loc, str]:
         return (*loc, disc), f"required field missing; say which one{_options(loc)}"
     if kind == "missing":
         return loc, "required field missing"
+    if kind in ("model_type", "model_attributes_type", "dict_type") and error.get("input") is None:
+        return loc, ("is empty (the key has no value); remove the key to use the defaults, or "
+                     "give its settings")
+    if kind in ("too_short", "too_long"):
+        bound, length = ctx.get("min_length" if kind == "too_short" else "max_length"), \
+            ctx.get("actual_length")
+        got = "an empty list" if length == 0 else f"{length:,} entries"
+        return loc, f"must hold at {'least' if kind == 'too_short' else 'most'} {bound:,} " \
+            f"{'entry' if bound == 1 else 'entries'} (got {got})"
     message = error["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         message = message.removeprefix(prefix)

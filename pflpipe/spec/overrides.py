@@ -25,16 +25,18 @@ TAGS = ("strategy", "name", "architecture", "kind")
 def parse_assignments(assignments: Sequence[str]) -> dict[str, Any]:
     """Turn ``PATH=VALUE`` strings into a mapping of dotted paths to YAML values.
 
-    >>> parse_assignments(["federation.rounds=50", "experiment.seeds=[0, 1]"])
-    {'federation.rounds': 50, 'experiment.seeds': [0, 1]}
+    >>> parse_assignments(["federation.rounds=50", "experiment.seeds=[0, 1]", "federation.lr=1e-3"])
+    {'federation.rounds': 50, 'experiment.seeds': [0, 1], 'federation.lr': 0.001}
     """
+    from pflpipe.spec.loader import _Loader  # the file's own YAML reading (1e-3 is a number)
+
     out: dict[str, Any] = {}
     for text in assignments:
         path, sep, value = text.partition("=")
         if not sep or not path.strip():
             raise SpecError(f"--set {text}: expected PATH=VALUE, e.g. federation.rounds=50")
         try:
-            out[path.strip()] = yaml.safe_load(value) if value.strip() else ""
+            out[path.strip()] = yaml.load(value, Loader=_Loader) if value.strip() else ""  # noqa: S506
         except yaml.YAMLError as err:
             raise SpecError(f"--set {text}: the value is not valid YAML ({err})") from None
     return out

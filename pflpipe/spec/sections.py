@@ -216,6 +216,10 @@ class Evaluation(Section):
     )
 
 
+#: The tracking URI schemes pflpipe runs on (MLflow's database stores and its server).
+TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+
+
 class Tracking(Section):
     """MLflow tracking."""
 
@@ -223,8 +227,19 @@ class Tracking(Section):
     uri: str | None = Field(
         None,
         description="Tracking URI; $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the "
-        "working directory.",
+        "working directory. Credentials of a server may be given as http://user:password@host "
+        "(sent as basic auth, never logged) or in MLFLOW_TRACKING_USERNAME/PASSWORD.",
     )
+
+    @field_validator("uri")
+    @classmethod
+    def _scheme(cls, value: str | None) -> str | None:
+        scheme = value.split("://", 1)[0].split("+", 1)[0] if value and "://" in value else ""
+        if value and scheme not in (*TRACKING_SCHEMES, "file"):
+            raise ValueError(f"unsupported scheme {scheme!r} (got {scheme}://...); use one of "
+                             f"{', '.join(TRACKING_SCHEMES)}, e.g. sqlite:///mlflow.db or "
+                             "http://127.0.0.1:5000")
+        return value
     experiment: str | None = Field(
         None, description="MLflow experiment; experiment.name if omitted."
     )

@@ -247,6 +247,13 @@ def _algorithm_errors(spec: Spec):
         yield (("personalization", index, "name"), f"persfl distills class probabilities, but "
                f"{spec.dataset.name!r} is a regression; choose among {', '.join(PERSONALIZE)}",
                "persfl")
+    for index, entry in enumerate(spec.personalization):
+        warm = getattr(entry, "warm_start", None)
+        if isinstance(warm, int) and not isinstance(warm, bool) and warm > spec.federation.rounds:
+            yield (("personalization", index, "warm_start"), f"round {warm} of the FedAvg warm "
+                   f"start does not exist: it runs federation.rounds = {spec.federation.rounds} "
+                   f"rounds (checkpoints 0..{spec.federation.rounds}); choose a round in that "
+                   "range, 'final' or 'none'", warm)
     if sum(isinstance(e, PersFLParams) for e in spec.personalization) > 1:
         yield (("personalization",), "lists persfl more than once; PersFL is configured by the "
                "teachers and distillation sections", None)

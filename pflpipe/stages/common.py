@@ -28,6 +28,7 @@ from pflpipe.engine.tree import Group, Tree
 from pflpipe.engine.two_level import GaussianLikelihood
 from pflpipe.errors import DataError
 from pflpipe.models import build_model, head_keys
+from pflpipe.models.check import check_model
 from pflpipe.stages.notice import note
 from pflpipe.stages.tables import SHARD_JSON, read_csv  # noqa: F401 - common.read_csv
 from pflpipe.storage import Store, open_store
@@ -125,6 +126,7 @@ def setup(spec, seed: int, partition_dir: Path, shard: int | None = None) -> Set
              f"{bounds[shard + 1] - 1}")
     data = data.to(device)
     n_outputs = partition.n_classes if partition.task == "classification" else 1
+    check_model(spec, partition.input_shape, n_outputs, len(data.train.counts))  # names the field
     model = build_model(spec.model, partition.input_shape, n_outputs, seed)
     ctx = (GaussianLikelihood(model.to(device), sigma_sq=spec.dataset.sigma_sq)
            if spec.dataset.name == "gaussian" else Context(model.to(device), partition.task))

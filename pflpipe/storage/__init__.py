@@ -28,6 +28,18 @@ def open_store(storage_spec, default_root: str | Path) -> Store:
     return LocalStore(storage_spec.path or default_root)
 
 
+def check_store(storage_spec) -> None:
+    """Raise StorageError within seconds when the spec's S3 store does not answer.
+
+    `pflpipe run` calls it before the pipeline starts, so a store that is down, silent or
+    missing its bucket is reported before any stage computes. A local store needs no check.
+    """
+    if storage_spec.kind == "s3":
+        from pflpipe.storage.s3 import S3Store
+
+        S3Store.from_spec(storage_spec).check_reachable()
+
+
 #: The environment variables (boto3's own names, first one set wins) that give the endpoint of an
 #: S3 store named by its URI alone (`open_uri`): a URI holds a bucket and a prefix, never an
 #: endpoint or credentials.
@@ -70,5 +82,5 @@ def upload_results(spec, directory: str | Path, name: str) -> list[str]:
     return upload_dir(store, Path(directory), f"results/{name}")
 
 
-__all__ = ["ENDPOINT_ENV", "LocalStore", "Store", "download_dir", "open_store", "open_uri",
-           "upload_dir", "upload_results"]
+__all__ = ["ENDPOINT_ENV", "LocalStore", "Store", "check_store", "download_dir", "open_store",
+           "open_uri", "upload_dir", "upload_results"]

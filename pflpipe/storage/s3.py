@@ -4,19 +4,19 @@ Credentials come only from boto3's default chain: the environment (AWS_ACCESS_KE
 AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; on a cluster mounted from the Kubernetes secret named in
 ``storage.secret_name``), a shared credentials file or an instance role. The spec never holds them.
 
-Transient failures (connection refused or reset, timeouts, HTTP 5xx, throttling) are retried with
-bounded exponential backoff. This module owns the only retry loop: botocore's own retries are
-turned off so that the attempt count in an error message is the true one and the longest wait is
-predictable. Every other failure becomes a StorageError that names the endpoint, the bucket and,
-where there is one, the key.
+Transient failures (connection refused or reset, timeouts, HTTP 5xx, throttling) are retried by
+botocore's own "standard" retry mode (exponential backoff with jitter, at most ``max_attempts``
+attempts in all); every request has a connect and a read timeout, so a store that accepts
+connections and never answers fails in ``max_attempts × (read_timeout + backoff)`` at most, and
+`check_reachable` (one attempt, `PROBE_TIMEOUT_S`) lets a command find that out before it computes
+anything. Every failure becomes a StorageError that names the endpoint, the bucket and, where
+there is one, the key.
 """
 
 import logging
 import os
-import random
 import tempfile
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -32,11 +32,8 @@ _AUTH_CODES = {
 }
 _MISSING_BUCKET_CODES = {"NoSuchBucket"}
 _MISSING_KEY_CODES = {"NoSuchKey", "404", "NotFound"}
-_TRANSIENT_CODES = {
-    "RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete", "SlowDown",
-    "Throttling", "ThrottlingException", "RequestLimitExceeded", "InternalError",
-    "ServiceUnavailable", "500", "502", "503", "504",
-}
+#: Seconds the reachability probe waits for a connection and for an answer (one attempt).
+PROBE_TIMEOUT_S = 5.0
 NO_CREDENTIALS = ("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a "
                   "Kubernetes secret via storage.secret_name)")
 
@@ -65,24 +62,27 @@ class _Connection:
     """The boto3 client and settings that a store and its children share."""
 
     def __init__(self, bucket: str, endpoint_url: str | None, region: str | None,
-                 max_attempts: int, backoff_s: float, connect_timeout: float,
-                 read_timeout: float):
+                 max_attempts: int, connect_timeout: float, read_timeout: float):
         import boto3
+
+        self.bucket, self.endpoint_url, self.max_attempts = bucket, endpoint_url, max_attempts
+        self._session = boto3.session.Session()
+        self.client = self._new_client(max_attempts, connect_timeout, read_timeout, region)
+        self._bucket_checked = False
+        self._lock = threading.Lock()
+
+    def _new_client(self, attempts: int, connect_timeout: float, read_timeout: float,
+                    region: str | None):
         from botocore.config import Config
 
-        self.bucket, self.endpoint_url = bucket, endpoint_url
-        self.max_attempts, self.backoff_s = max_attempts, backoff_s
         config = Config(
-            retries={"max_attempts": 1, "mode": "standard"},  # the retry loop is ours
+            retries={"total_max_attempts": attempts, "mode": "standard"},
             connect_timeout=connect_timeout, read_timeout=read_timeout,
             region_name=region, signature_version="s3v4",
             # MinIO and Ceph serve buckets by path, not by virtual host.
-            s3={"addressing_style": "path" if endpoint_url else "auto"},
+            s3={"addressing_style": "path" if self.endpoint_url else "auto"},
         )
-        self.client = boto3.session.Session().client("s3", endpoint_url=endpoint_url,
-                                                     config=config)
-        self._bucket_checked = False
-        self._lock = threading.Lock()
+        return self._session.client("s3", endpoint_url=self.endpoint_url, config=config)
 
     @property
     def where(self) -> str:
@@ -90,36 +90,32 @@ class _Connection:
         return self.endpoint_url or f"the AWS endpoint of region {self.client.meta.region_name}"
 
     def call(self, operation: str, key: str | None, fn: Callable[[], T]) -> T:
-        """Run one request with bounded exponential backoff on transient errors."""
+        """Run one request (botocore retries transient errors); map failures to StorageError."""
         import botocore.exceptions as bex
 
         if not self._bucket_checked and operation != "access check":
             self.check_bucket()
         target = f"s3://{self.bucket}/{key}" if key is not None else f"bucket {self.bucket!r}"
-        last: Exception | None = None
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                return fn()
-            except bex.NoCredentialsError as err:
-                raise StorageError(f"{NO_CREDENTIALS}; needed for {operation} of {target} at "
-                                   f"{self.where}") from err
-            except (bex.ConnectionError, bex.HTTPClientError) as err:
-                last = err
-            except bex.ClientError as err:
-                code = _code(err)
-                if code not in _TRANSIENT_CODES:
-                    raise self._client_error(operation, key, target, code, err) from err
-                last = err
-            if attempt < self.max_attempts:
-                delay = self.backoff_s * 2 ** (attempt - 1) * (0.5 + random.random() / 2)
-                log.warning("S3 %s of %s at %s failed (%s); retry %d/%d in %.1f s", operation,
-                            target, self.where, last, attempt, self.max_attempts - 1, delay)
-                time.sleep(delay)
-        raise StorageError(
-            f"S3 {operation} of {target} at {self.where} failed after {self.max_attempts} "
-            f"attempts: {last}. Check that the endpoint is reachable; objects written before "
-            "are untouched, and the same call can be repeated once it is back"
-        ) from last
+        try:
+            return fn()
+        except bex.NoCredentialsError as err:
+            raise StorageError(f"{NO_CREDENTIALS}; needed for {operation} of {target} at "
+                               f"{self.where}") from err
+        except (bex.ConnectionError, bex.HTTPClientError) as err:
+            raise self._gave_up(operation, target, self.max_attempts, err) from err
+        except bex.ClientError as err:
+            code = _code(err)
+            attempts = err.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) + 1
+            if attempts > 1:  # botocore found it transient (5xx, throttling) and retried
+                raise self._gave_up(operation, target, attempts, err) from err
+            raise self._client_error(operation, key, target, code, err) from err
+
+    def _gave_up(self, operation: str, target: str, attempts: int, err: Exception
+                 ) -> StorageError:
+        return StorageError(
+            f"S3 {operation} of {target} at {self.where} failed after {attempts} attempts: "
+            f"{err}. Check that the endpoint is reachable; objects written before are untouched, "
+            "and the same call can be repeated once it is back")
 
     def _client_error(self, operation: str, key: str | None, target: str, code: str,
                       err: Exception) -> Exception:
@@ -136,6 +132,35 @@ class _Connection:
         if key is not None and code in _MISSING_KEY_CODES:
             return FileNotFoundError(f"s3://{self.bucket}/{key} not found (endpoint {self.where})")
         return StorageError(f"S3 {operation} of {target} at {self.where} failed: {code}: {err}")
+
+    def probe(self) -> None:
+        """Raise StorageError unless the endpoint answers one request within `PROBE_TIMEOUT_S`.
+
+        One attempt, short timeouts: a store that is down or accepts connections without ever
+        answering is reported in seconds, before anything is computed. A missing bucket or
+        absent credentials are reported as by any request; a refusal (a policy scoped to a
+        prefix) counts as an answer.
+        """
+        import botocore.exceptions as bex
+
+        client = self._new_client(1, PROBE_TIMEOUT_S, PROBE_TIMEOUT_S,
+                                  self.client.meta.region_name)
+        try:
+            self.call("access check", None, lambda: client.head_bucket(Bucket=self.bucket))
+        except AccessDenied:
+            pass
+        except StorageError as err:
+            cause = err.__cause__
+            if isinstance(cause, bex.ReadTimeoutError | bex.ConnectTimeoutError):
+                raise StorageError(
+                    f"the S3 endpoint {self.where} does not answer (no answer within "
+                    f"{PROBE_TIMEOUT_S:g} s to a request for bucket {self.bucket!r}); start it "
+                    "or fix storage.endpoint_url") from None
+            if isinstance(cause, bex.EndpointConnectionError):
+                raise StorageError(f"the S3 endpoint {self.where} cannot be reached ({cause}); "
+                                   "start it or fix storage.endpoint_url") from None
+            raise
+        self._bucket_checked = True
 
     def check_bucket(self) -> None:
         """Fail early, with a clear message, when the bucket is missing or credentials are absent.
@@ -166,13 +191,13 @@ class S3Store:
     """Keys are objects under ``s3://bucket/prefix``. A put is atomic (S3 semantics)."""
 
     def __init__(self, bucket: str, prefix: str = "", *, endpoint_url: str | None = None,
-                 region: str | None = None, max_attempts: int = 5, backoff_s: float = 0.5,
+                 region: str | None = None, max_attempts: int = 5,
                  connect_timeout: float = 5.0, read_timeout: float = 30.0,
                  _connection: _Connection | None = None):
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be 1 or more (got {max_attempts})")
         self._conn = _connection or _Connection(bucket, endpoint_url, region, max_attempts,
-                                                backoff_s, connect_timeout, read_timeout)
+                                                connect_timeout, read_timeout)
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.uri = f"s3://{_join(bucket, self.prefix)}"
@@ -191,6 +216,10 @@ class S3Store:
     def endpoint_url(self) -> str | None:
         """The endpoint the store talks to (None: AWS's own)."""
         return self._conn.endpoint_url
+
+    def check_reachable(self) -> None:
+        """Fail in seconds (StorageError) when the store does not answer (`_Connection.probe`)."""
+        self._conn.probe()
 
     def _key(self, key: str) -> str:
         if any(part == ".." for part in key.split("/")):
@@ -277,8 +306,7 @@ class S3Store:
 
 
 def download_uri(uri: str, dest_dir: Path, *, endpoint_url: str | None = None,
-                 region: str | None = None, max_attempts: int = 5,
-                 backoff_s: float = 0.5) -> list[Path]:
+                 region: str | None = None, max_attempts: int = 5) -> list[Path]:
     """Download every object under ``s3://bucket/prefix`` into `dest_dir`; return the paths.
 
     Keys keep their path below the prefix; a URI that names one object lands as its base name.
@@ -286,7 +314,7 @@ def download_uri(uri: str, dest_dir: Path, *, endpoint_url: str | None = None,
     """
     bucket, prefix = parse_s3_uri(uri)
     store = S3Store(bucket, endpoint_url=endpoint_url, region=region,
-                    max_attempts=max_attempts, backoff_s=backoff_s)
+                    max_attempts=max_attempts)
     objects = store._objects(prefix)
     if not objects:
         raise StorageError(f"no objects under {uri} at {store._conn.where}; check "

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from pflpipe.errors import TrackingError
 from pflpipe.tracking.base import Tracker
 from pflpipe.tracking.scrub import find_secret, scrub_mapping, scrub_text
+from pflpipe.tracking.store import _client, _guarded
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -28,115 +29,6 @@ T = TypeVar("T")
 PARENT_TAG = "mlflow.parentRunId"
 ROOT_TAG = "root_run_id"
 _MAX_PARAMS_TAGS, _MAX_METRICS, _MAX_PARAM_LEN, _MAX_TAG_LEN = 100, 1000, 6000, 8000
-_LOCK_ATTEMPTS = 6
-
-
-_READY: set[str] = set()  # stores this process has opened: sqlite schema made, server answered
-#: Seconds a tracking server has to answer its first request; MLflow's own retries would wait
-#: minutes on a server that is down.
-PROBE_TIMEOUT_S = 5.0
-
-
-def check_server(tracking_uri: str) -> None:
-    """Raise TrackingError when nothing answers HTTP at `tracking_uri` within `PROBE_TIMEOUT_S`.
-
-    Any HTTP answer (even 401 or 404) and a TLS failure (MLflow has settings for certificates)
-    count as alive; a refused or unanswered connection and an unknown host do not.
-    """
-    import ssl
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(tracking_uri.rstrip("/") + "/health",
-                                    timeout=PROBE_TIMEOUT_S):
-            return
-    except urllib.error.HTTPError:
-        return
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        if isinstance(reason, ssl.SSLError):
-            return
-        if isinstance(reason, TimeoutError):
-            reason = f"no answer within {PROBE_TIMEOUT_S:g} s"
-        raise TrackingError(
-            f"the MLflow tracking server at {scrub_text(tracking_uri)} does not answer "
-            f"({reason}); start it, point tracking.uri (or MLFLOW_TRACKING_URI) at a running "
-            "server, or set tracking.enabled: false") from None
-
-
-def _client(tracking_uri: str):
-    """Return a client; the first one of a process on a sqlite store holds a lock beside it.
-
-    MLflow creates and migrates a sqlite schema when a client first opens the database; two
-    processes doing that at once fail ("duplicate column name: step"). The lock makes them take
-    turns: the first creates the tables, the others find them.
-    """
-    import os
-
-    from mlflow import MlflowClient
-
-    # MLflow prints (and fetches) a "View run" link at the end of every run on a server; we
-    # end hundreds of client runs and print one link of our own.
-    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
-    if tracking_uri.startswith(("http://", "https://")) and tracking_uri not in _READY:
-        check_server(tracking_uri)
-        _READY.add(tracking_uri)
-    if not tracking_uri.startswith("sqlite:///") or tracking_uri in _READY:
-        return MlflowClient(tracking_uri=tracking_uri)
-    from filelock import FileLock
-
-    _sqlite_write_ahead_log()
-    database = Path(tracking_uri[len("sqlite:///"):].partition("?")[0])
-    with FileLock(f"{database}.lock"):
-        client = MlflowClient(tracking_uri=tracking_uri)
-    _READY.add(tracking_uri)
-    return client
-
-
-def _sqlite_write_ahead_log() -> None:
-    """Open every sqlite connection of this process in WAL mode with synchronous=NORMAL.
-
-    MLflow's store commits after every call (a run, a batch of metrics, a logged model), and in
-    sqlite's default mode each commit waits for the disk twice; with a write-ahead log a commit
-    only appends to it, and readers (``mlflow ui``) no longer block the writer. WAL is recorded
-    in the database file, so every later client finds it. NORMAL still keeps the database
-    consistent on a crash; what a power cut can lose is the last commits before it.
-    """
-    from sqlalchemy import event
-    from sqlalchemy.engine import Engine
-
-    if not event.contains(Engine, "connect", _write_ahead_log):
-        event.listen(Engine, "connect", _write_ahead_log)
-
-
-def _write_ahead_log(connection, _record) -> None:
-    import sqlite3
-
-    if not isinstance(connection, sqlite3.Connection):
-        return
-    try:
-        connection.execute("PRAGMA journal_mode=WAL")
-    except sqlite3.OperationalError:  # another process holds the database: keep its mode
-        log.debug("sqlite journal mode left as it is", exc_info=True)
-    connection.execute("PRAGMA synchronous=NORMAL")
-
-
-def _retrying(what: str, tracking_uri: str, fn: Callable[..., T], *args, **kwargs) -> T:
-    """Call `fn`, retrying while sqlite reports a lock held by another process."""
-    from mlflow.exceptions import MlflowException
-
-    for attempt in range(1, _LOCK_ATTEMPTS + 1):
-        try:
-            return fn(*args, **kwargs)
-        except MlflowException as err:
-            if "database is locked" in str(err) and attempt < _LOCK_ATTEMPTS:
-                time.sleep(0.1 * 2 ** attempt)
-                continue
-            raise TrackingError(f"MLflow {what} at {scrub_text(tracking_uri)} failed: "
-                                f"{scrub_text(str(err))}") from err
-    raise AssertionError("unreachable")
-
 
 def _chunks(items: list, size: int) -> Iterator[list]:
     for start in range(0, len(items), size):
@@ -164,12 +56,12 @@ class MlflowTracker(Tracker):
                log_models: bool = True) -> "MlflowTracker":
         """Return a tracker for an existing run (e.g. the pipeline's parent run)."""
         client = _client(tracking_uri)
-        run = _retrying("lookup of run", tracking_uri, client.get_run, run_id)
+        run = _guarded("lookup of run", tracking_uri, client.get_run, run_id)
         if run.info.lifecycle_stage == "deleted":
             raise TrackingError(f"run {run_id} at {scrub_text(tracking_uri)} is deleted; "
                                 "restore it in the MLflow UI or start the pipeline again")
         if experiment:
-            found = _retrying("lookup of experiment", tracking_uri, client.get_experiment,
+            found = _guarded("lookup of experiment", tracking_uri, client.get_experiment,
                               run.info.experiment_id).name
             if found != experiment:
                 raise TrackingError(f"run {run_id} belongs to experiment {found!r}, not "
@@ -178,7 +70,7 @@ class MlflowTracker(Tracker):
                    log_models=log_models, context_tags={ROOT_TAG: run_id})
 
     def _call(self, what: str, fn: Callable[..., T], *args, **kwargs) -> T:
-        return _retrying(f"{what} (run {self.run_id})", self.tracking_uri, fn, *args, **kwargs)
+        return _guarded(f"{what} (run {self.run_id})", self.tracking_uri, fn, *args, **kwargs)
 
     @contextmanager
     def child(self, name: str, tags: dict[str, str] | None = None) -> Iterator["MlflowTracker"]:

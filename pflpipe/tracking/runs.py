@@ -22,9 +22,11 @@ from typing import Any
 
 from pflpipe import __version__
 from pflpipe.errors import TrackingError
+from pflpipe.spec.sections import TRACKING_SCHEMES
 from pflpipe.tracking.base import NULL_TRACKER, Tracker
-from pflpipe.tracking.mlflow import ROOT_TAG, MlflowTracker, _client, _retrying
+from pflpipe.tracking.mlflow import ROOT_TAG, MlflowTracker
 from pflpipe.tracking.scrub import scrub_text
+from pflpipe.tracking.store import _client, _guarded, move_credentials
 
 log = logging.getLogger(__name__)
 #: Tags of a run's owner process, which alone ends the run (see `close_abandoned_runs`).
@@ -54,7 +56,27 @@ def resolve_tracking_uri(tracking_spec=None) -> str:
         raise TrackingError(
             f"tracking URI {scrub_text(uri)!r} is MLflow's file store, which MLflow ≥ 3.13 refuses;"
             " use sqlite:///mlflow.db (or migrate: mlflow migrate-filestore) or an http(s) server")
-    return uri
+    if scheme.split("+", 1)[0] not in (*TRACKING_SCHEMES, "file"):
+        error = TrackingError(f"tracking URI {scrub_text(uri)!r}: unsupported scheme {scheme!r}; "
+                              f"use one of {', '.join(TRACKING_SCHEMES)}")
+        error.bad_input = True  # the user's setting: exit 2
+        raise error
+    return move_credentials(uri)
+
+
+def without_credentials(spec):
+    """Return `spec` with ``user:password@`` taken out of `tracking.uri` (into MLflow's variables).
+
+    The spec travels into the pipeline (its JSON is a parameter of every task, printed by the
+    local runner, compiled into the IR), so its URI must carry no credentials; the processes of
+    a local run inherit MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD instead.
+    """
+    uri = spec.tracking.uri
+    if not uri or move_credentials(uri) == uri:
+        return spec
+    data = spec.model_dump(mode="json", by_alias=True)
+    data["tracking"]["uri"] = move_credentials(uri)
+    return type(spec).model_validate(data)
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, str]:
@@ -100,26 +122,25 @@ def _artifact_location(tracking_uri: str) -> str | None:
 
 
 def _experiment_id(client, name: str, tracking_uri: str) -> str:
-    from mlflow.exceptions import MlflowException
-
-    experiment = _retrying("lookup of experiment", tracking_uri, client.get_experiment_by_name,
-                           name)
+    experiment = _guarded("lookup of experiment", tracking_uri, client.get_experiment_by_name,
+                          name)
     if experiment is None:
         try:
-            return client.create_experiment(name, artifact_location=_artifact_location(
-                tracking_uri), tags={KIND_TAG: KIND})
-        except MlflowException as err:  # another process created it first
-            experiment = client.get_experiment_by_name(name)
+            return _guarded(f"creation of experiment {name!r}", tracking_uri,
+                            client.create_experiment, name, artifact_location=_artifact_location(
+                                tracking_uri), tags={KIND_TAG: KIND})
+        except TrackingError:  # another process created it first?
+            experiment = _guarded("lookup of experiment", tracking_uri,
+                                  client.get_experiment_by_name, name)
             if experiment is None:
-                raise TrackingError(f"cannot create MLflow experiment {name!r} at "
-                                    f"{scrub_text(tracking_uri)}: {err}") from err
+                raise
     if experiment.lifecycle_stage == "deleted":
         raise TrackingError(
             f"MLflow experiment {name!r} is deleted at {scrub_text(tracking_uri)}; restore it "
             f"(mlflow experiments restore --experiment-id {experiment.experiment_id}) or set "
             "tracking.experiment to another name")
     if experiment.tags.get(KIND_TAG) != KIND:
-        _retrying("tagging of the experiment", tracking_uri, client.set_experiment_tag,
+        _guarded("tagging of the experiment", tracking_uri, client.set_experiment_tag,
                   experiment.experiment_id, KIND_TAG, KIND)
     return experiment.experiment_id
 
@@ -232,7 +253,7 @@ def open_parent_run(spec, *, seed: int | None = None, tags: dict[str, str] | Non
     run_tags["mlflow.note.content"] = describe(spec)
     run_tags |= {k: str(v) for k, v in (tags or {}).items()}
     name = run_name or parent_run_name(spec)
-    run = _retrying("creation of the parent run", tracking_uri, client.create_run, experiment_id,
+    run = _guarded("creation of the parent run", tracking_uri, client.create_run, experiment_id,
                     run_name=scrub_text(name))
     parent = ParentRun(run.info.run_id, tracking_uri, experiment, experiment_id,
                        spec.tracking.log_models)
@@ -260,7 +281,7 @@ def close_abandoned_runs(client, experiment_id: str, tracking_uri: str) -> list[
     (or one on another host) is left alone. Returns the ids of the parents marked.
     """
     host = socket.gethostname()
-    running = _retrying("search for running runs", tracking_uri, client.search_runs,
+    running = _guarded("search for running runs", tracking_uri, client.search_runs,
                         [experiment_id], f"attributes.status = 'RUNNING' and "
                         f"tags.{HOST_TAG} = '{host}'")
     closed = []
@@ -268,11 +289,11 @@ def close_abandoned_runs(client, experiment_id: str, tracking_uri: str) -> list[
         pid = run.data.tags.get(PID_TAG, "")
         if not pid.isdigit() or _alive(int(pid)):
             continue
-        descendants = _retrying("search for running runs", tracking_uri, client.search_runs,
+        descendants = _guarded("search for running runs", tracking_uri, client.search_runs,
                                 [experiment_id], f"attributes.status = 'RUNNING' and "
                                 f"tags.{ROOT_TAG} = '{run.info.run_id}'")
         for stale in [*descendants, run]:
-            _retrying("end of an abandoned run", tracking_uri, client.set_terminated,
+            _guarded("end of an abandoned run", tracking_uri, client.set_terminated,
                       stale.info.run_id, "KILLED")
         log.warning("MLflow run %s was left RUNNING by process %s, which is gone; marked it "
                     "and %d running child run(s) KILLED", run.info.run_id, pid, len(descendants))
@@ -304,7 +325,7 @@ def finish_parent(run_id: str, status: str = "FINISHED", *, tracking_uri: str | 
     if not run_id:
         return
     uri = tracking_uri or resolve_tracking_uri()
-    _retrying("end of the parent run", uri, _client(uri).set_terminated, run_id, status)
+    _guarded("end of the parent run", uri, _client(uri).set_terminated, run_id, status)
 
 
 class _Failed(Exception):

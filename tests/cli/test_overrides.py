@@ -68,3 +68,53 @@ def test_a_mapping_naming_another_variant_replaces_the_section():
 
     assert spec.partition.strategy == "ds1" and spec.partition.classes_per_client == 4
     assert spec.partition.n_clients == 10  # the default again: the section was replaced
+
+
+@pytest.mark.parametrize(("text", "value"), [("1e-3", 1e-3), ("2e-1", 0.2), ("1e6", 1e6),
+                                             ("1.5E+2", 150.0)])
+def test_set_reads_numbers_as_the_file_does(text, value, tmp_path):
+    from pflpipe.spec.overrides import parse_assignments
+
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(QUICKSTART.read_text().replace(
+        "  lr: 0.3\n", f"  lr: 0.3\n  weight_decay: {text}\n", 1))
+
+    from_set = load_spec(QUICKSTART, parse_assignments([f"federation.weight_decay={text}"]))
+
+    assert from_set.federation.weight_decay == load_spec(spec_file).federation.weight_decay
+    assert from_set.federation.weight_decay == value
+
+
+def test_validate_takes_set_as_run_does(capsys):
+    assert main(["validate", str(QUICKSTART), "--set", "federation.lr=1e-3", "--set",
+                 "federation.rounds=7"]) == 0
+    assert "7 rounds × 1 local epoch(s), sgd lr 0.001," in capsys.readouterr().out
+
+
+def test_load_spec_takes_a_mapping_and_refuses_other_types():
+    data = yaml.safe_load(QUICKSTART.read_text())
+
+    spec = pflpipe.load_spec(data, federation={"lr": 1e-3})
+
+    assert spec == load_spec(QUICKSTART, {"federation.lr": 1e-3})
+    with pytest.raises(SpecError, match=r"^<dict>: partition.n_clients: must be a valid "
+                                        "integer"):
+        pflpipe.load_spec({**data, "partition": {**data["partition"], "n_clients": "ten"}})
+    with pytest.raises(TypeError, match="load_spec takes a spec file's path, a mapping or a "
+                                        "Spec, not a int"):
+        pflpipe.load_spec(3)
+
+
+def test_credentials_of_the_tracking_uri_are_not_compiled_into_the_pipeline(tmp_path, capsys,
+                                                                            monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    out = tmp_path / "p.yaml"
+
+    code = main(["compile", str(QUICKSTART), "-o", str(out), "--set",
+                 "tracking.uri=http://alice:pw-7f3a9c@mlflow.example:5000"])
+
+    assert code == 0, capsys.readouterr().err
+    text = out.read_text()
+    assert "pw-7f3a9c" not in text and "alice" not in text
+    assert "http://mlflow.example:5000" in text

@@ -181,7 +181,31 @@ CORPUS = [
     ("negative-seed", BASE.replace("  name: t\n", "  name: t\n  seeds: [-1]\n"),
      ["experiment.seeds: every seed must be in 0..4,294,967,295"]),
     ("too-many-seeds", BASE.replace("  name: t\n", f"  name: t\n  seeds: {list(range(1001))}\n"),
-     ["experiment.seeds: List should have at most 1000 items"]),
+     ["experiment.seeds: must hold at most 1,000 entries (got 1,001 entries)"]),
+    # issue 30: what the spec alone determines, in clear words
+    ("no-seeds", BASE.replace("  name: t\n", "  name: t\n  seeds: []\n"),
+     ["experiment.seeds: must hold at least 1 entry (got an empty list)"]),
+    ("empty-section", BASE + "federation:\n",
+     ["federation: is empty (the key has no value); remove the key to use the defaults"]),
+    ("warm-start-past-rounds", BASE + "federation: {rounds: 3}\npersonalization:\n"
+     "  - {name: fedper, warm_start: 50}\n",
+     ["personalization[0].warm_start: round 50 of the FedAvg warm start does not exist: it runs "
+      "federation.rounds = 3 rounds (checkpoints 0..3)"]),
+    ("tracking-scheme", BASE + "tracking: {uri: 'ftp://127.0.0.1/x'}\n",
+     ["tracking.uri: unsupported scheme 'ftp'", "use one of sqlite, http, https"]),
+    ("custom-model-not-a-module", BASE + "model: {architecture: custom, path: "
+     "'collections:OrderedDict'}\n",
+     ["model.path: 'collections:OrderedDict' is the class OrderedDict, not a subclass of "
+      "torch.nn.Module"]),
+    ("custom-model-missing-module",
+     BASE + "model: {architecture: custom, path: 'nosuch.mod:Net'}\n",
+     ["model.path: cannot import module 'nosuch.mod'"]),
+    ("custom-model-missing-class",
+     BASE + "model: {architecture: custom, path: 'torch.nn:Nett'}\n",
+     ["model.path: module 'torch.nn' has no 'Nett'"]),
+    ("model-beyond-memory", BASE + "model: {architecture: mlp, hidden: [300000, 300000]}\n",
+     ["model.hidden: the model has 90,022,800,010 parameters; 10 clients' copies",
+      "GiB of memory"]),
     # issue 17: labels and baselines that fail only after training
     ("label-local", BASE + "personalization:\n  - {name: ditto, label: local}\n",
      ["personalization[0].label: 'local' names the results of the local-only baseline"]),

@@ -137,3 +137,24 @@ def test_split_random_arrays_are_split_or_a_clear_error(tmp_path, capsys, arrays
     np.savez(tmp_path / "d.npz", **arrays)
 
     run(["split", split_spec(tmp_path, "d.npz"), "--rows", "0"], capsys)
+
+
+@settings(max_examples=200, deadline=5_000)
+@given(text=st.from_regex(r"[-+]?[0-9]{1,3}(\.[0-9]{0,3})?([eE][-+]?[0-9]{1,2})?", fullmatch=True)
+       | st.floats(allow_nan=False, allow_infinity=False).map(repr)
+       | st.text(alphabet="0123456789.eE+-_", min_size=1, max_size=8))
+def test_set_reads_a_value_exactly_as_the_file_does(text):
+    """`--set PATH=VALUE` and `PATH: VALUE` in the file give the same value, or both no number."""
+    from pflpipe.spec.loader import parse_yaml
+    from pflpipe.spec.overrides import parse_assignments
+
+    try:
+        from_file = parse_yaml(f"value: {text}\n")[0]["value"]
+    except Exception:  # noqa: BLE001 - the file refuses it: --set must refuse it too
+        from_file = "refused"
+    try:
+        from_set = parse_assignments([f"x={text}"])["x"]
+    except Exception:  # noqa: BLE001
+        from_set = "refused"
+
+    assert from_set == from_file or (from_set != from_set and from_file != from_file)

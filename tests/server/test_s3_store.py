@@ -31,7 +31,7 @@ def from_bytes(data: bytes):
 
 
 def fast_store(endpoint: str, bucket: str, prefix: str = "exp", **settings) -> S3Store:
-    settings = {"max_attempts": 2, "backoff_s": 0.05, "connect_timeout": 1, "read_timeout": 1,
+    settings = {"max_attempts": 2, "connect_timeout": 1, "read_timeout": 1,
                 **settings}
     return S3Store(bucket, prefix, endpoint_url=endpoint, **settings)
 
@@ -158,7 +158,7 @@ def test_s3_store_paused_server_raises_after_bounded_retries_and_loses_nothing(s
 
 def test_s3_store_survives_a_brief_outage_by_retrying(s3_process, make_bucket):
     bucket = make_bucket(s3_process.url)
-    store = fast_store(s3_process.url, bucket, max_attempts=6, backoff_s=0.2)
+    store = fast_store(s3_process.url, bucket, max_attempts=6)
     store.put_bytes("round_0000.pt", b"0")
 
     s3_process.pause()

@@ -3,8 +3,9 @@
 - A server that is down (nothing listens) or frozen (the connection opens, nothing answers) fails
   the run within seconds, exit 1, naming the server: MLflow's own retries took 256 s.
 - A run killed with SIGKILL cannot end its MLflow runs; the next run of the spec marks them
-  KILLED. That next run is a regression (`gaussian`) spec run to its report, with a seed at the
-  top of its range (2³² − 1) that must survive the pipeline exactly.
+  KILLED. Both runs name the server with credentials in the URI (basic auth), which reach no
+  output, log, parameter or tag. That next run is a regression (`gaussian`) spec run to its
+  report, with a seed at the top of its range (2³² − 1) that must survive the pipeline exactly.
 """
 
 import csv
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 PFLPIPE = str(Path(sys.executable).with_name("pflpipe"))
 SEED = 2**32 - 1
+PASSWORD = "pw-" + uuid.uuid4().hex[:12]
 GAUSSIAN = """\
 experiment: {{name: gauss, seeds: [{seed}], output_dir: results}}
 dataset: {{name: gaussian, n_min: 10, n_max: 30}}
@@ -79,8 +81,9 @@ def killed_then_rerun(tmp_path_factory, mlflow_server):
     """Kill a first run (SIGKILL, its whole process group) once its parent run is open; rerun."""
     work = tmp_path_factory.mktemp("killed")
     experiment = f"faults-{uuid.uuid4().hex[:8]}"
-    (work / "spec.yaml").write_text(GAUSSIAN.format(seed=SEED, uri=mlflow_server,
-                                                    experiment=experiment))
+    # Credentials in the URI: sent as basic auth by every process, never printed or logged.
+    uri = mlflow_server.replace("http://", f"http://alice:{PASSWORD}@")
+    (work / "spec.yaml").write_text(GAUSSIAN.format(seed=SEED, uri=uri, experiment=experiment))
     client = MlflowClient(mlflow_server)
     first = subprocess.Popen([PFLPIPE, "run", "spec.yaml"], cwd=work, env=env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -115,6 +118,19 @@ def test_next_run_marks_the_killed_run_killed(killed_then_rerun):
     leftovers = client.search_runs([client.get_experiment_by_name(experiment).experiment_id],
                                    f"tags.root_run_id = '{killed_id}'")
     assert all(run.info.status != "RUNNING" for run in leftovers)
+
+
+def test_credentials_of_the_uri_reach_no_output_log_or_run(killed_then_rerun):
+    work, client, experiment, _, second = killed_then_rerun
+    [parent] = [r for r in _runs(client, experiment) if r.info.status == "FINISHED"]
+    runs = [parent, *client.search_runs([parent.info.experiment_id],
+                                        f"tags.root_run_id = '{parent.info.run_id}'")]
+
+    assert PASSWORD not in second.stdout + second.stderr
+    for log in (work / "results" / "logs").rglob("*"):
+        assert not log.is_file() or PASSWORD not in log.read_text(errors="replace"), log
+    for run in runs:
+        assert PASSWORD not in repr(run.data.params) + repr(run.data.tags), run.info.run_name
 
 
 def test_regression_run_reports_negative_mse_per_client(killed_then_rerun):

@@ -9,7 +9,8 @@ import importlib
 import pytest
 
 MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.storage.s3",
-           "pflpipe.tracking.runs", "pflpipe.tracking.scrub", "pflpipe.tracking.vocabulary",
+           "pflpipe.tracking.runs", "pflpipe.tracking.scrub", "pflpipe.tracking.store",
+           "pflpipe.tracking.vocabulary",
            "pflpipe.spec.overrides", "pflpipe.metrics.curves", "pflpipe.stages.common",
            "pflpipe.stages.evaluate_fairness"]
 
