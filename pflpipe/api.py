@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from pflpipe import layout
 from pflpipe.spec import Spec
 from pflpipe.spec import load_spec as _load_file
 from pflpipe.spec.loader import parse_spec
@@ -73,12 +74,12 @@ class RunResult:
     @property
     def report_html(self) -> Path:
         """The self-contained HTML report."""
-        return self.report_dir / "report.html"
+        return self.report_dir / layout.REPORT_HTML
 
     @cached_property
     def report(self) -> dict:
         """report.json: every metric per split and model, the answers, the run's facts."""
-        return json.loads((self.report_dir / "report.json").read_text(encoding="utf-8"))
+        return json.loads((self.report_dir / layout.REPORT_JSON).read_text(encoding="utf-8"))
 
     @property
     def best(self) -> str | None:
@@ -93,12 +94,12 @@ class RunResult:
     @property
     def results(self):
         """Every seed's per-client table (results.csv) as one pandas DataFrame."""
-        return self._frame("results.csv")
+        return self._frame(layout.RESULTS_CSV)
 
     @property
     def history(self):
         """Every model's per-round scores (history.csv of each model and seed) as a DataFrame."""
-        return self._frame("*/history.csv")
+        return self._frame(f"*/{layout.HISTORY_CSV}")
 
     def _frame(self, pattern: str):
         import pandas as pd

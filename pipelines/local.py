@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pflpipe.errors import PflpipeError
+from pflpipe.layout import LATEST, LOGS, PIPELINE_LOG, RUNS, seed_folder
 from pflpipe.pipelines.graph import build_pipeline
 from pflpipe.pipelines.tasklog import TaskLog, TaskLogRouter
 from pflpipe.stages.collect_results import MANIFEST
@@ -75,7 +76,7 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
                pipeline_root=str(results_dir / "kfp"), raise_on_error=True,
                enable_caching=use_cache, cache_root=str(results_dir / ".kfp_cache"))
     pipeline = build_pipeline(spec)
-    router = TaskLogRouter(results_dir / "logs", on_event)
+    router = TaskLogRouter(results_dir / LOGS, on_event)
     try:
         with _routed(router):
             task = pipeline(**arguments)
@@ -84,7 +85,7 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
         if failed:
             raise StageFailed(failed[0], tuple(failed[1:])) from err
         if router.runner_errors:
-            raise RunnerFailed(router.runner_errors, router.log_dir / "pipeline.log") from err
+            raise RunnerFailed(router.runner_errors, router.log_dir / PIPELINE_LOG) from err
         raise
     finally:
         router.close()
@@ -93,8 +94,6 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
     return LocalRun(run_dir, report, _seed_dirs(run_dir), tuple(router.tasks))
 
 
-#: The folder of every published run, and the link to the newest one.
-RUNS, LATEST = "runs", "latest"
 
 
 def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, dict[str, Path]]:
@@ -111,7 +110,7 @@ def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, d
     while folder.exists():
         suffix += 1
         folder = results_dir / RUNS / f"{name}-{suffix}"
-    copies = {"report": run.report, **{f"seed-{s}": d for s, d in sorted(run.seeds.items())}}
+    copies = {"report": run.report, **{seed_folder(s): d for s, d in sorted(run.seeds.items())}}
     out = {}
     for key, source in copies.items():
         out[key] = Path(shutil.copytree(source, folder / key))

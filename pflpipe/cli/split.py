@@ -7,6 +7,7 @@
 from pathlib import Path
 
 from pflpipe.cli import seed_argument
+from pflpipe.layout import CLIENTS, HEATMAP_PNG, MANIFEST_JSON
 
 #: The table shows this many clients by default (first ones, then the last few).
 DEFAULT_ROWS = 50
@@ -18,7 +19,7 @@ def register(subparsers) -> None:
         "split", help="Partition the spec's dataset over clients; print a per-client table.",
         description="Run the partition_data stage alone: load the dataset, split it over the "
         "clients and into train/val/test, write the partition directory (per-client tensors, "
-        "manifest.json, label_distribution.png).")
+        f"{MANIFEST_JSON}, {HEATMAP_PNG}).")
     parser.add_argument("spec", type=Path, metavar="SPEC")
     parser.add_argument("-o", "--output", type=Path, metavar="DIR",
                         help="Partition directory (default <results_dir>/partition/seed-<seed>).")
@@ -93,4 +94,4 @@ def _print(result, rows: int) -> None:
     console.print(f"content hash {result.content_hash}")
     for warning in result.warnings:
         console.print(f"[yellow]warning[/]: {warning}")
-    console.print(f"wrote {result.out_dir}/ (manifest.json, clients/, label_distribution.png)")
+    console.print(f"wrote {result.out_dir}/ ({MANIFEST_JSON}, {CLIENTS}/, {HEATMAP_PNG})")

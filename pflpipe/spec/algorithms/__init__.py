@@ -3,8 +3,9 @@
 A module ``pflpipe/spec/algorithms/<name>.py`` defines the params model of the algorithm `<name>`
 (a subclass of `Params` with ``name: Literal["<name>"]``). Importing this package imports every
 such module and derives from them what the rest of pflpipe reads: the spec's discriminated union
-`Algorithm`, `PARAMS` (name → model) and `PERSONALIZE`, the algorithms the `personalize` stage
-runs. Adding an algorithm therefore touches its params module and its algorithm file only.
+`PersonalizationEntry`, `PARAMS` (name → model) and `PERSONALIZE`, the algorithms the
+`personalize` stage runs. Adding an algorithm therefore touches its params module and its
+algorithm file only.
 """
 
 import importlib
@@ -70,10 +71,11 @@ PARAMS, BROKEN = _discover()
 globals().update({cls.__name__: cls for cls in PARAMS.values()})
 
 #: One entry of the spec's `personalization` list: the params model its `name` selects.
-Algorithm = Annotated[Union[tuple(PARAMS.values())], Field(discriminator="name")]  # noqa: UP007
+PersonalizationEntry = Annotated[Union[tuple(PARAMS.values())], Field(discriminator="name")]  # noqa: UP007
 
 #: Algorithms that run in the `personalize` stage (the others have stages of their own).
 PERSONALIZE = tuple(name for name, cls in PARAMS.items() if cls.stage == "personalize")
 
-__all__ = ["BROKEN", "PARAMS", "PERSONALIZE", "Algorithm", "FederatedParams", "Params", "Rounds",
-           "StandaloneParams", "algorithm_name", *(cls.__name__ for cls in PARAMS.values())]
+__all__ = ["BROKEN", "PARAMS", "PERSONALIZE", "FederatedParams", "Params", "PersonalizationEntry",
+           "Rounds", "StandaloneParams", "algorithm_name",
+           *(cls.__name__ for cls in PARAMS.values())]
