@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pflpipe import layout
-from pflpipe.spec import Spec
-from pflpipe.spec import load_spec as _load_file
+from pflpipe.spec import Spec, read_spec
 from pflpipe.spec.loader import parse_spec
 
 
@@ -39,7 +38,7 @@ def load_spec(spec: "Spec | str | Path", **overrides: Any) -> Spec:
                           "<spec>", overrides, source="override")
     path = Path(spec)
     if not overrides:
-        return _load_file(path)
+        return read_spec(path)
     from pflpipe.errors import SpecError
 
     try:

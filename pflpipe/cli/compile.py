@@ -23,10 +23,10 @@ def run(args) -> int:
     """Compile and say what was written."""
     from pflpipe.pipelines.compile import compile_pipeline
     from pflpipe.pipelines.graph import personalize_labels
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
     from pflpipe.spec.overrides import parse_assignments
 
-    spec = load_spec(args.spec, parse_assignments(args.set))
+    spec = read_spec(args.spec, parse_assignments(args.set))
     path = compile_pipeline(spec, args.output or Path(f"{spec.experiment.name}.yaml"))
     labels = personalize_labels(spec)
     print(f"{path}: pipeline {spec.experiment.name!r}, seeds {spec.experiment.seeds}, "

@@ -33,9 +33,9 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Run the newcomer's teacher selection and grid; print the outcome."""
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
 
-    spec = load_spec(args.spec)
+    spec = read_spec(args.spec)
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
     partition, checkpoints = args.partition, args.checkpoints
     if partition is None or checkpoints is None:

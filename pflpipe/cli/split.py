@@ -38,13 +38,13 @@ def run(args) -> int:
     """Write the partition, print its table and, with --export, write it for another tool."""
     from pflpipe.cli import UsageError
     from pflpipe.data.export import FORMATS, export_partition
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
     from pflpipe.stages import partition_data
 
     if args.export and args.export[0] not in FORMATS:
         raise UsageError(f"--export: unknown format {args.export[0]!r}; choose one of "
                          f"{', '.join(FORMATS)}")
-    spec = load_spec(args.spec)
+    spec = read_spec(args.spec)
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
     out_dir = args.output or partition_data.default_dir(spec, seed)
     result = partition_data.run(spec, seed, out_dir)

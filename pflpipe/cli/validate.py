@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from pflpipe.errors import SpecError
-from pflpipe.spec import load_spec
+from pflpipe.spec import read_spec
 
 
 def register(subparsers) -> None:
@@ -21,7 +21,7 @@ def run(args) -> int:
     problems: list[str] = []
     for path in args.specs:
         try:
-            spec = load_spec(path)
+            spec = read_spec(path)
         except SpecError as err:
             problems.extend(err.problems)
             continue

@@ -36,7 +36,7 @@ _Loader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
+def read_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
     """Load and validate a spec file (with `overrides`); raise SpecError listing every problem."""
     path = Path(path)
     try:
