@@ -27,4 +27,5 @@ def evaluate_fairness(spec_json: str, tracking_uri: str, experiment: str, parent
         spec, [Path(r.path) for r in results], Path(report.path), tracking_uri=tracking_uri,
         experiment=experiment, parent_run_id=parent_run_id, kfp_run_id=kfp_run_id)
     shutil.copyfile(Path(report.path) / REPORT_HTML, html.path)
+    report.metadata["seed_dirs"] = {str(s): str(d) for s, d in result.seed_dirs.items()}
     Path(summary.path).write_text(result.to_markdown())

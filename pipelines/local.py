@@ -8,7 +8,6 @@ results into a folder of their own per run (``runs/<time>-<MLflow run>/``) and p
 """
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -23,7 +22,6 @@ from pflpipe.errors import PflpipeError
 from pflpipe.layout import LATEST, LOGS, PIPELINE_LOG, RUNS, seed_folder
 from pflpipe.pipelines.graph import build_pipeline
 from pflpipe.pipelines.tasklog import TaskLog, TaskLogRouter
-from pflpipe.stages.collect_results import MANIFEST
 
 
 class StageFailed(PflpipeError):
@@ -52,9 +50,8 @@ class RunnerFailed(PflpipeError):
 class LocalRun:
     """Where one local run's outputs are."""
 
-    run_dir: Path                 # kfp.local's directory of this run
     report: Path                  # evaluate_fairness's report directory
-    seeds: dict[int, Path]        # collect_results' directory per seed
+    seeds: dict[int, Path]        # collect_results' directory per seed (the report's metadata)
     tasks: tuple[TaskLog, ...]
 
 
@@ -89,9 +86,9 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
         raise
     finally:
         router.close()
-    report = Path(task.outputs["Output"].path)
-    run_dir = report.parent.parent
-    return LocalRun(run_dir, report, _seed_dirs(run_dir), tuple(router.tasks))
+    report = task.outputs["Output"]
+    seeds = {int(seed): Path(path) for seed, path in report.metadata["seed_dirs"].items()}
+    return LocalRun(Path(report.path), seeds, tuple(router.tasks))
 
 
 
@@ -119,13 +116,6 @@ def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, d
     link.symlink_to(folder.relative_to(results_dir), target_is_directory=True)
     os.replace(link, results_dir / LATEST)
     return folder, out
-
-
-def _seed_dirs(run_dir: Path) -> dict[int, Path]:
-    found = {}
-    for manifest in run_dir.glob(f"**/collect-results/results/{MANIFEST}"):
-        found[json.loads(manifest.read_text())["seed"]] = manifest.parent
-    return found
 
 
 @contextlib.contextmanager

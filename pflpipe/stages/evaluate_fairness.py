@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe import layout
@@ -44,6 +44,9 @@ class ReportResult:
     fairest: dict[str, str | None]
     answers: str
     markdown: str
+    #: Each seed's collected results directory: the pipeline's output names them (as its report
+    #: artifact's metadata ``seed_dirs``), so no one globs the runner's layout to find them.
+    seed_dirs: dict[int, Path] = field(default_factory=dict)
 
     def to_markdown(self) -> str:
         """Return report.md (the KFP Markdown artifact)."""
@@ -99,6 +102,7 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
         best={s: r.best.model for s, r in report.splits.items()},
         fairest={s: r.fairest.model for s, r in report.splits.items()},
         answers=report.answers(), markdown=files.markdown.read_text(encoding="utf-8"),
+        seed_dirs={seed: Path(d) for d in results_dirs if (seed := _seed_of(d)) is not None},
     )
 
 
