@@ -10,7 +10,9 @@ import pytest
 
 MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.storage.s3",
            "pflpipe.tracking.runs", "pflpipe.tracking.scrub", "pflpipe.tracking.vocabulary",
-           "pflpipe.spec.overrides", "pflpipe.metrics.curves", "pflpipe.stages.common"]
+           "pflpipe.spec.overrides", "pflpipe.metrics.curves", "pflpipe.stages.prepare",
+           "pflpipe.stages.rows", "pflpipe.layout", "pflpipe.markdown",
+           "pflpipe.spec.algorithms.base"]
 
 
 @pytest.mark.parametrize("name", MODULES)
