@@ -55,7 +55,7 @@ def client_file(client: int) -> str:
     return f"client_{client:04d}"
 
 
-def client_models(results_dir: Path) -> list[Path]:
+def client_model_files(results_dir: Path) -> list[Path]:
     """Every client's model file of a results directory, in client order."""
     return sorted((Path(results_dir) / MODELS).glob("client_*.pt"))
 
@@ -114,7 +114,7 @@ def rounds_in(directory: Path) -> list[int]:
     return sorted(r for p in Path(directory).iterdir() if (r := round_of(p.name)) is not None)
 
 
-def progress(directory: Path) -> dict | None:
+def read_progress(directory: Path) -> dict | None:
     """The progress record of a checkpoint directory; None when it holds none."""
     path = Path(directory) / PROGRESS_JSON
     return json.loads(path.read_text()) if path.is_file() else None

@@ -128,7 +128,7 @@ def _starting_file(entry, checkpoints_dir: Path | None) -> Path | None:
     if checkpoints_dir is None:
         raise DataError(f"{entry.display_name}: warm_start is {warm!r} but no warm-start "
                         "checkpoints were given")
-    progress = layout.progress(checkpoints_dir)
+    progress = layout.read_progress(checkpoints_dir)
     if progress is None:
         raise DataError(f"{checkpoints_dir} holds no warm-start checkpoints (no "
                         f"{layout.PROGRESS_JSON})")

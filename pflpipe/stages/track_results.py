@@ -52,7 +52,7 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
         if model == "fedavg" and best.is_file():
             template.load_state_dict(_load(best))
             run.log_model(template, "fedavg-global")
-        models = {path.stem: _load(path) for path in layout.client_models(results_dir)}
+        models = {path.stem: _load(path) for path in layout.client_model_files(results_dir)}
         common.log_clients(run, stage, model, results, history, extra, models or None,
                            seed=seed if several else None, template=template)
 
