@@ -5,6 +5,9 @@ stage in-process, exactly as the pipeline chains them: partition_data → warm_s
 train_local → personalize (one entry per algorithm), then evaluates the results tables with
 `pflpipe.metrics.generalization` and prints one Markdown table: per model GA, PA and the % of
 clients whose PA beats GA, mean ± std over seeds; and Flow's PA under soft routing (Table 8).
+For every Flow entry it also prints what the router did: per routed layer, the mean π_g and the
+share of test instances that hard routing sends to the global copy (each client's saved
+best-validation model on its own test split, pooled over clients), mean over seeds.
 
     python benchmarks/flow_digits.py                      # seed 0, the spec as it is
     python benchmarks/flow_digits.py --seeds 0 1 2 --set federation.rounds=500 --only flow
@@ -23,6 +26,10 @@ from pathlib import Path
 import torch
 import yaml
 
+from pflpipe.algorithms import build
+from pflpipe.algorithms.flow import routing_shares
+from pflpipe.data.files import load_tensors
+from pflpipe.engine.trainer import Context
 from pflpipe.metrics import table_from_records
 from pflpipe.metrics.generalization import compare
 from pflpipe.spec import Spec
@@ -32,9 +39,9 @@ REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "specs" / "flow-digits.yaml"
 
 
-def load(overrides: list[str], only: list[str] | None, root: Path) -> Spec:
-    """The spec with `--set` overrides, no tracking, results under `root`."""
-    data = yaml.safe_load(SPEC.read_text())
+def load(path: Path, overrides: list[str], only: list[str] | None, root: Path) -> Spec:
+    """The spec at `path` with `--set` overrides, no tracking, results under `root`."""
+    data = yaml.safe_load(path.read_text())
     for item in overrides:
         path, value = item.split("=", 1)
         node, *keys = path.split(".")
@@ -72,6 +79,46 @@ def run_seed(spec: Spec, seed: int, root: Path, seconds: dict[str, float]) -> li
             for row in common.read_csv(directory / "results.csv")]
 
 
+def routing(spec: Spec, seed: int, root: Path, split: str) -> dict[str, dict[str, list[float]]]:
+    """Per Flow entry: mean π_g and share routed to global per layer, over all clients' `split`
+    instances."""
+    out = root / f"seed-{seed}"
+    s = common.setup(spec, seed, out / "partition")
+    shares = {}
+    for entry in spec.personalization:
+        if entry.name != "flow":
+            continue
+        algorithm = build(entry, head=s.head, federation=spec.federation)
+        test = getattr(s.data, split)
+        with torch.random.fork_rng(devices=[]):
+            router = algorithm.modules(tuple(test.x.shape[1:]), 10, model=s.ctx.model)
+        ctx = Context(s.ctx.model, s.ctx.task, router)
+        pis = []
+        for client in range(test.n_clients):
+            name = f"{common.client_file(client)}.pt"
+            flat = load_tensors(out / entry.display_name / "models" / name, "a client model")
+            model = {"router": {k.split("/", 1)[1]: v for k, v in flat.items()
+                                if k.startswith("router/")}}
+            x, _ = test.client(client)
+            with torch.no_grad():
+                pis.append(algorithm.route(model["router"], x, ctx))
+        pooled = routing_shares(torch.cat(pis))
+        shares[entry.display_name] = {k: v.tolist() for k, v in pooled.items()}
+    return shares
+
+
+def routing_table(per_seed: list[dict]) -> str:
+    """Mean over seeds of the per-layer mean π_g and share routed to global, in percent."""
+    lines = ["| entry | mean π_g per layer % | routed to global per layer % |", "|---|---|---|"]
+    for label in per_seed[0]:
+        cells = []
+        for key in ("pi_global", "to_global"):
+            layers = zip(*(seed[label][key] for seed in per_seed), strict=True)
+            cells.append(" / ".join(f"{100 * sum(v) / len(v):.1f}" for v in layers))
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict], selection: str) -> str:
     """GA, PA, PA > GA (and soft-routing PA) per model, in percent, mean ± std over seeds."""
     scoped = [r for r in rows if r["scope"] in ("", "global")]
@@ -102,11 +149,14 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--only", nargs="+")
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--spec", type=Path, default=SPEC, help="the spec (default: %(default)s)")
+    parser.add_argument("--routing-split", default="test", choices=("val", "test"),
+                        help="the instances the routing shares are measured on")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     root = args.workdir or Path(tempfile.mkdtemp(prefix="flow-digits-"))
-    spec = load(args.overrides, args.only, root)
+    spec = load(args.spec, args.overrides, args.only, root)
     seconds: dict[str, float] = {}
     rows = [row for seed in args.seeds for row in run_seed(spec, seed, root, seconds)]
     fed = spec.federation
@@ -116,6 +166,10 @@ def main() -> None:
           f"lr {fed.lr}, seeds {args.seeds}; overrides {args.overrides or 'none'}")
     for selection in ("last_round", "best_val"):
         print(f"\nselection {selection}:\n{table(rows, selection)}")
+    per_seed = [routing(spec, seed, root, args.routing_split) for seed in args.seeds]
+    if per_seed[0]:
+        print(f"\nrouting (best-val models, {args.routing_split} instances):\n"
+              f"{routing_table(per_seed)}")
     print("\nseconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
 
 

@@ -7,8 +7,11 @@ log-likelihood at lr 1e-4 for 200 rounds from θ⁰ = 0; Self-FL with the known 
 Eqn. 16, no cap), the others with 50 local steps, at activity rates C ∈ {0.1, 0.2, 0.5, 0.8, 1}.
 Errors are ℓ1: global |θ^T − θ₀|, local (1/M) Σ_m |θ_m^T − θ_m| with each method's personalized
 model (FedAvg: the client's last local model, as in the paper), mean ± standard error over the
-repetitions. The "Bayes" rows are the two-level model's posterior means θ^(G), θ_m^(FL) (Eqns.
-2–3) from the same data, the targets of Self-FL's Prop. 3.1; "local only" is each client's z_m.
+repetitions. Three reference rows from the same data, no training: "Eqn. 3" is the paper's
+global-optimal θ^(G) and FL-optimal θ_m^(FL) (Eqns. 2–3), the targets of Self-FL's Prop. 3.1;
+"posterior mean" is θ^(G) (the posterior mean of θ₀) with the two-level model's exact posterior
+means E[θ_m | z_1..z_M], which differ from θ_m^(FL) (`pflpipe.engine.two_level`); "local only"
+is each client's z_m. `--references-only` prints these rows alone (seconds).
 
 The repetitions are members of one engine computation: R repetitions × M clients form one
 federation whose server aggregates within each repetition (`Repeated`, sampling by
@@ -19,6 +22,7 @@ step (Ditto trains its personal model beside them).
 
     python benchmarks/selffl_synthetic.py                     # R = 25, both cases
     python benchmarks/selffl_synthetic.py --repetitions 200 --fractions 0.1 1
+    python benchmarks/selffl_synthetic.py --repetitions 10 --references-only
 """
 
 import argparse
@@ -35,7 +39,7 @@ from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.repetitions import Repeated
 from pflpipe.engine.trainer import BatchedTrainer
-from pflpipe.engine.two_level import GaussianLikelihood, ScalarMean, posterior_means
+from pflpipe.engine.two_level import GaussianLikelihood, ScalarMean, fl_optimal, posterior_means
 from pflpipe.spec.algorithms import PARAMS
 
 M, THETA0, SIGMA_SQ, ROUNDS, LR, STEPS = 20, 1.6, 0.1, 200, 1e-4, 50
@@ -105,7 +109,8 @@ def estimates(cases: dict[int, Draws], fraction: float, seed: int) -> dict[str, 
     out: dict[str, dict] = {m: {} for m in METHODS}
     for case, draws in cases.items():
         oracle = {"sigma0_sq": CASES[case]["sigma0_sq"], "sigma_sq": SIGMA_SQ}
-        found = run({"name": "self_fl", "oracle": oracle, "max_local_steps": 100_000}, 1,
+        found = run({"name": "self_fl", "oracle": oracle, "loss_reduction": "sum",
+                     "max_local_steps": 100_000}, 1,
                     draws.ys, fraction, seed)
         out["self_fl"][case] = found["global"], found["personal"]
     ys = [y for draws in cases.values() for y in draws.ys]
@@ -126,30 +131,37 @@ def _cell(errors: np.ndarray) -> str:
     return f"{errors.mean():.4f} ± {errors.std(ddof=1) / np.sqrt(len(errors)):.4f}"
 
 
-def tables(repetitions: int, fractions: tuple[float, ...], seed: int) -> dict[int, str]:
+def references(case: int, draws: Draws) -> list[str]:
+    """The table rows of the estimates computed from the data alone (any C)."""
+    sigma0_sq, r = CASES[case]["sigma0_sq"], len(draws.z)
+    eqn3 = [fl_optimal(draws.z[i], sigma0_sq, SIGMA_SQ / n) for i, n in enumerate(draws.counts)]
+    theta_g = np.array([g for g, _ in eqn3])
+    rows = {"Eqn. 3: θ^(G) / θ_m^(FL)": (theta_g, np.array([fl for _, fl in eqn3])),
+            "posterior mean: θ^(G) / E[θ_m \\| z]": (theta_g, np.array([
+                posterior_means(draws.z[i], sigma0_sq, SIGMA_SQ / n)
+                for i, n in enumerate(draws.counts)])),
+            "local only z_m": (np.full(r, np.nan), draws.z)}
+    return [f"| {name} | global / local | {_cell(np.abs(g - THETA0))} / "
+            f"{_cell(np.abs(p - draws.theta).mean(1))} (any C) |"
+            for name, (g, p) in rows.items()]
+
+
+def tables(repetitions: int, fractions: tuple[float, ...], seed: int,
+           train: bool = True) -> dict[int, str]:
     """The Markdown table of each case: global and local ℓ1 errors per method and C."""
     cases = {case: draw(case, repetitions, seed) for case in CASES}
-    found = {c: estimates(cases, c, seed) for c in fractions}
+    found = {c: estimates(cases, c, seed) for c in fractions} if train else {}
     header = " | ".join(f"C = {c:g}" for c in fractions)
     out = {}
     for case, draws in cases.items():
         lines = [f"| method | error | {header} |", "|---|---|" + "---|" * len(fractions)]
-        for method in METHODS:
+        for method in METHODS if train else ():
             estimates_ = [found[c][method][case] for c in fractions]
             cells = {"global": [_cell(np.abs(g - THETA0)) for g, _ in estimates_],
                      "local": [_cell(np.abs(p - draws.theta).mean(1)) for _, p in estimates_]}
             lines += [f"| {method} | {kind} | " + " | ".join(row) + " |"
                       for kind, row in cells.items()]
-        bayes = [posterior_means(draws.z[r], CASES[case]["sigma0_sq"], SIGMA_SQ / n)
-                 for r, n in enumerate(draws.counts)]
-        reference = {
-            "Bayes θ^(G) / θ_m^(FL)": (np.array([g for g, _ in bayes]),
-                                       np.array([fl for _, fl in bayes])),
-            "local only z_m": (np.full(repetitions, np.nan), draws.z)}
-        for name, (g, p) in reference.items():
-            lines.append(f"| {name} | global / local | {_cell(np.abs(g - THETA0))} / "
-                         f"{_cell(np.abs(p - draws.theta).mean(1))} (any C) |"
-                         + " |" * (len(fractions) - 1))
+        lines += [row + " |" * (len(fractions) - 1) for row in references(case, draws)]
         out[case] = "\n".join(lines)
     return out
 
@@ -161,10 +173,13 @@ def main() -> None:
     parser.add_argument("--fractions", type=float, nargs="+", default=list(FRACTIONS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--references-only", action="store_true",
+                        help="Print only the rows computed from the data (no training).")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    found = tables(args.repetitions, tuple(args.fractions), args.seed)
+    found = tables(args.repetitions, tuple(args.fractions), args.seed,
+                   train=not args.references_only)
     print(f"{args.repetitions} repetitions per case, seed {args.seed}, "
           f"{time.perf_counter() - start:.0f} s, torch {torch.__version__}, "
           f"{args.threads} thread(s)")

@@ -48,6 +48,10 @@ class Apfl(Algorithm[ApflParams]):
         alpha = state["alpha"]["value"] - (self.params.alpha_lr or self.lr) * slope
         return loss, {"alpha": {"value": alpha.clamp(0.0, 1.0)}}
 
+    def diagnostics(self, state, shared, batch, ctx):
+        """α after the round's local training."""
+        return {"alpha": state["alpha"]["value"]}
+
     def personalized(self, state, shared):
         """The mixture v̄ = α·v + (1 − α)·w."""
         return self._mix(state, state["model"])

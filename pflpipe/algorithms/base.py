@@ -22,6 +22,7 @@ hook                defines                                                     
 ``aggregate``       how the server combines payloads                             mean weighted n_k/n
 ``server_step``     new global values and server state from the round's client   `aggregate` of the
                     states (any group) and sample counts                         payloads
+``server_diagnostics`` what the server step did, per client [C, ...] (recorded)  none
 ==================  ===========================================================  ==================
 
 Client-side hooks are written for one client; the engine vmaps them over clients:
@@ -37,6 +38,7 @@ Client-side hooks are written for one client; the engine vmaps them over clients
 ``scored``          the client's personalized model as a tree (stored, scored)   {"model": …}
 ``predict``         outputs of that model on inputs (a mixture, an MC average)    forward pass
 ``global_model``    the network scored as the global model on every client (GA)   the global model
+``diagnostics``     what the client's mechanism did this round (recorded)         none
 ==================  ===========================================================  ==================
 
 ``kept`` (groups that survive rounds per client, never aggregated), ``predict_with`` (the group
@@ -90,6 +92,8 @@ class Phase:
     #: (objective, groups) updates that follow the phase's own on the same mini-batch at every
     #: step, each with its own optimizer (Flow's alternating policy and global steps).
     then: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: The phase's local optimizer ("sgd" or "adam") instead of the federation's (pFedBayes).
+    optimizer: str | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,14 @@ class Algorithm(Generic[P]):
             return {}, round.server
         return self.aggregate(round.global_params, payloads, round.weights), round.server
 
+    def server_diagnostics(self, round: Round, server: Tree) -> dict[str, Tensor]:
+        """Server-held quantities to record per client: {name: [C, ...]} (none by default).
+
+        `round` is what `server_step` saw (the trained client states), `server` the server state
+        it returned (e.g. aggregation weights kept there). Recorded like `diagnostics`.
+        """
+        return {}
+
     # ---- client side (one client; vmapped by the engine) -------------------------------------
     def receive(self, global_params: Group, previous: Tree, shared: Tree | None = None) -> Tree:
         """A client's state at the start of a round.
@@ -212,6 +224,20 @@ class Algorithm(Generic[P]):
     def finish(self, start: Tree, trained: Tree, shared: Tree) -> Tree:
         """The state a client keeps (and uploads) after local training that began at `start`."""
         return trained
+
+    def diagnostics(self, state: Tree, shared: Tree, batch, ctx) -> dict[str, Tensor]:
+        """What this client's mechanism did this round: {name: tensor} (none by default).
+
+        To add one, override this and return named tensors computed from `state` (the client's
+        state after local training and `finish`), `shared` (the global model and server state the
+        round started from) and, when a diagnostic depends on inputs (a routing share), `batch`:
+        the client's first training samples (at most one mini-batch, ``batch["mask"]`` marks the
+        real ones) and `ctx`. Pure tensor function, vmapped over the round's clients like the
+        other client hooks. The engine records each value per client and round: a scalar as
+        history.csv column ``diag.<name>`` and MLflow metric of that name, a vector's entry i as
+        ``diag.<name>.i``; the report plots each over rounds.
+        """
+        return {}
 
     def personalized(self, state: Tree, shared: Tree) -> Group:
         """Parameters of the client's personalized network.

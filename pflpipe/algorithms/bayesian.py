@@ -31,9 +31,11 @@ def constant_spread(like: Mapping[str, Tensor], std: float) -> Group:
     return {key: torch.full_like(value, spread_of(std)) for key, value in like.items()}
 
 
-def std(spread: Mapping[str, Tensor]) -> Group:
-    """σ = softplus(π) of every entry."""
-    return {key: F.softplus(value) for key, value in spread.items()}
+def std(spread: Mapping[str, Tensor], bounds: tuple[float, float] | None = None) -> Group:
+    """σ = softplus(π) of every entry, clamped to `bounds` (σ_min, σ_max) when given."""
+    if bounds is None:
+        return {key: F.softplus(value) for key, value in spread.items()}
+    return {key: F.softplus(value).clamp(*bounds) for key, value in spread.items()}
 
 
 def detached(group: Mapping[str, Tensor]) -> Group:

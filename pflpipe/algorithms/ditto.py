@@ -25,6 +25,10 @@ class Ditto(Algorithm[DittoParams]):
         return (Phase(), Phase(train=("personal",), objective="personal_objective",
                                epochs=self.params.personal_epochs))
 
+    def diagnostics(self, state, shared, batch, ctx):
+        """‖v − w‖: the trained personal model's distance to the global model it received."""
+        return {"personal_distance": sq_dist(state["personal"], shared["global"]).sqrt()}
+
     def personal_objective(self, state, batch, shared, hp, ctx):
         """task_loss(v) + λ/2 ‖v − w‖²."""
         v = state["personal"]

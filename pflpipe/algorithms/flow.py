@@ -8,8 +8,10 @@ input x to per-layer probabilities π_g^k(x) = 1 − π_l^k(x), and layer k outp
 input z (Eq. 3). Each round, on a fresh split of its training samples, a client
   1. fine-tunes the local layers on the first part (Eq. 1: the local model alone), then
   2. alternates, on each mini-batch of the second part, a step of ψ on
-     CE(w_p(x)) + λ·mean_k −log(π_g^k(x)² + ε) (Eq. 4) and a step of the global layers on
-     CE(w_p(x)) (Eq. 5), the other groups fixed.
+     CE(w_p(x)) + λ·mean_k −log(π_g^k(x)² + ε) (Eq. 4) and a step of the global layers
+     (Eq. 5), the other groups fixed: by default on the global model's own CE, as the reference
+     code (``global_update: standalone``); ``routed`` trains them on CE(w_p(x)), our reading
+     of the paper's text, which routed no instance to them on digits (docs/results.md).
 The server averages the global layers and ψ (weights n_k / n). Training routes softly; the
 personalized model is scored with hard routing (per layer the larger probability, ties to
 global; both branches are computed and masked) and, as the view ``soft``, with soft routing
@@ -138,7 +140,7 @@ class Flow(Algorithm[FlowParams]):
 
     def router_objective(self, state, batch, shared, hp, ctx):
         """Eq. 4: CE of the soft-routed model + λ·mean −log(π² + ε) of the target route."""
-        pi = self._route(state["router"], batch["x"], ctx)
+        pi = self.route(state["router"], batch["x"], ctx)
         loss = ctx.loss(routed_forward(ctx.model, state["model"], state["local"], pi,
                                        batch["x"]), batch)
         target = self.params.reg_target
@@ -153,7 +155,7 @@ class Flow(Algorithm[FlowParams]):
         """Eq. 5: CE of the routed model (or of the global model alone) in the global layers."""
         if self.params.global_update == "standalone":
             return ctx.task_loss(state["model"], batch)
-        pi = self._route(state["router"], batch["x"], ctx)
+        pi = self.route(state["router"], batch["x"], ctx)
         return ctx.loss(routed_forward(ctx.model, state["model"], state["local"], pi,
                                        batch["x"]), batch)
 
@@ -169,12 +171,38 @@ class Flow(Algorithm[FlowParams]):
 
     def predict(self, model, x, ctx, key, view=""):
         """Hard routing (per layer the likelier copy, ties to global); ``soft``: the mixture."""
-        pi = self._route(model["router"], x, ctx)
+        pi = self.route(model["router"], x, ctx)
         if view != "soft":
             pi = (pi >= 0.5).to(pi.dtype)
         return routed_forward(ctx.model, model["model"], model["local"], pi, x)
 
+    def diagnostics(self, state, shared, batch, ctx):
+        """Per routed layer k (``.k``): the mean π_g and the share routed to global.
+
+        The share is that of the client's samples that hard routing sends to the global copy,
+        by the client's router after the round.
+        """
+        return routing_shares(self.route(state["router"], batch["x"], ctx), batch["mask"])
+
     @staticmethod
-    def _route(router, x, ctx):
+    def route(router, x, ctx):
         """π_g^k(x) [B, K]."""
         return torch.softmax(ctx.call("router", router, x), -1)[..., 0]
+
+
+def routing_shares(pi_global, mask=None):
+    """Per routed layer k: the mean π_g^k and the share of instances hard-routed to global.
+
+    Returns {"pi_global": mean π_g^k, "to_global": share with π_g^k ≥ 0.5 (hard routing's
+    choice, ties to global)}, each [K], over the instances of `pi_global` [B, K] (those `mask`
+    [B] keeps).
+
+    >>> out = routing_shares(torch.tensor([[0.9, 0.2], [0.5, 0.4], [0.1, 0.3]]))
+    >>> [round(v, 4) for v in out["pi_global"].tolist()], out["to_global"].tolist()
+    ([0.5, 0.3], [0.6666666865348816, 0.0])
+    """
+    weight = torch.ones_like(pi_global[:, 0]) if mask is None else mask.to(pi_global.dtype)
+    total = weight.sum().clamp_min(1.0)
+    hard = (pi_global >= 0.5).to(pi_global.dtype)
+    return {"pi_global": (pi_global * weight[:, None]).sum(0) / total,
+            "to_global": (hard * weight[:, None]).sum(0) / total}

@@ -8,9 +8,12 @@ minimises, with K reparameterised draws and n the client's samples,
     q_θ:  (1/K) Σ_k (1/n) Σ_j ℓ_j(w_k) + (ζ/n) KL(q_θ ‖ q_v)     with q_v held fixed,
     q_v:  (ζ/n) KL(q_θ ‖ q_v)                                   with q_θ held fixed,
 
-(the negative ELBO over n, so that lr is on the scale of a mean loss) as one objective whose
+(the negative ELBO over n, so that lr is on the scale of a mean loss; every σ kept within
+[min_std, max_std]) as one objective whose
 gradients land where pFedBayes applies them (the two updates are simultaneous here, one after the
-other in the paper's Algorithm 1). The server mixes
+other in the paper's Algorithm 1), by Adam with separate personal and global learning rates as
+the paper's code (plain SGD diverges on small clients: the KL's curvature ζ/(n·σ²) reaches 10⁴
+at n = 4, σ = 0.05). The server mixes
 v ← (1 − β)·v + β·(1/S) Σ_i v_i over the round's S clients, means and spreads alike (uniform
 weights, as the paper). The personalized model is q_θ's mean (or its MC predictive), the global
 model q_v's mean.
@@ -44,15 +47,18 @@ class PFedBayes(Algorithm[PFedBayesParams]):
 
     def phases(self):
         """Local epochs of full-batch steps on q_θ and the copy of q_v together."""
-        lr = self.params.global_lr
+        p = self.params
+        personal, global_ = p.learning_rates()
         return (Phase(train=("personal", "personal_spread", "model", "spread"), full_batch=True,
-                      group_lr={"model": lr, "spread": lr} if lr else {}),)
+                      lr=personal, group_lr={"model": global_, "spread": global_},
+                      optimizer="adam" if p.optimizer == "adam" else None),)
 
     def local_objective(self, state, batch, shared, hp, ctx):
         """(1/K) Σ_k f(w_k) + (ζ/n)·[KL(q_θ ‖ sg q_v) + KL(sg q_θ ‖ q_v)]."""
         p = self.params
-        personal, personal_std = state["personal"], bayesian.std(state["personal_spread"])
-        mean, spread_std = state["model"], bayesian.std(state["spread"])
+        personal, personal_std = state["personal"], bayesian.std(state["personal_spread"],
+                                                                  p.std_bounds)
+        mean, spread_std = state["model"], bayesian.std(state["spread"], p.std_bounds)
         nll = bayesian.expected_loss(ctx, {}, personal, state["personal_spread"], batch,
                                      p.mc_samples)
         to_personal = bayesian.gaussian_kl(personal, personal_std, bayesian.detached(mean),

@@ -42,6 +42,10 @@ class PFedMe(Algorithm[PFedMeParams]):
         theta = {k: value.detach() for k, value in theta.items()}
         return p.lam / 2 * sq_dist(state["model"], theta), {"personal": theta}
 
+    def diagnostics(self, state, shared, batch, ctx):
+        """‖θ̃ − w‖: the personalized model's distance to the global model the round began at."""
+        return {"personal_distance": sq_dist(state["personal"], shared["global"]).sqrt()}
+
     def aggregate(self, global_params, payloads, weights):
         """W ← (1 − β)·w + β·Σ_k (n_k / n)·w_k."""
         mean = super().aggregate(global_params, payloads, weights)

@@ -66,6 +66,10 @@ class PFedVem(Algorithm[PFedVemParams]):
             denominator = trace + deviation
         return (d / denominator).to(next(iter(mean.values())).dtype)
 
+    def diagnostics(self, state, shared, batch, ctx):
+        """τ_j: the confidence the client's head entered this round with (Eq. 8)."""
+        return {"tau": state["tau"]["value"]}
+
     def phases(self):
         """The E-step on the head (full batch), then FedAvg's local epochs on the base."""
         p = self.params
@@ -98,11 +102,12 @@ class PFedVem(Algorithm[PFedVemParams]):
     def arrivals(self, round):
         """Which of the round's clients reach the server [C] (bool).
 
-        All of them when only sampled clients trained; else each with probability s, redrawn
-        from the round's seed until at least `min_participants` arrive.
+        All of them when only a sampled share trained (`client_fraction` < 1); when every client
+        did, each with probability s, redrawn from the round's seed until at least
+        `min_participants` arrive.
         """
         p, count = self.params, len(round.clients)
-        if not p.train_all_clients:
+        if count < round.n_clients:
             return torch.ones(count, dtype=torch.bool, device=round.clients.device)
         if p.min_participants > count:
             raise SpecError(f"pfedvem.min_participants = {p.min_participants} exceeds the "

@@ -2,16 +2,23 @@
 
 The server keeps a control variate c, each client its own c_i (both start at 0). A client's local
 steps follow the corrected gradient g_i(y) − c_i + c, the gradient of f_i(y) + ⟨c − c_i, y⟩ with
-the controls held fixed. After K steps of size η from the global x, it updates its control by
-option II, c_i⁺ = c_i − c + (x − y)/(Kη), and uploads y and Δc_i = c_i⁺ − c_i. The server moves
-x ← x + η_g·(Σ_i (n_i/n)·y_i − x) and c ← c + (|S|/N)·mean_i Δc_i.
+the controls held fixed. After its K local steps it sets c_i⁺ to the mean of the gradients
+g_i(y_t) it actually took (summed at every step), and uploads y and Δc_i = c_i⁺ − c_i. Under
+plain SGD of step η this is the paper's option II, c_i − c + (x − y)/(Kη); unlike option II it
+stays the mean gradient under SGD momentum and Adam, whose step is not η·(corrected gradient).
+The server moves x ← x + η_g·(Σ_i (n_i/n)·y_i − x) and c ← c + (|S|/N)·mean_i Δc_i.
 """
 
 import torch
+from torch.func import grad_and_value
 
 from pflpipe.algorithms.base import Algorithm, register
 from pflpipe.engine.tree import weighted_mean
 from pflpipe.spec.algorithms.scaffold import ScaffoldParams
+
+
+def _norm(group):
+    return sum((value.double() ** 2).sum() for value in group.values()).sqrt()
 
 
 def _zeros(group):
@@ -22,32 +29,48 @@ def _zeros(group):
 class Scaffold(Algorithm[ScaffoldParams]):
     """FedAvg with client and server control variates."""
 
-    kept = ("control", "steps")   # c_i, and the round's local step count K
+    kept = ("control", "steps", "gradients")   # c_i; K and Σ_t g_i(y_t) of the round
 
     def init_server(self, global_params, n_clients):
         """C = 0."""
         return {"control": _zeros(global_params)}
 
     def init_kept(self, global_params):
-        """c_i = 0, K = 0."""
-        return {"control": _zeros(global_params), "steps": {"count": torch.zeros(())}}
+        """c_i = 0, K = 0, Σg = 0."""
+        return {"control": _zeros(global_params), "steps": {"count": torch.zeros(())},
+                "gradients": _zeros(global_params)}
 
     def local_objective(self, state, batch, shared, hp, ctx):
-        """f_i(y) + ⟨c − c_i, y⟩, and one more local step counted (K)."""
+        """f_i(y) + ⟨c − c_i, y⟩; one more step counted (K) and its g_i(y) summed.
+
+        g_i(y) is taken once, inside; the returned loss has the value f_i(y) and the gradient
+        g_i(y) + c − c_i, so the step costs one backward pass as before.
+        """
         y, c, c_i = state["model"], shared["server"]["control"], state["control"]
-        correction = sum(((c[k] - c_i[k]).detach() * y[k]).sum() for k in y)
-        steps = {"count": state["steps"]["count"] + 1}
-        return ctx.task_loss(y, batch) + correction, {"steps": steps}
+        g, value = grad_and_value(lambda p: ctx.task_loss(p, batch))(y)
+        surrogate = sum(((g[k] + c[k] - c_i[k]).detach() * (y[k] - y[k].detach())).sum()
+                        for k in y)
+        total = state["gradients"]
+        return value.detach() + surrogate, {
+            "steps": {"count": state["steps"]["count"] + 1},
+            "gradients": {k: total[k] + g[k].detach() for k in total}}
 
     def finish(self, start, trained, shared):
-        """c_i⁺ = c_i − c + (x − y)/(Kη), Δc_i for the server, and K back to 0."""
-        x, y, c_i = start["model"], trained["model"], start["control"]
-        c = shared["server"]["control"]
-        k_eta = trained["steps"]["count"].clamp_min(1) * self.lr
-        new = {k: c_i[k] - c[k] + (x[k] - y[k]) / k_eta for k in c_i}
+        """c_i⁺ = Σg / K (kept when K = 0), Δc_i for the server, K and Σg back to 0."""
+        c_i, count = start["control"], trained["steps"]["count"]
+        total = trained["gradients"]
+        new = {k: torch.where(count > 0, total[k] / count.clamp_min(1), c_i[k]) for k in c_i}
         return {**trained, "control": new,
                 "control_delta": {k: new[k] - c_i[k] for k in new},
-                "steps": {"count": torch.zeros_like(trained["steps"]["count"])}}
+                "steps": {"count": torch.zeros_like(count)}, "gradients": _zeros(total)}
+
+    def diagnostics(self, state, shared, batch, ctx):
+        """‖c_i‖ after the round (the mean gradient it took)."""
+        return {"client_control_norm": _norm(state["control"])}
+
+    def server_diagnostics(self, round, server):
+        """‖c‖ after the round's server step (the same for every client of the round)."""
+        return {"control_norm": _norm(server["control"]).expand(len(round.clients))}
 
     def server_step(self, round):
         """X ← x + η_g(mean_n(y) − x); c ← c + (|S|/N)·mean(Δc)."""

@@ -1,10 +1,13 @@
 """Self-FL (Chen et al., NeurIPS 2022): personalization from inter- and intra-client uncertainty.
 
 Two-level model θ_m ~ N(θ₀, σ₀²), client estimate z_m ~ N(θ_m, σ_m²): ℓ_m gradient steps on client
-m's negative log-likelihood from the leave-one-out start reach its Bayes posterior mean θ_m^(FL).
+m's negative log-likelihood from the leave-one-out start reach the paper's FL-optimal θ_m^(FL)
+(Eqn. 3; not the model's posterior mean E[θ_m | z], see `pflpipe.engine.two_level`).
 With w_k = (σ₀² + σ_k²)⁻¹ and S_{−m} = Σ_{k≠m} w_k, each round (Algorithm 1):
 - start (Eqn. 10): θ_m^INIT = θ − (w_m / S_{−m})·(θ_m − θ), θ_m the client's last personal model;
-- steps (Eqn. 8): (1 − η/σ_m²)^ℓ_m = S_{−m} / (σ_m⁻² + S_{−m}), ℓ_m = ⌈·⌉ clipped to [1, ℓ_max];
+- steps (Eqn. 8): (1 − a_m)^ℓ_m = S_{−m} / (σ_m⁻² + S_{−m}), ℓ_m = ⌈·⌉ clipped to [1, ℓ_max], with
+  a_m = η/(N_m σ_m²) on the engine's batch-mean loss (η/σ_m² on Eqn. 5's summed NLL,
+  `loss_reduction`; the derivation is `two_level.local_steps`'s);
 - server (Eqn. 11): θ̂ = Σ w_m θ_m^t / Σ w_m, then θ ← (1 − C)·θ + C·θ̂ at activity rate C.
 σ̂_m² is the empirical variance (trace, 1/n) of the client's personal models over its previous
 participations (Welford, kept per client); σ̂₀² that of the round's personal models. Clients with
@@ -16,9 +19,8 @@ import torch
 
 from pflpipe.algorithms.base import Algorithm, Phase, register
 from pflpipe.engine.tree import weighted_mean
+from pflpipe.engine.two_level import EPS, local_steps
 from pflpipe.spec.algorithms.self_fl import SelfFLParams
-
-EPS = 1e-12
 
 
 def _spread(group, mean):
@@ -56,17 +58,35 @@ class SelfFL(Algorithm[SelfFLParams]):
         return out
 
     def schedule(self, round, phase, steps, lr):
-        """ℓ_m of Eqn. 8 in the main phase, capped by `max_local_steps`."""
+        """ℓ_m of Eqn. 8 in the main phase (`local_steps`), capped by `max_local_steps`."""
         if self.params.steps == "fixed" or phase.objective != "local_objective":
             return steps, lr
-        s2, _, s_minus, ready, _ = self._peers(round, self._sigma0_sq(round), False)
-        s2, s_minus = s2.double().clamp_min(EPS), s_minus.double()
-        rho = (s_minus / (1 / s2 + s_minus)).clamp(EPS, 1 - EPS)
-        rate = lr.to(s2) / s2              # the contraction per step of the NLL, η/σ_m²
-        below_one = torch.where(rate < 1, rate, 0.5)
-        ell = torch.ceil(torch.log(rho) / torch.log1p(-below_one))
-        ell = torch.where(rate < 1, ell, 1.0).clamp(1, self.params.max_local_steps)
-        return torch.where(ready.cpu(), ell.long().cpu(), steps), lr
+        ell, ready = self._steps(round, lr, False)
+        return torch.where(ready.cpu(), ell.cpu(), steps), lr
+
+    def _steps(self, round, lr, after_training):
+        """ℓ_m [C] from Eqn. 8 and whether it applies [C] (else FedAvg's steps are taken)."""
+        s2, _, s_minus, ready, _ = self._peers(round, self._sigma0_sq(round), after_training)
+        n = round.counts if self.params.loss_reduction == "mean" else torch.ones_like(round.counts)
+        return local_steps(lr.to(s2), s2, s_minus, n.to(s2), self.params.max_local_steps), ready
+
+    def server_diagnostics(self, round, server):
+        """ℓ_m (NaN where Eqn. 8 did not apply), σ̂_m² used, aggregation weight, σ̂₀² [C]."""
+        s2 = self._peers(round, self._sigma0_sq(round), True)[0]
+        sigma0_sq = server["uncertainty"]["sigma0_sq"]
+        out = {"sigma_sq": s2, "weight": self._weights(round, sigma0_sq),
+               "sigma0_sq": sigma0_sq.expand(len(round.clients))}
+        if self.params.steps == "adaptive":
+            ell, ready = self._steps(round, torch.full_like(s2, self.lr), True)
+            out["local_steps"] = torch.where(ready, ell.to(s2), float("nan"))
+        return out
+
+    def _weights(self, round, sigma0_sq):
+        """The aggregation weights [C]: Eqn. 11's w_m / Σ w_m, or FedAvg's n_m / n."""
+        if self.params.aggregation != "uncertainty":
+            return round.weights
+        w = self._peers(round, sigma0_sq, True)[1]
+        return w / w.sum()
 
     def server_step(self, round):
         """σ̂₀² of the round, Eqn. 11 weights, the smoothed global model and the σ̂_k² table."""
@@ -75,8 +95,8 @@ class SelfFL(Algorithm[SelfFLParams]):
         mean = {k: v.mean(0) for k, v in upload.items()}
         sigma0_sq = (_spread(upload, mean).mean() if len(round.clients) > 1 and p.oracle is None
                      else self._sigma0_sq(round))
-        _, w, _, _, table = self._peers(round, sigma0_sq, True)
-        weights = w / w.sum() if p.aggregation == "uncertainty" else round.weights
+        table = self._peers(round, sigma0_sq, True)[4]
+        weights = self._weights(round, sigma0_sq)
         payloads = {k: v for k, v in round.states["model"].items() if self.is_payload(k)}
         rate = len(round.clients) / round.n_clients if p.smoothing else 1.0
         new = {k: (1 - rate) * round.global_params[k] + rate * v

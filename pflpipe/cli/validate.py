@@ -33,6 +33,18 @@ def run(args) -> int:
     return 0
 
 
+def _partition(part) -> str:
+    """How the clients and their splits are made: a strategy's fractions, or given splits."""
+    if part.strategy != "predefined":
+        return (f"{part.strategy} over {part.n_clients} clients (train/val/test "
+                f"{part.fractions.train:g}/{part.fractions.val:g}/{part.fractions.test:g})")
+    clients = f"{part.n_clients} clients" if part.n_clients else "every client"
+    held = (f", {part.val_from_train:g} of train held out as val where none is given"
+            if part.val_from_train else "")
+    return (f"predefined splits of {clients} from {part.path or 'the dataset'}"
+            f" (used as given{held})")
+
+
 def plan(spec) -> str:
     """Describe, in a few lines, the stages the spec runs."""
     part, fed = spec.partition, spec.federation
@@ -40,12 +52,13 @@ def plan(spec) -> str:
     lines = [
         f"  experiment {spec.experiment.name!r}: seeds {spec.experiment.seeds}, results in "
         f"{spec.experiment.results_dir}/",
-        f"  partition_data      {spec.dataset.name}, {part.strategy} over {part.n_clients} clients "
-        f"(train/val/test {part.fractions.train:g}/{part.fractions.val:g}/{part.fractions.test:g})",
+        f"  partition_data      {spec.dataset.name}, {_partition(part)}",
         f"  warm_start_fedavg   {spec.model.architecture}, {fed.rounds} rounds × "
         f"{fed.local_epochs} local epoch(s), {fed.optimizer} lr {fed.lr:g}, batch {fed.batch_size}",
-        f"  train_local         local-only baseline, {spec.local_params.epochs} epochs",
     ]
+    if spec.runs_local:
+        lines.append("  train_local         local-only baseline, "
+                     f"{spec.local_params.epochs} epochs")
     if algorithms:
         lines.append(f"  personalize         {', '.join(algorithms)}")
     if spec.has_persfl:

@@ -149,10 +149,23 @@ def manifest_header(plan: PartitionPlan, partition: dict) -> dict:
         "dataset": {"name": pooled.name, "task": pooled.task, "n_classes": plan.n_classes,
                     "input_shape": list(pooled.input_shape), "n_samples": pooled.n_samples,
                     "dtype": str(pooled.x.dtype), "fingerprint": pooled.fingerprint,
-                    "transform": pooled.transform.to_json()},
+                    "transform": _transform(plan)},
         "partition": partition, "resolved": plan.resolved, "seed": plan.seed,
     }
     return json.loads(json.dumps(header))  # as a manifest holds it (tuples become lists)
+
+
+def _transform(plan: PartitionPlan) -> dict:
+    """The manifest's transform; `per_feature` statistics from every client's training rows."""
+    transform = plan.pooled.transform
+    out = transform.to_json()
+    if transform.per_feature:
+        from pflpipe.data.datasets import feature_stats
+
+        train = [c["train"] for c in plan.clients]
+        rows = np.concatenate(train) if train else np.zeros(0, dtype=np.int64)
+        out["mean"], out["std"] = feature_stats(plan.pooled.x, rows, transform.scale)
+    return out
 
 
 def load_partition(path: str | Path, *, transform: bool = True, verify: bool = False
@@ -245,7 +258,9 @@ def apply_transform(x, transform: dict):
 
     mean = torch.tensor(transform["mean"], dtype=torch.float32)
     std = torch.tensor(transform["std"], dtype=torch.float32)
-    if len(mean) > 1:
+    if transform.get("per_feature"):   # [*input_shape] each, broadcast over the samples
+        mean, std = mean.unsqueeze(0), std.unsqueeze(0)
+    elif len(mean) > 1:
         shape = (1, len(mean)) + (1,) * (x.dim() - 2)
         mean, std = mean.view(shape), std.view(shape)
     return (x.to(torch.float32) * transform["scale"] - mean) / std

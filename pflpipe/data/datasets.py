@@ -16,6 +16,9 @@ from pflpipe.errors import DataError
 
 log = logging.getLogger(__name__)
 
+#: ε of `per_feature` normalisation, (x − μ)/(σ + ε) (the FedProx MNIST generator's 0.001).
+FEATURE_EPS = 1e-3
+
 
 @dataclass(frozen=True)
 class Transform:
@@ -24,11 +27,15 @@ class Transform:
     scale: float = 1.0
     mean: tuple[float, ...] = (0.0,)
     std: tuple[float, ...] = (1.0,)
+    per_feature: bool = False   # mean and std per feature, from the partition's training rows
 
     def to_json(self) -> dict:
-        """Return the manifest's `transform` entry."""
-        return {key: list(value) if isinstance(value, tuple) else value
-                for key, value in asdict(self).items()}
+        """Return the manifest's `transform` entry (`per_feature` only where it is set)."""
+        out = {key: list(value) if isinstance(value, tuple) else value
+               for key, value in asdict(self).items()}
+        if not self.per_feature:
+            del out["per_feature"]
+        return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -115,6 +122,8 @@ def normalization(section, x: np.ndarray, scale: float, *,
         return Transform()
     if choice == "scale":
         return Transform(scale)
+    if choice == "per_feature":   # its statistics need the split (`feature_stats`)
+        return Transform(scale, per_feature=True)
     if choice == "standard":
         mean, std = published if published is not None else channel_stats(x, scale)
         return Transform(scale, tuple(mean), tuple(std))
@@ -145,6 +154,29 @@ def channel_stats(x: np.ndarray, scale: float, chunk: int = 4096
     mean = total / count
     std = np.sqrt(np.maximum(squares / count - mean ** 2, 0.0))
     std[std < 1e-12] = 1.0  # a constant channel is centred, not blown up
+    return mean.tolist(), std.tolist()
+
+
+def feature_stats(x: np.ndarray, rows: np.ndarray, scale: float, eps: float = FEATURE_EPS,
+                  chunk: int = 4096) -> tuple[list, list]:
+    """Per-feature mean μ and σ + ε of x[rows] · scale (population σ), as nested lists.
+
+    The FedProx and pFedMe MNIST generators' (x − μ_pixel)/(σ_pixel + 0.001); `rows` are the
+    partition's training rows, so validation and test rows never shape the inputs.
+
+    >>> x = np.array([[0, 4], [2, 4], [4, 4], [100, 100]], dtype=np.uint8)
+    >>> feature_stats(x, np.array([0, 1, 2]), 0.5)   # rows 0-2: μ = (1, 2), σ = (√(2/3), 0)
+    ([1.0, 2.0], [0.817496580927726, 0.001])
+    """
+    total = np.zeros(x.shape[1:])
+    squares = np.zeros(x.shape[1:])
+    for start in range(0, len(rows), chunk):
+        part = x[np.sort(rows[start:start + chunk])].astype(np.float64) * scale
+        total += part.sum(axis=0)
+        squares += (part ** 2).sum(axis=0)
+    count = max(len(rows), 1)
+    mean = total / count
+    std = np.sqrt(np.maximum(squares / count - mean ** 2, 0.0)) + eps
     return mean.tolist(), std.tolist()
 
 

@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.func import vmap
 
 from pflpipe.algorithms.base import Algorithm, Phase, Round
-from pflpipe.engine import checkpoint
+from pflpipe.engine import accounting, checkpoint
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.noise import step_keys
@@ -187,11 +187,16 @@ class Federation:
         sent = algo.dispatch(info)
         state = vmap(algo.receive, in_dims=(None if sent is None else 0, 0, None))(
             global_params if sent is None else sent, info.states, shared)
-        start = state
+        start, tally, losses = state, accounting.Tally(len(clients)), []
         for phase_idx, phase in enumerate(algo.phases()):
-            state = self._train(state, info, phase, phase_idx, shared, snap)
+            state, loss = self._train(state, info, phase, phase_idx, shared, tally)
+            losses.append(loss)
         state = vmap(algo.finish, in_dims=(0, 0, None))(start, state, shared)
-        new_global, snap["server"] = algo.server_step(dataclasses.replace(info, states=state))
+        reads = accounting.Reads(state)
+        new_global, snap["server"] = algo.server_step(dataclasses.replace(info, states=reads))
+        snap["rows"] += accounting.record(algo, self.ctx, self.data.train, self.plan,
+                                          dataclasses.replace(info, states=state), shared,
+                                          snap["server"], new_global, reads.read, tally, losses)
         new_global, snap["server_optimizer"] = server_update(
             self.plan.server_optimizer, global_params, new_global, snap.get("server_optimizer", {}))
         snap["global"] = merge(global_params, new_global)
@@ -219,7 +224,8 @@ class Federation:
         return torch.as_tensor(np.concatenate(chosen), device=self.all_clients.device)
 
     def _train(self, state: Tree, info: Round, phase: Phase, phase_idx: int, shared: Tree,
-               snap: dict) -> Tree:
+               tally: accounting.Tally | None = None) -> tuple[Tree, Tensor]:
+        """Train `phase`: the new states, mean losses [C]; `tally` counts what the trainer ran."""
         plan, data, clients, round_idx = self.plan, self.data.train, info.clients, info.index
         counts = info.counts.cpu()
         samples = None
@@ -245,16 +251,15 @@ class Federation:
             batch_size=batch_size,
             seeds=[member_seed(plan.seed, plan.stream, round_idx, self.data.client_id(c),
                                phase_idx) for c in clients.tolist()],
-            shared=shared, batches_per_step=phase.batches_per_step, optimizer=plan.optimizer,
+            shared=shared, batches_per_step=phase.batches_per_step,
+            optimizer=_optimizer(plan.optimizer, phase.optimizer),
             samples=samples,
             then=tuple((getattr(self.algorithm, name), train) for name, train in phase.then))
         result = self.trainer.train(job)
         self._check_finite(result, clients, round_idx, phase, lr)
-        if phase_idx == 0 and round_idx > 0:
-            losses = zip(clients.tolist(), result.loss.tolist(), strict=True)
-            snap["rows"] += [{"round": round_idx, "client": c, "split": "train", "loss": loss}
-                             for c, loss in losses]
-        return result.state
+        if tally is not None:
+            tally.add(job.steps, counts, batch_size, phase.batches_per_step, len(job.updates))
+        return result.state, result.loss
 
     def _part(self, round_idx: int, client: int, n: int, part: tuple[float, float]) -> Tensor:
         """A client's samples in `part` of its shuffle of this round (the same for every phase)."""
@@ -291,8 +296,7 @@ class Federation:
             state = vmap(algo.receive, in_dims=(None, 0, None))(snap["global"], state, shared)
             info = self._info(snap, round_idx, clients, state)
             for phase_idx, phase in enumerate(algo.eval_phases()):
-                state = self._train(state, info, phase, _EVAL_PHASES + phase_idx, shared,
-                                    {"rows": []})
+                state, _ = self._train(state, info, phase, _EVAL_PHASES + phase_idx, shared)
         models = vmap(algo.scored, in_dims=(0, None))(state, shared)
         scores = self._scores(snap, round_idx, clients, models, shared)
         self._track(snap, scores, models, clients)
@@ -395,3 +399,14 @@ def _predict(algorithm: Algorithm, view: str = ""):
 def _forward_shared(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
     """`evaluate`'s predict for one network shared by every member."""
     return ctx.forward(shared["model"], x)
+
+
+def _optimizer(federation: OptimizerConfig, name: str | None) -> OptimizerConfig:
+    """The federation's local optimizer, or the phase's own (`Phase.optimizer`).
+
+    A phase's SGD keeps the federation's momentum; Adam has none.
+    """
+    if name is None or name == federation.name:
+        return federation
+    return dataclasses.replace(federation, name=name,
+                               momentum=federation.momentum if name == "sgd" else 0.0)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe import layout
-from pflpipe.metrics import curves, figures, generalization, render
+from pflpipe.metrics import compute, curves, figures, generalization, render
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
@@ -66,9 +66,13 @@ def protocol(selection: str, local: str, global_: str, validation: bool | None =
     score = measure(unit)
     chosen = {"best_val": "the model best on validation", "last_round": "the last-round model"}
     rule = (NO_VALIDATION if validation is False else
-            "The per-client model (round or epoch) is chosen on the client's validation split, "
-            "never on test; both the last-round and the best-on-validation models are recorded, "
-            f"and this report evaluates {chosen[selection]} ({selection}).")
+            "A personalized model's round (or epoch) is chosen for each client on that client's "
+            "validation split. The warm start's global model (FedAvg) is one model, so its "
+            "best-on-validation round is one round for every client: the round with the best "
+            "mean validation accuracy over the clients, weighted by their samples. An algorithm's "
+            "own global model is scored at the round its personalized model was chosen. Test is "
+            "never used to choose; both the last-round and the best-on-validation models are "
+            f"recorded, and this report evaluates {chosen[selection]} ({selection}).")
     return (
         f"Each client is scored on its own test split with its personalized model. {rule} "
         f"QoI_i = P_i − max(G_i, L_i) "
@@ -95,6 +99,11 @@ class ReportContext:
     history: tuple[dict, ...] = ()
     images: dict[str, tuple[bytes, str]] = field(default_factory=dict)
     links: tuple[tuple[str, str], ...] = ()
+    #: Warn when the compared models' samples processed differ by more than this factor.
+    compute_mismatch: float = 1.5
+    #: The `images` that show what a mechanism chose (PersFL's teacher rounds, λ and T): shown
+    #: with the mechanism diagnostics.
+    mechanism_images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,8 @@ class Report:
                                  self.unit),
             "sources": list(self.sources), "run": dict(self.context.run),
             "tables": dict(self.context.links),
+            "compute": compute.totals(self.context.history),
+            "compute_warning": self.compute_warning(),
         }
 
     def blocks(self, figure_files: dict[str, dict[str, str]] | None = None) -> list[tuple]:
@@ -163,21 +174,71 @@ class Report:
             ("p", protocol(self.selection, self.local, self.global_, self.validation, self.unit)),
             ("h2", "Answers"), ("list", [s.answer() for s in self.splits.values()]),
         ]
+        out += self._compute_blocks()
         for name, summary in self.splits.items():
             out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}))
             comparisons = self.comparisons.get(name, {})
             if any(c.mean["GA"] is not None and c.mean["PA"] is not None
                    for c in comparisons.values()):
                 out += generalization.blocks(comparisons, name, self.unit)
-        pictures = [(f"figures/{n}", caption) for n, (_, caption) in self.context.images.items()]
+        out += self._diagnostic_blocks()
+        pictures = [(f"figures/{n}", caption) for n, (_, caption) in self.context.images.items()
+                    if n not in self.context.mechanism_images]
         if pictures:
-            out += [("h2", "The split and PersFL"),
+            out += [("h2", "The split"),
                     *(("figure", name, caption) for name, caption in pictures)]
         return out + render.rule_blocks()
+
+    def compute_warning(self) -> str | None:
+        """The unequal-compute warning of the compared models (all but the baselines), if any."""
+        return compute.mismatch(compute.totals(self.context.history), (self.local, self.global_),
+                                self.context.compute_mismatch)
+
+    def _compute_blocks(self) -> list[tuple]:
+        totals = compute.totals(self.context.history)
+        if not totals:
+            return []
+        warning = self.compute_warning()
+        return [("h2", "Compute"),
+                ("p", "What each model cost, counted by the engine from what it ran: local "
+                      "optimizer steps, samples through an objective (forward and backward; "
+                      "passes an objective makes inside itself, pFedMe's inner steps or "
+                      "Monte-Carlo draws, are not multiplied in), bytes uploaded and downloaded; "
+                      "summed over clients and rounds, mean over seeds. Training before scoring "
+                      "(Per-FedAvg's adaptation) and PersFL's distillation are not counted. A "
+                      "model started from the FedAvg warm start also cost the warm start's "
+                      "compute (its row 'fedavg')."),
+                *([("p", f"**Warning.** {warning}")] if warning else []),
+                ("table", compute.TABLE_HEADER,
+                 compute.table_rows(totals, list(self.primary.models))),
+                ("figure", COMPUTE_FIGURE, "Accuracy against samples processed: one line per "
+                 "model, a point per evaluated round.")]
+
+    def _diagnostic_blocks(self) -> list[tuple]:
+        series = compute.diagnostics(self.context.history)
+        chosen = [(f"figures/{n}", caption) for n, (_, caption) in self.context.images.items()
+                  if n in self.context.mechanism_images]
+        if not series and not chosen:
+            return []
+        return [("h2", "Mechanism diagnostics"),
+                ("p", "What each algorithm's mechanism did per round (its `diagnostics` hooks, "
+                      f"{layout.HISTORY_CSV} columns diag.*), mean over the round's clients and "
+                      "the seeds; "
+                      "PersFL's choices per client (teacher round, λ, T) beside them."),
+                *(("figure", _diagnostic_figure(m), f"{m}: diagnostics over rounds.")
+                  for m in series),
+                *(("figure", name, caption) for name, caption in chosen)]
 
     def to_markdown(self, figure_files: dict[str, dict[str, str]] | None = None) -> str:
         """Render report.md (figures as relative links when `figure_files` is given)."""
         return render.to_markdown(self.blocks(figure_files))
+
+
+COMPUTE_FIGURE = "figures/accuracy_vs_samples.png"
+
+
+def _diagnostic_figure(model: str) -> str:
+    return f"figures/diagnostics_{re.sub(r'[^A-Za-z0-9_-]+', '_', model)}.png"
 
 
 def _split_json(summary: SplitSummary, figure_files: dict[str, str]) -> dict:
@@ -242,6 +303,11 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
         images[files["qoi"]] = figures.qoi_strip_png(summary)
         images[files["fairness"]] = figures.fairness_bars_png(summary, report.metrics)
         figure_files[name] = files
+    if compute.totals(history):
+        images[COMPUTE_FIGURE] = compute.accuracy_vs_samples_png(
+            history, report.primary.split, list(report.primary.models))
+    for model, series in compute.diagnostics(history).items():
+        images[_diagnostic_figure(model)] = compute.diagnostics_png(model, series)
     images |= {f"figures/{n}": data for n, (data, _) in report.context.images.items()}
     for relative, data in images.items():
         (out_dir / relative).write_bytes(data)

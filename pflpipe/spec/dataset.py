@@ -55,8 +55,10 @@ NORMALIZATION_DOC = (
     "How samples become model inputs, (x · scale − mean) / std per channel. `standard`: mean "
     "and std per channel (the published values of mnist, fashion_mnist, emnist, cifar10 and "
     "cifar100; for other data the pooled samples' own); `scale`: x · scale only (1/255 for "
-    "uint8, 1/16 for digits, 1 for floats); `none`: the stored values; or explicit "
-    "`{mean: [...], std: [...]}` of the scaled samples."
+    "uint8, 1/16 for digits, 1 for floats); `none`: the stored values; `per_feature`: "
+    "(x · scale − μ) / (σ + 0.001) with μ and σ per feature (pixel) over the pooled training "
+    "rows of every client, never validation or test (the FedProx and pFedMe MNIST "
+    "generators' standardisation); or explicit `{mean: [...], std: [...]}` of the scaled samples."
 )
 
 
@@ -64,8 +66,8 @@ def _normalization(default: str, when: str = ""):
     return Field(default, description=NORMALIZATION_DOC + when)
 
 
-Normalization = Literal["standard", "scale", "none"] | ChannelStats
-ArraysNormalization = Literal["auto", "standard", "scale", "none"] | ChannelStats
+Normalization = Literal["standard", "scale", "none", "per_feature"] | ChannelStats
+ArraysNormalization = Literal["auto", "standard", "scale", "none", "per_feature"] | ChannelStats
 _AUTO = (" `auto`: `standard` for uint8 samples (as the torchvision datasets get), `none` for "
          "float samples (used as given).")
 

@@ -210,6 +210,11 @@ class Evaluation(Section):
         description="Which per-client model is scored: the round/epoch best on validation, or the "
         "last one. Both are recorded; without a validation split both are the last one.",
     )
+    compute_mismatch: float = Field(
+        1.5, ge=1,
+        description="The report warns when the compared models (all but the baselines) differ "
+        "in samples processed by more than this factor, naming them.",
+    )
 
 
 class Tracking(Section):

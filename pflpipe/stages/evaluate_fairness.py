@@ -82,6 +82,10 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
                           context=context(spec, list(map(Path, results_dirs)), run_info or {}))
     files = write_report(report, Path(out_dir))
     log.info("evaluate_fairness: %s", report.answers())
+    if report.compute_warning():
+        from pflpipe.stages.notice import note
+
+        note(f"warning: {report.compute_warning()}")
     tracker.log_params({"evaluation.selection": evaluation.selection,
                         "evaluation.baselines.local": evaluation.baselines.local,
                         "evaluation.baselines.global": evaluation.baselines.global_,
@@ -168,13 +172,21 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
             "rounds": _rounds(spec), "seeds": ", ".join(map(str, spec.experiment.seeds))}
     links = tuple((f"seed {s}: {RESULTS}", f"../{layout.seed_folder(s)}/{RESULTS}")
                   for s in sorted(seeds))
-    return ReportContext(info, history, images, links)
+    chosen = tuple(name for (folder, name) in PICTURES if folder == "persfl" and name in images)
+    return ReportContext(info, history, images, links, spec.evaluation.compute_mismatch, chosen)
 
 
 def _rounds(spec) -> str:
-    """How long each model trained, e.g. ``fedavg 30 rounds, local 20 epochs, ...``."""
+    """How long each model that ran trained, e.g. ``fedavg 30 rounds, local 20 epochs, ...``.
+
+    >>> from pflpipe.spec import Spec
+    >>> _rounds(Spec.model_validate({"experiment": {"name": "t"}, "dataset": {"name": "digits"},
+    ...                              "partition": {"strategy": "ds1", "n_clients": 2},
+    ...                              "personalization": []}))
+    'fedavg 20 rounds'
+    """
     parts = [f"fedavg {spec.federation.rounds} rounds",
-             f"local {spec.local_params.epochs} epochs"]
+             *([f"local {spec.local_params.epochs} epochs"] if spec.runs_local else [])]
     for entry in spec.personalization:
         if entry.name == "persfl":
             parts.append(f"{entry.display_name} {spec.distillation.epochs} distillation epochs")

@@ -10,6 +10,12 @@ round's (``last``):
     best.test_accuracy, best.val_accuracy, best.test_loss, ..., best.round
     last.test_accuracy, ..., last.round
 
+Compute and mechanism diagnostics (`pflpipe.engine.records`): per round ``compute.steps``,
+``compute.samples``, ``compute.bytes_sent``, ``compute.bytes_received`` and each diagnostic under
+its history column's name (``diag.tau``); at the end a client's totals over its rounds,
+``compute.total.samples`` ..., and in an algorithm's run also their sum over its clients,
+``compute.all_clients.samples`` ...
+
 A client run holds its own values; an algorithm's run holds the unweighted mean over its clients
 (the report's "AA"), so selecting the algorithm runs in the chart view or in Compare puts every
 algorithm on one chart. An algorithm that also scores a second model of each client (e.g. the
@@ -20,6 +26,8 @@ global model next to the personalized one) prefixes its names with the model's s
 import math
 from collections.abc import Iterable, Iterator
 
+from pflpipe.engine.records import COMPUTE, DIAGNOSTIC_PREFIX
+
 #: results.csv's `selection` column → the prefix of the final values.
 SELECTIONS = {"best_val": "best", "last_round": "last"}
 #: The history and results columns that become metrics.
@@ -27,6 +35,9 @@ MEASURES = ("loss", "accuracy")
 #: Second models of a client, scored next to the personalized one: a history or results column
 #: ``{scope}_{measure}`` (the engine's ``global_accuracy``) becomes ``{scope}.{split}_{measure}``.
 SCOPES = ("global",)
+#: Prefixes of a compute count's metrics: per round (``compute.samples``), a client's total over
+#: its rounds (``compute.total.samples``), the sum of those over an algorithm's clients.
+COMPUTE_PREFIX, TOTAL_PREFIX, ALL_PREFIX = "compute.", "compute.total.", "compute.all_clients."
 
 
 def metric(split: str, measure: str, scope: str = "") -> str:
@@ -55,6 +66,18 @@ def _values(row: dict) -> Iterator[tuple[str, float]]:
                 yield metric(row["split"], measure, scope or own), float(value)
 
 
+def _recorded(row: dict) -> Iterator[tuple[str, float]]:
+    """(name, value) of a row's compute and diagnostics (`pflpipe.engine.records`).
+
+    >>> dict(_recorded({"split": "train", "samples": 40, "steps": "", "diag.tau": 2.5}))
+    {'compute.samples': 40.0, 'diag.tau': 2.5}
+    """
+    for key, value in row.items():
+        if value in ("", None) or not (key in COMPUTE or key.startswith(DIAGNOSTIC_PREFIX)):
+            continue
+        yield (f"{COMPUTE_PREFIX}{key}" if key in COMPUTE else key), float(value)
+
+
 def round_rows(history: Iterable[dict]) -> list[dict]:
     """MLflow rows (step key ``round``) from history rows (round, split, loss, accuracy, ...).
 
@@ -66,7 +89,9 @@ def round_rows(history: Iterable[dict]) -> list[dict]:
     """
     by_round: dict[int, dict] = {}
     for row in history:
-        by_round.setdefault(int(row["round"]), {"round": int(row["round"])}).update(_values(row))
+        step = by_round.setdefault(int(row["round"]), {"round": int(row["round"])})
+        step.update(_values(row))
+        step.update(_recorded(row))
     return [by_round[r] for r in sorted(by_round)]
 
 
@@ -82,6 +107,24 @@ def final_metrics(results: Iterable[dict]) -> dict[str, float]:
         prefix = SELECTIONS[row["selection"]]
         out |= {f"{prefix}.{name}": value for name, value in _values(row)}
         out[f"{prefix}.round"] = float(row["round"])
+        out |= {f"{TOTAL_PREFIX}{name}": float(row[name]) for name in COMPUTE
+                if row.get(name) not in (None, "")}
+    return out
+
+
+def compute_totals(per_client: Iterable[dict]) -> dict[str, float]:
+    """The sum over clients of each compute count in their final metrics (an algorithm's run).
+
+    >>> compute_totals([{"compute.total.samples": 20.0, "best.test_accuracy": 0.5},
+    ...                 {"compute.total.samples": 4.0}])
+    {'compute.all_clients.samples': 24.0}
+    """
+    out: dict[str, float] = {}
+    for final in per_client:
+        for key, value in final.items():
+            if key.startswith(TOTAL_PREFIX):
+                name = ALL_PREFIX + key[len(TOTAL_PREFIX):]
+                out[name] = out.get(name, 0.0) + value
     return out
 
 

@@ -61,3 +61,25 @@ def test_ditto_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, on_bo
     batched, sequential = on_both_trainers(algorithm)
 
     assert differences(batched, sequential) == {}
+
+
+@pytest.mark.parametrize("trainer", [BatchedTrainer, SequentialTrainer])
+def test_ditto_records_personal_distance_and_compute_per_client_and_round(line_ctx, clients,
+                                                                          federate, trainer):
+    # Prepare: the two-round case above. ‖v − w‖ with w the global model the round began at (0):
+    # round 1 |0.2 − 0| = 0.2 for both clients, round 2 |±0.34 − 0| = 0.34.
+    # Compute: one sample per client, one step on w and one on v per round: 2 steps, 2 samples;
+    # sent: w (one float32, 4 bytes); received: the global w (4 bytes), no server state.
+    algorithm = _ditto(lam=1.0)
+
+    # Execute
+    result = federate(algorithm, line_ctx, clients([(1, 1)], [(1, -1)]), {"w": [0.0]},
+                      trainer=trainer, rounds=2)
+
+    # Assert
+    train = {(r["round"], r["client"]): r for r in result.rows if r["split"] == "train"}
+    assert sorted(train) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    for (round_idx, _), row in train.items():
+        assert row["diag.personal_distance"] == pytest.approx(0.2 if round_idx == 1 else 0.34)
+        assert (row["steps"], row["samples"], row["bytes_sent"], row["bytes_received"]) == (
+            2, 2, 4, 4)

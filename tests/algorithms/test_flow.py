@@ -11,7 +11,9 @@ from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer, Context
 from pflpipe.models import CnnCifar, FedAvgCnn, Mlp
+from pflpipe.spec import parse_spec
 from pflpipe.spec.algorithms import FlowParams
+from pflpipe.stages import common, partition_data
 
 
 def _flow(lr=0.05, **params):
@@ -86,6 +88,78 @@ def test_router_regularizer_pushes_towards_the_global_route_by_hand():
     # Assert
     assert no_reg.item() == pytest.approx(0.03515625)
     assert loss.item() == pytest.approx(0.03515625 + 0.1 * reg)
+
+
+def test_diagnostics_give_each_layers_mean_pi_global_and_share_routed_to_global_by_hand():
+    # Prepare: the toy router at x = 1 gives π_g = [σ(−ln 3), σ(0)] = [0.25, 0.5]; at x = −1 its
+    # hidden unit is relu(−1) = 0, so both exits give logits 0: π_g = [0.5, 0.5]. The third
+    # sample is padding (mask 0).
+    #   layer 1: mean π_g (0.25 + 0.5)/2 = 0.375; hard routing: local, global (tie) → 0.5
+    #   layer 2: mean 0.5; both ties → global: 1.0
+    router = _router(-math.log(3.0), 0.0)
+    ctx = Context(Toy(), "regression", modules={"router": router})
+    state = {"model": GLOBAL, "local": LOCAL, "router": dict(router.named_parameters())}
+    batch = {"x": torch.tensor([[1.0], [-1.0], [9.0]]), "y": torch.zeros(3),
+             "mask": torch.tensor([1.0, 1.0, 0.0])}
+
+    # Execute
+    out = _flow().diagnostics(state, {}, batch, ctx)
+
+    # Assert
+    assert out["pi_global"].tolist() == pytest.approx([0.375, 0.5])
+    assert out["to_global"].tolist() == pytest.approx([0.5, 1.0])
+
+
+def test_the_engine_records_flows_routing_per_layer_and_round(digits_ds3):
+    # Prepare: Flow on the ds3 digits partition (an MLP: 2 routed layers), 2 rounds
+    _, s, _ = digits_ds3
+    plan = Plan(rounds=2, local_epochs=1, batch_size=16, lr=0.05, seed=0)
+
+    # Execute
+    result = Federation(_flow(), s.ctx, s.data, BatchedTrainer(s.ctx), plan).run(s.init)
+
+    # Assert: every client-round's train row has both layers' π_g and share, each in [0, 1]
+    rows = [r for r in result.rows if r["split"] == "train"]
+    assert {r["round"] for r in rows} == {1, 2}
+    for name in ("pi_global", "to_global"):
+        values = [r[f"diag.{name}.{k}"] for r in rows for k in (0, 1)]
+        assert all(0.0 <= v <= 1.0 for v in values)
+        assert f"diag.{name}.2" not in rows[0]
+
+
+DIRICHLET = """\
+experiment: {name: flow-dirichlet}
+dataset: {name: digits}
+partition: {strategy: dirichlet, n_clients: 10, alpha: 0.1}
+tracking: {enabled: false}
+"""
+
+
+def test_flow_defaults_keep_both_routes_alive_on_dirichlet_digits(tmp_path):
+    # Prepare: 10 digits clients with Dirichlet(0.1) label skew, Flow's default parameters,
+    # 20 rounds of 3 local epochs (batch 20, lr 0.05, every client every round). Issue 27: the
+    # old defaults (Eq. 5 through the routed model, λ = 1e-3) sent every instance of every layer
+    # to the local copy (mean π_g 4 % and 1 % here), starving the global layers.
+    spec = parse_spec(DIRICHLET + f"storage: {{kind: local, path: {tmp_path / 'store'}}}\n")
+    partition_data.run(spec, 0, tmp_path / "partition")
+    s = common.setup(spec, 0, tmp_path / "partition")
+    flow = Flow(FlowParams(name="flow"), head=s.head, lr=0.05, local_epochs=3)
+    plan = Plan(rounds=20, local_epochs=3, batch_size=20, lr=0.05, seed=0)
+    federation = Federation(flow, s.ctx, s.data, BatchedTrainer(s.ctx), plan)
+
+    # Execute
+    result = federation.run(s.init)
+
+    # Assert: over every client's test instances, each routed layer's mean π_g (the soft
+    # routing the personalized model mixes by) lies strictly inside 5 %-95 %
+    pis = []
+    for client in range(s.data.n_clients):
+        x, _ = s.data.test.client(client)
+        router = {k: v[client] for k, v in result.last_model["router"].items()}
+        pis.append(torch.softmax(federation.ctx.call("router", router, x), -1)[..., 0])
+    mean_pi = torch.cat(pis).mean(0)
+    assert len(mean_pi) == 2
+    assert ((mean_pi > 0.05) & (mean_pi < 0.95)).all(), mean_pi.tolist()
 
 
 @pytest.mark.parametrize(("model", "shape"), [(Mlp((1, 8, 8), 10), (1, 8, 8)),

@@ -192,3 +192,24 @@ def test_modules_are_built_seeded_into_the_server_state_and_callable(line_ctx, c
     assert torch.equal(first.state["gate"]["weight"], second.state["gate"]["weight"])
     assert not torch.equal(first.state["gate"]["weight"], other.state["gate"]["weight"])
     assert not torch.equal(first.state["gate"]["weight"][0], first.state["gate"]["weight"][1])
+
+
+class AdamPhase(Algorithm):
+    """FedAvg whose one phase steps by Adam, whatever the federation's optimizer."""
+
+    def phases(self):
+        return (Phase(optimizer="adam"),)
+
+
+@pytest.mark.parametrize("trainer", [BatchedTrainer, SequentialTrainer])
+def test_a_phase_can_step_by_its_own_optimizer(line_ctx, clients, federate, trainer):
+    # Prepare: client (1, 1), w = 0, lr 0.1, one step, the federation's optimizer plain SGD.
+    # Gradient 2(0 − 1) = −2. SGD would move w to 0.2; Adam's first step is lr·m̂/(√v̂ + ε) =
+    # 0.1·(−2)/(2 + 1e-8) in size, so w = 0.1 (to 1e-8).
+    algorithm = AdamPhase(None, head=frozenset(), lr=0.1, local_epochs=1)
+
+    # Execute
+    result = federate(algorithm, line_ctx, clients([(1, 1)]), {"w": [0.0]}, trainer=trainer)
+
+    # Assert
+    assert result.global_params["w"].item() == pytest.approx(0.1, abs=1e-6)

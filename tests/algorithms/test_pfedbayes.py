@@ -81,3 +81,37 @@ def test_pfedbayes_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, o
     assert differences(batched, sequential) == {}
     assert torch.equal(batched.last["test_accuracy"], sequential.last["test_accuracy"])
     assert set(batched.server) == {"spread"}
+
+
+PFEDBAYES_DS2 = """\
+experiment: {name: pfedbayes-ds2}
+dataset: {name: digits}
+partition: {strategy: ds2, n_clients: 40, alpha: 0.5}
+federation: {rounds: 1, lr: 0.3, local_epochs: 5}
+personalization:
+  - {name: pfedbayes, warm_start: none, local_epochs: 5}
+tracking: {enabled: false}
+"""
+
+
+def test_pfedbayes_defaults_train_the_40_client_ds2_digits_case_without_diverging(tmp_path):
+    # Prepare: issue 27's case (digits, ds2 α = 0.5, 40 clients, federation lr 0.3), one round
+    # of 5 full-batch steps from the seeded model. Before the paper's Adam and learning rates
+    # (1e-3) were the defaults, SGD at lr 0.3 diverged at once: client 33 has a handful of
+    # samples, so the KL's curvature ζ/(n·σ²) is ~10⁴ and every step multiplies the gap.
+    from pflpipe.spec import parse_spec
+    from pflpipe.stages import partition_data, personalize
+
+    spec = parse_spec(PFEDBAYES_DS2 + f"storage: {{kind: local, path: {tmp_path / 'store'}}}\n")
+    partition_data.run(spec, 0, tmp_path / "partition")
+
+    # Execute
+    result = personalize.run(spec, 0, "pfedbayes", tmp_path / "partition", None, tmp_path / "out")
+
+    # Assert: it trains, and every saved personal spread gives a σ within the bounds
+    assert result.rounds == 1
+    assert 0.1 < result.last_round_test_accuracy <= 1.0
+    model = torch.load(tmp_path / "out" / "models" / "client_0033.pt", weights_only=True)
+    sigma = torch.cat([torch.nn.functional.softplus(v).flatten() for k, v in model.items()
+                       if k.startswith("spread/")])
+    assert torch.isfinite(sigma).all() and sigma.max() < 10.0

@@ -19,6 +19,7 @@ from pflpipe.algorithms.base import Round
 from pflpipe.algorithms.pfedvem import PFedVem
 from pflpipe.engine.noise import normal
 from pflpipe.engine.trainer import BatchedTrainer, Context, SequentialTrainer
+from pflpipe.errors import SpecError
 from pflpipe.spec import parse_spec
 from pflpipe.spec.algorithms import PFedVemParams
 
@@ -116,22 +117,22 @@ def test_pfedvem_confidence_by_hand_and_its_ablations():
     assert at_prior == pytest.approx(1.6)
 
 
-def _round(seed=0, clients=3):
+def _round(seed=0, clients=3, n_clients=3):
     # clients' bases 1, 2, 4 with 1, 1, 2 samples; head means 0, 3, 6 (both weights); τ 1, 2, 1
     means = torch.tensor([0.0, 3.0, 6.0])
     states = {"model": {"base.w": torch.tensor([[1.0], [2.0], [4.0]])},
               "mean": {"head.weight": means.view(3, 1, 1), "head.bias": means.view(3, 1)},
               "tau": {"value": torch.tensor([1.0, 2.0, 1.0])}}
-    return Round(1, torch.arange(clients), torch.tensor([1, 1, 2]), clients,
+    return Round(1, torch.arange(clients), torch.tensor([1, 1, 2]), n_clients,
                  {"base.w": torch.zeros(1), **_head(0.0, 0.0)}, {}, states, seed)
 
 
 def test_pfedvem_server_weights_the_head_by_tau_and_the_base_by_counts():
-    # Prepare: every client arrives (only sampled clients trained)
-    algorithm = _pfedvem(train_all_clients=False)
+    # Prepare: every client arrives (only a sampled share trained: 3 of 30)
+    algorithm = _pfedvem(client_fraction=0.1)
 
     # Execute
-    new, _ = algorithm.server_step(_round())
+    new, _ = algorithm.server_step(_round(n_clients=30))
 
     # Assert: θ = (1·1 + 1·2 + 2·4)/4 = 2.75; w = (1·0 + 2·3 + 1·6)/4 = 3
     assert new["base.w"].item() == pytest.approx(2.75)
@@ -192,6 +193,10 @@ def test_pfedvem_rounds_use_the_lagged_confidence_and_the_weighted_head(clients,
                                                           - one.global_params[k]) ** 2).sum()
                                   for k in HEAD) for j in range(2)])
     assert torch.allclose(two.state["tau"]["value"], lagged)
+    recorded = {(r["round"], r["client"]): r["diag.tau"] for r in two.rows
+                if r["split"] == "train"}   # the diagnostic: τ_j of each client and round
+    assert [recorded[1, j] for j in range(2)] == pytest.approx([4.0, 4.0])
+    assert [recorded[2, j] for j in range(2)] == pytest.approx(lagged.tolist())
     weights = lagged / lagged.sum()
     for key in HEAD:
         expected = torch.tensordot(weights, two.state["mean"][key], dims=1)
@@ -245,15 +250,18 @@ def test_pfedvem_scored_model_uses_the_local_or_the_global_base_with_the_posteri
 
 
 def test_pfedvem_needs_a_head_and_trains_every_client_unless_told_otherwise():
-    spec = parse_spec("experiment: {name: x}\ndataset: {name: digits}\n"
-                      "partition: {strategy: ds1, n_clients: 4}\n"
-                      "federation: {client_fraction: 0.5}\n"
-                      "personalization:\n  - {name: pfedvem}\n"
-                      "  - {name: pfedvem, label: cheap, train_all_clients: false}\n")
+    text = ("experiment: {name: x}\ndataset: {name: digits}\n"
+            "partition: {strategy: ds1, n_clients: 4}\n"
+            "federation: {client_fraction: 0.5}\n"
+            "personalization:\n  - {name: pfedvem}\n"
+            "  - {name: pfedvem, label: cheap, client_fraction: 0.1}\n")
+    spec = parse_spec(text)
     every, sampled = spec.personalization
 
     assert every.rounds_of(spec.federation).client_fraction == 1.0
     assert sampled.rounds_of(spec.federation).client_fraction == 0.1
+    with pytest.raises(SpecError, match="train_all_clients was replaced by client_fraction"):
+        parse_spec(text.replace("client_fraction: 0.1", "train_all_clients: false"))
     with pytest.raises(ValueError, match="pfedvem needs a model head"):
         _pfedvem(head=frozenset()).init_kept({"w": torch.zeros(1)})
 

@@ -6,6 +6,7 @@ The three-client case (oracle variances σ₀² = 0.1, σ² = 0.4, sizes 1, 2, 4
   ρ_m = S_{−m} / (1/σ_m² + S_{−m}) = (25/3)/(65/6), 7/12, (16/3)/(46/3) = 10/13, 7/12, 8/23.
 """
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -15,6 +16,8 @@ import torch
 from pflpipe.algorithms.actperfl import ActPerFL
 from pflpipe.algorithms.base import Phase, Round
 from pflpipe.algorithms.self_fl import SelfFL
+from pflpipe.engine.federation import Federation, Plan
+from pflpipe.engine.trainer import BatchedTrainer
 from pflpipe.spec.algorithms import ActPerFLParams, SelfFLParams
 
 ORACLE = {"sigma0_sq": 0.1, "sigma_sq": 0.4}
@@ -71,14 +74,42 @@ def test_self_fl_leave_one_out_start_of_a_seen_third_client():
     (0.02, 5, [5, 5, 5]),          # capped by max_local_steps
     (0.5, 40, [1, 1, 1]),          # η ≥ σ_m²: one step already reaches the local optimum
 ])
-def test_self_fl_local_steps_solve_eqn_8(lr, cap, expected):
-    algorithm = _algorithm(oracle=ORACLE, lr=lr, max_local_steps=cap)
+def test_self_fl_local_steps_solve_eqn_8_on_the_summed_likelihood(lr, cap, expected):
+    algorithm = _algorithm(oracle=ORACLE, lr=lr, max_local_steps=cap, loss_reduction="sum")
     round = _round(algorithm, model=(2, 0, 3))
 
     steps, lrs = algorithm.schedule(round, Phase(), torch.full((3,), 9), torch.full((3,), lr))
 
     assert steps.tolist() == expected
     assert lrs.tolist() == pytest.approx([lr] * 3)
+
+
+def test_self_fl_local_steps_on_the_batch_mean_loss_contract_by_lr_over_n_sigma_sq():
+    # The same clients stepping on the mean loss: a_m = η/(N_m σ_m²) = 0.02/(1·0.4) = 0.02/(2·0.2)
+    # = 0.02/(4·0.1) = 0.05 for all three; ℓ = ⌈ln ρ / ln 0.95⌉ = ⌈−0.262364/−0.051293⌉ = 6,
+    # ⌈−0.538997/−0.051293⌉ = ⌈10.508⌉ = 11, ⌈−1.056053/−0.051293⌉ = ⌈20.589⌉ = 21.
+    algorithm = _algorithm(oracle=ORACLE, lr=0.02)
+    round = _round(algorithm, model=(2, 0, 3))
+
+    steps, _ = algorithm.schedule(round, Phase(), torch.full((3,), 9), torch.full((3,), 0.02))
+
+    assert steps.tolist() == [6, 11, 21]
+
+
+def test_self_fl_takes_more_than_one_step_at_digits_scale_variances():
+    # Issue 27: on digits at lr 0.05, σ̂_m² ≈ 0.012 made η/σ̂_m² ≥ 1 and ℓ_m = 1 always. On the
+    # batch-mean loss with N_m = 30, 60, 120: a_m = 0.05/(N_m·0.012) = 0.1389, 0.0694, 0.0347;
+    # σ̂₀² = 0.04 so w = 1/0.052 for all, S_{−m} = 2/0.052 = 38.46, ρ = 38.46/(83.33 + 38.46)
+    # = 0.31579; ℓ = ⌈1.15268/0.14953⌉ = ⌈7.709⌉ = 8, ⌈1.15268/0.07194⌉ = ⌈16.02⌉ = 17,
+    # ⌈1.15268/0.03534⌉ = ⌈32.62⌉ = 33.
+    algorithm = _algorithm(lr=0.05)
+    round = _round(algorithm, model=(2, 0, 3), counts=(30, 60, 120), seen=(3, 3, 3),
+                   stats={"var": torch.full((3,), 0.012)})
+    round.server["uncertainty"]["sigma0_sq"] = torch.tensor(0.04)
+
+    steps, _ = algorithm.schedule(round, Phase(), torch.full((3,), 9), torch.full((3,), 0.05))
+
+    assert steps.tolist() == [8, 17, 33]
 
 
 def test_self_fl_clients_without_history_start_from_the_global_model_with_fedavg_steps():
@@ -189,3 +220,39 @@ def test_self_fl_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, on_
     if params.get("augmented"):    # the local optimum trained on past the personal model
         assert all((batched.state["optimum"][k] - batched.state["model"][k]).abs().amax(
             tuple(range(1, v.dim()))).min() > 0 for k, v in batched.state["model"].items())
+
+
+def test_self_fl_records_its_steps_weights_and_variances_per_client(line_ctx, clients, federate):
+    # The hand case above on the engine (oracle variances, one round, a batch holds a client's
+    # samples): ℓ_m = 6, 11, 21 steps on the mean loss, taken as counted by the engine; Eqn. 11's
+    # weights w_m / W = (2, 10/3, 5) / (31/3) = 6/31, 10/31, 15/31; σ_m² = 0.4, 0.2, 0.1; σ₀² 0.1.
+    algorithm = _algorithm(oracle=ORACLE, lr=0.02)
+    data = clients([(1, 1)], [(1, 1)] * 2, [(1, 1)] * 4)
+
+    result = federate(algorithm, line_ctx, data, {"w": [0.0]})
+
+    train = sorted((r for r in result.rows if r["split"] == "train"), key=lambda r: r["client"])
+    assert [r["diag.local_steps"] for r in train] == [6, 11, 21]
+    assert [r["steps"] for r in train] == [6, 11, 21]
+    assert [r["diag.weight"] for r in train] == pytest.approx([6 / 31, 10 / 31, 15 / 31])
+    assert [r["diag.sigma_sq"] for r in train] == pytest.approx([0.4, 0.2, 0.1])
+    assert [r["diag.sigma0_sq"] for r in train] == pytest.approx([0.1] * 3)
+
+
+def test_self_fl_on_digits_takes_more_than_one_step_where_eqn_8_applies(digits_ds3):
+    # Issue 27: with estimated variances on real data ℓ_m was 1 in every client-round. From
+    # round 3 (two recorded participations) Eqn. 8 applies; its ℓ_m is recorded and is the
+    # number of steps the engine ran; before, ℓ_m is NaN (FedAvg's steps).
+    _, s, _ = digits_ds3
+    algorithm = _algorithm(lr=0.05)
+    algorithm.head = s.head
+    plan = Plan(rounds=4, local_epochs=1, batch_size=16, lr=0.05, seed=0)
+
+    result = Federation(algorithm, s.ctx, s.data, BatchedTrainer(s.ctx), plan).run(s.init)
+
+    train = [r for r in result.rows if r["split"] == "train"]
+    applied = [r for r in train if r["round"] >= 3]
+    assert all(math.isnan(r["diag.local_steps"]) for r in train if r["round"] < 3)
+    assert [r["diag.local_steps"] for r in applied] == [r["steps"] for r in applied]
+    assert max(r["steps"] for r in applied) > 1
+    assert sum(r["diag.weight"] for r in applied) == pytest.approx(2.0)   # rounds 3 and 4

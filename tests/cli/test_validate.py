@@ -236,6 +236,26 @@ def test_every_shipped_spec_validates(spec, capsys):
     assert main(["validate", "--quiet", str(spec)]) == 0
 
 
+@pytest.mark.parametrize(("partition", "expected"), [
+    ("{strategy: predefined}",
+     "predefined splits of every client from the dataset (used as given)"),
+    ("{strategy: predefined, path: idx.npz, n_clients: 4, val_from_train: 0.25}",
+     "predefined splits of 4 clients from idx.npz (used as given, 0.25 of train held out as val "
+     "where none is given)"),
+])
+def test_validate_prints_the_plan_of_a_predefined_split(tmp_path, capsys, partition, expected):
+    # Issue 27: the plan read partition.fractions, which a predefined split has not (exit 1).
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"experiment: {{name: t}}\ndataset: {{name: client_files, root: {tmp_path}, "
+                    f"path: data, layout: flower}}\npartition: {partition}\n")
+
+    code = main(["validate", str(path)])
+
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert f"partition_data      client_files, {expected}" in captured.out
+
+
 def test_validate_as_a_process_exits_2_without_traceback_and_skips_torch(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(BASE + "federation:\n  lr: -1\n")

@@ -377,3 +377,29 @@ def test_normalisation_with_the_wrong_number_of_channels_names_the_field(tmp_pat
     with pytest.raises(DataError, match=r"dataset.normalization: 2 mean/std values for samples "
                                         r"of 3 channels; give 1 or 3"):
         load_pooled(spec, RNG)
+
+
+def test_per_feature_normalisation_uses_the_training_rows_only(tmp_path):
+    # Issue 27: (x − μ)/(σ + 0.001) per feature over the pooled TRAINING rows (FedProx's MNIST).
+    # Train rows (0, 1), (2, 1), (4, 1): μ = (2, 1), σ = (√(8/3), 0) = (1.632993, 0). The val
+    # rows (10, 10), (0, 0) and test rows would move both if they counted.
+    from pflpipe.data import load_partition
+    from pflpipe.stages import partition_data
+
+    x = np.array([[0, 1], [2, 1], [10, 10], [4, 5], [4, 1], [0, 0], [2, 3]], dtype=np.float32)
+    np.savez(tmp_path / "d.npz", x=x, y=np.array([0, 1, 0, 1, 0, 1, 0]),
+             client=np.array([0, 0, 0, 0, 1, 1, 1]),
+             split=np.array(["train", "train", "val", "test", "train", "val", "test"]))
+    spec = make_spec(f"{{name: arrays, root: {tmp_path}, path: d.npz, "
+                     "normalization: per_feature}", "{strategy: predefined}")
+
+    partition_data.run(spec, 0, tmp_path / "p")
+    clients = load_partition(tmp_path / "p").clients
+
+    sd = np.sqrt(8 / 3) + 0.001
+    expected = {(0, "train"): [[-2 / sd, 0], [0, 0]], (0, "val"): [[8 / sd, 9 / 0.001]],
+                (0, "test"): [[2 / sd, 4 / 0.001]], (1, "train"): [[2 / sd, 0]],
+                (1, "val"): [[-2 / sd, -1 / 0.001]], (1, "test"): [[0, 2 / 0.001]]}
+    for (client, split), values in expected.items():
+        np.testing.assert_allclose(clients[client].split(split).x.numpy(), values, rtol=1e-6,
+                                   atol=1e-6)

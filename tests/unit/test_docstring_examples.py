@@ -10,9 +10,9 @@ import pytest
 
 MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.storage.s3",
            "pflpipe.tracking.runs", "pflpipe.tracking.scrub", "pflpipe.tracking.vocabulary",
-           "pflpipe.spec.overrides", "pflpipe.metrics.curves", "pflpipe.stages.prepare",
-           "pflpipe.stages.rows", "pflpipe.layout", "pflpipe.markdown",
-           "pflpipe.spec.algorithms.base"]
+           "pflpipe.spec.overrides", "pflpipe.metrics.curves", "pflpipe.stages.common",
+           "pflpipe.layout", "pflpipe.markdown",
+           "pflpipe.spec.algorithms.base", "pflpipe.stages.evaluate_fairness"]
 
 
 @pytest.mark.parametrize("name", MODULES)

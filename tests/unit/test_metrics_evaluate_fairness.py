@@ -85,3 +85,26 @@ def test_evaluate_fairness_names_a_directory_without_results(tmp_path, dirs):
 def test_evaluate_fairness_uses_the_spec_baseline_names(tmp_path, dirs):
     with pytest.raises(DataError, match="baseline model 'persfl' has no rows"):
         evaluate_fairness.run(spec(baselines={"global": "persfl"}), dirs[:2], tmp_path / "r")
+
+
+def test_the_rounds_row_names_only_the_models_that_ran():
+    # Issue 27: a FedAvg-only spec's report said "local 20 epochs"; no local model ran.
+    base = spec().model_dump(by_alias=True)
+    alone = Spec.model_validate({**base, "personalization": []})
+    with_local = Spec.model_validate({**base, "personalization": [{"name": "ditto"}]})
+
+    assert evaluate_fairness._rounds(alone) == "fedavg 20 rounds"
+    assert evaluate_fairness._rounds(with_local) == ("fedavg 20 rounds, local 20 epochs, "
+                                                     "ditto 20 rounds")
+
+
+def test_the_protocol_says_how_the_global_model_round_is_chosen():
+    # Issue 27: FedAvg's best_val is one round for all clients, chosen on their mean validation
+    # accuracy; the text said each client's round was chosen on its own validation split.
+    from pflpipe.metrics.report import protocol
+
+    text = protocol("best_val", "local", "fedavg")
+
+    assert "one round for every client" in text
+    assert "mean validation accuracy over the clients, weighted by their samples" in text
+    assert "A personalized model's round (or epoch) is chosen for each client" in text

@@ -1,16 +1,16 @@
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from pflpipe.spec.algorithms.base import FederatedParams, Rounds
+from pflpipe.spec.algorithms.base import FederatedParams
 
 
 class PFedVemParams(FederatedParams):
     """pFedVEM (Zhu et al. 2023): a Gaussian head per client, confidence-weighted by variational EM.
 
     The base follows the entry's (or the federation's) lr, batch size and local epochs, as FedAvg's;
-    the head has its own full-batch steps. federation.client_fraction is not used: `participation`
-    says which clients reach the server.
+    the head has its own full-batch steps. Every client trains each round (Algorithm 1) unless the
+    entry's `client_fraction` samples a share, the spelling every federated algorithm takes.
     """
 
     name: Literal["pfedvem"]
@@ -35,20 +35,22 @@ class PFedVemParams(FederatedParams):
         "formula while μ_j = w; a head that barely moves gets a huge τ, which needs a small "
         "head_lr).",
     )
+    client_fraction: float | None = Field(
+        1.0, gt=0, le=1,
+        description="Fraction of clients that train each round: 1 (the default), every client "
+        "(Algorithm 1), each update reaching the server with probability `participation`; less, "
+        "a sampled share that all send (cheaper, not the paper's protocol; e.g. the "
+        "participation s); null: federation.client_fraction.",
+    )
     participation: float = Field(
         0.1, gt=0, le=1,
-        description="s: probability that a client's update reaches the server in a round.",
-    )
-    train_all_clients: bool = Field(
-        True,
-        description="Every client trains every round and each reaches the server with "
-        "probability s (Algorithm 1). false: only round(s·J) sampled clients train and send "
-        "(cheaper, not the paper's protocol).",
+        description="s: probability that a client's update reaches the server in a round when "
+        "every client trains.",
     )
     min_participants: int = Field(
         1, ge=1,
-        description="With train_all_clients, arrivals are redrawn until at least this many (the "
-        "paper's code uses 2).",
+        description="When every client trains, arrivals are redrawn until at least this many "
+        "(the paper's code uses 2).",
     )
     predict: Literal["mean", "mc"] = Field(
         "mean",
@@ -58,12 +60,17 @@ class PFedVemParams(FederatedParams):
     pm_base: Literal["local", "global"] = Field(
         "local",
         description="Base of the personalized model: the client's locally trained base (the "
-        "paper's code; with train_all_clients false, from the client's last round) or the "
+        "paper's code; with a sampled client_fraction, from the client's last round) or the "
         "aggregated global base.",
     )
 
-    def rounds_of(self, federation) -> Rounds:
-        """Every client each round (train_all_clients), else a fraction `participation`."""
-        rounds = super().rounds_of(federation)
-        return rounds._replace(client_fraction=1.0 if self.train_all_clients
-                               else self.participation)
+    @model_validator(mode="before")
+    @classmethod
+    def _old_flag(cls, data):
+        if isinstance(data, dict) and "train_all_clients" in data:
+            raise ValueError(
+                "train_all_clients was replaced by client_fraction, the one spelling every "
+                "federated algorithm takes: client_fraction: 1 (every client trains each round, "
+                "Algorithm 1; the default) or client_fraction: <share> (a sampled share; "
+                "train_all_clients: false was client_fraction: <participation>, e.g. 0.1)")
+        return data

@@ -35,6 +35,14 @@ class SelfFLParams(FederatedParams):
         description="Server weights: 1/(σ̂₀² + σ̂_m²) (Eqn. 11), or FedAvg's n_m/n (Fig. 2b "
         "ablation).",
     )
+    loss_reduction: Literal["mean", "sum"] = Field(
+        "mean",
+        description="How the loss the client steps on is reduced over its samples, which sets "
+        "Eqn. 8's contraction per step: `mean` (the engine's task loss, averaged over the batch): "
+        "η/(N_m σ̂_m²), one step of lr η being a step η/N_m on the client's negative "
+        "log-likelihood summed over its N_m samples; `sum` (that summed likelihood, Eqn. 5, as "
+        "the two-level Gaussian data's loss is): η/σ̂_m².",
+    )
     max_local_steps: int = Field(
         40, ge=1, description="ℓ_max: the most local steps ℓ_m may take (§4.2 uses 40)."
     )

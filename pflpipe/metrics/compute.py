@@ -1,0 +1,186 @@
+"""The report's compute and mechanism sections, from the models' history.csv rows.
+
+Compute (`pflpipe.engine.records.COMPUTE`) sits on the train rows of a history: a model's total is
+the sum over its clients and rounds, averaged over seeds. The compared models (every model but the
+baselines) are flagged when their samples processed differ by more than the spec's factor
+(`evaluation.compute_mismatch`). Diagnostics (``diag.*`` columns) are plotted over rounds, the
+mean over clients and seeds. matplotlib is imported inside the figure functions.
+"""
+
+import math
+from collections.abc import Iterable, Sequence
+
+from pflpipe.engine.records import COMPUTE, DIAGNOSTIC_PREFIX
+
+#: The compute measure models are matched on.
+MATCHED_ON = "samples"
+
+
+def totals(history: Iterable[dict]) -> dict[str, dict[str, float]]:
+    """Per model, each compute count summed over clients and rounds, averaged over seeds.
+
+    >>> totals([{"model": "a", "seed": 0, "split": "train", "steps": 2, "samples": 8,
+    ...          "bytes_sent": 4, "bytes_received": 4},
+    ...         {"model": "a", "seed": 1, "split": "train", "steps": 4, "samples": 16,
+    ...          "bytes_sent": 4, "bytes_received": 4},
+    ...         {"model": "a", "seed": 0, "split": "test", "accuracy": 0.5}])["a"]["samples"]
+    12.0
+    """
+    sums: dict[str, dict[str, dict[str, float]]] = {}
+    for row in history:
+        if row.get("split") != "train" or row.get(MATCHED_ON) in (None, ""):
+            continue
+        seed = sums.setdefault(row["model"], {}).setdefault(str(row.get("seed", "")),
+                                                            dict.fromkeys(COMPUTE, 0.0))
+        for name in COMPUTE:
+            seed[name] += float(row[name])
+    return {model: {name: sum(s[name] for s in seeds.values()) / len(seeds) for name in COMPUTE}
+            for model, seeds in sums.items()}
+
+
+def mismatch(compute: dict[str, dict[str, float]], baselines: Sequence[str], factor: float
+             ) -> str | None:
+    """A warning when the compared models' samples processed differ by more than `factor`.
+
+    >>> print(mismatch({"a": {"samples": 100.0}, "b": {"samples": 10.0},
+    ...                 "local": {"samples": 1.0}}, ["local"], 1.5)[:58])
+    Unequal compute: a processed 10× the samples of b (more th
+    """
+    compared = {m: c[MATCHED_ON] for m, c in compute.items() if m not in baselines}
+    if len(compared) < 2:
+        return None
+    least = min(compared, key=compared.get)
+    over = [m for m, v in sorted(compared.items(), key=lambda kv: -kv[1])
+            if v > factor * compared[least]]
+    if not over:
+        return None
+    ratios = ", ".join(f"{m} processed {_ratio(compared[m], compared[least])}×" for m in over)
+    return (f"Unequal compute: {ratios} the samples of {least} (more than the {factor:g}× "
+            "evaluation.compute_mismatch allows); their scores compare compute as well as "
+            "method. Match them with client_fraction, rounds or local_epochs.")
+
+
+def _ratio(value: float, least: float) -> str:
+    return "∞" if least <= 0 else f"{value / least:.3g}"
+
+
+def table_rows(compute: dict[str, dict[str, float]], models: Sequence[str]) -> list[list[str]]:
+    """One row per model: steps, samples, MB sent and received per seed, samples vs the least."""
+    shown = [m for m in models if m in compute] + sorted(set(compute) - set(models))
+    least = min((compute[m][MATCHED_ON] for m in shown if compute[m][MATCHED_ON] > 0),
+                default=0.0)
+    return [[m, f"{compute[m]['steps']:,.0f}", f"{compute[m]['samples']:,.0f}",
+             f"{compute[m]['bytes_sent'] / 1e6:,.3f}", f"{compute[m]['bytes_received'] / 1e6:,.3f}",
+             _ratio(compute[m][MATCHED_ON], least) if least else "–"] for m in shown]
+
+
+TABLE_HEADER = ["model", "local steps", "samples (fwd+bwd)", "MB sent", "MB received",
+                "samples / least"]
+
+
+def accuracy_vs_samples(history: Iterable[dict], split: str) -> dict[str, tuple[list, list]]:
+    """Per model: (cumulative samples processed, mean accuracy) at each evaluated round.
+
+    Samples are summed over clients up to and including the round, accuracy is the mean over
+    clients (scope ""); both averaged over seeds.
+
+    >>> accuracy_vs_samples([{"model": "a", "seed": 0, "round": 1, "split": "train",
+    ...                       "samples": 5}, {"model": "a", "seed": 0, "round": 1,
+    ...                       "split": "train", "samples": 7}, {"model": "a", "seed": 0,
+    ...                       "round": 1, "split": "test", "accuracy": 0.5}], "test")
+    {'a': ([12.0], [0.5])}
+    """
+    spent: dict[tuple, dict[int, float]] = {}
+    scores: dict[tuple, dict[int, list[float]]] = {}
+    for row in history:
+        key, r = (row["model"], str(row.get("seed", ""))), int(row["round"])
+        if row["split"] == "train" and row.get(MATCHED_ON) not in (None, ""):
+            spent.setdefault(key, {})
+            spent[key][r] = spent[key].get(r, 0.0) + float(row[MATCHED_ON])
+        elif row["split"] == split and not row.get("scope") and row.get("accuracy") not in (
+                None, "") and not math.isnan(float(row["accuracy"])):
+            scores.setdefault(key, {}).setdefault(r, []).append(float(row["accuracy"]))
+    points: dict[str, dict[int, list[tuple[float, float]]]] = {}
+    for key, by_round in scores.items():
+        if key not in spent:
+            continue
+        total = 0.0
+        for r in sorted(by_round):
+            total = sum(v for q, v in spent[key].items() if q <= r)
+            points.setdefault(key[0], {}).setdefault(r, []).append(
+                (total, sum(by_round[r]) / len(by_round[r])))
+    return {m: ([sum(p[0] for p in ps) / len(ps) for _, ps in sorted(rs.items())],
+                [sum(p[1] for p in ps) / len(ps) for _, ps in sorted(rs.items())])
+            for m, rs in points.items()}
+
+
+def diagnostics(history: Iterable[dict]) -> dict[str, dict[str, tuple[list, list]]]:
+    """Per model and diagnostic column: (rounds, mean over clients and seeds).
+
+    >>> diagnostics([{"model": "apfl", "round": 1, "split": "train", "diag.alpha": 0.2},
+    ...              {"model": "apfl", "round": 1, "split": "train", "diag.alpha": 0.4}])
+    {'apfl': {'diag.alpha': ([1], [0.30000000000000004])}}
+    """
+    values: dict[str, dict[str, dict[int, list[float]]]] = {}
+    for row in history:
+        for key, value in row.items():
+            if key.startswith(DIAGNOSTIC_PREFIX) and value not in (None, ""):
+                values.setdefault(row["model"], {}).setdefault(key, {}).setdefault(
+                    int(row["round"]), []).append(float(value))
+    return {m: {k: (sorted(rs), [sum(rs[r]) / len(rs[r]) for r in sorted(rs)])
+                for k, rs in sorted(cols.items())} for m, cols in values.items()}
+
+
+def accuracy_vs_samples_png(history: list[dict], split: str, models: list[str]) -> bytes:
+    """One line per model: mean `split` accuracy against the samples processed so far."""
+    from matplotlib.figure import Figure
+
+    from pflpipe.metrics.figures import _png, colors
+
+    curves = accuracy_vs_samples(history, split)
+    palette = colors([*models, *sorted(set(curves) - set(models))])
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.add_subplot()
+    for model in [m for m in palette if m in curves]:
+        samples, accuracy = curves[model]
+        ax.plot(samples, accuracy, marker=".", color=palette[model], label=model, linewidth=1.4)
+    ax.set_xscale("symlog")
+    ax.set_xlabel("samples processed (forward + backward), all clients")
+    ax.set_ylabel(f"mean {split} accuracy")
+    ax.grid(alpha=0.3)
+    if curves:
+        ax.legend(fontsize=7)
+    ax.set_title(f"{split} accuracy against compute (mean over seeds)", fontsize=10)
+    return _png(fig)
+
+
+def diagnostics_png(model: str, series: dict[str, tuple[list, list]]) -> bytes:
+    """One panel per diagnostic of `model` (a vector's entries share one): mean over rounds."""
+    from matplotlib.figure import Figure
+
+    from pflpipe.metrics.figures import _png
+
+    panels: dict[str, list[str]] = {}
+    for column in series:
+        base = column[len(DIAGNOSTIC_PREFIX):]
+        head, _, tail = base.rpartition(".")
+        panels.setdefault(head if tail.isdigit() and head else base, []).append(column)
+    cols = min(3, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    fig = Figure(figsize=(max(5.5, 3.6 * cols), 2.6 * rows + 0.5))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, (name, columns) in zip(axes.flat, panels.items(), strict=False):
+        for column in columns:
+            rounds, mean = series[column]
+            ax.plot(rounds, mean, linewidth=1.3, label=column[len(DIAGNOSTIC_PREFIX):])
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("round", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+        if len(columns) > 1:
+            ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.suptitle(f"{model}: diagnostics per round (mean over clients and seeds)", fontsize=10)
+    fig.tight_layout()
+    return _png(fig)
