@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from pflpipe.spec import Spec, load_spec
+from pflpipe.spec import Spec, read_spec
 from pflpipe.stages import (
     distill_grid_search,
     partition_data,
@@ -378,7 +378,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     version = source_version()
-    base = load_spec(args.spec)
+    base = read_spec(args.spec)
     settings = args.federation or [{}]
     outcomes = []
     with tempfile.TemporaryDirectory() as tmp:

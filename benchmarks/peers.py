@@ -37,7 +37,7 @@ from pflpipe.data.export import export_partition
 from pflpipe.engine.compiled import CompiledTrainer
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
-from pflpipe.spec import load_spec, parse_spec
+from pflpipe.spec import parse_spec, read_spec
 from pflpipe.stages import common, partition_data
 
 SPEC = """\
@@ -108,7 +108,7 @@ def main() -> None:
     pfllib = args.pfllib if args.pfllib and (args.pfllib / "system" / "main.py").is_file() else None
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        spec = load_spec(args.spec) if args.spec else synthetic_spec(root, args.clients,
+        spec = read_spec(args.spec) if args.spec else synthetic_spec(root, args.clients,
                                                                      args.rounds)
         if getattr(spec.model, "hidden", None) != [100]:
             raise SystemExit("the spec's model must be the MNIST DNN (model: {architecture: mlp}),"

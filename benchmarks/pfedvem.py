@@ -37,7 +37,7 @@ import torch
 from pflpipe.algorithms import FedAvg, build
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.errors import DivergenceError
-from pflpipe.spec import Spec, load_spec
+from pflpipe.spec import Spec, read_spec
 from pflpipe.stages import common, partition_data
 from pflpipe.stages.personalize import stream_of
 
@@ -58,7 +58,7 @@ def value(text: str):
 
 def build_spec(path: Path, root: Path, args) -> Spec:
     """The spec with the command line's overrides, no tracking, local storage under `root`."""
-    data = load_spec(path).model_dump(mode="json", by_alias=True, exclude={"resources"})
+    data = read_spec(path).model_dump(mode="json", by_alias=True, exclude={"resources"})
     for item in args.federation:
         key, _, text = item.partition("=")
         data["federation"][key] = value(text)

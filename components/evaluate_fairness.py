@@ -18,6 +18,7 @@ def evaluate_fairness(spec_json: str, tracking_uri: str, experiment: str, parent
     import shutil
     from pathlib import Path
 
+    from pflpipe.layout import REPORT_HTML
     from pflpipe.spec import Spec
     from pflpipe.stages import evaluate_fairness as stage
 
@@ -25,5 +26,6 @@ def evaluate_fairness(spec_json: str, tracking_uri: str, experiment: str, parent
     result = stage.run_in_pipeline(
         spec, [Path(r.path) for r in results], Path(report.path), tracking_uri=tracking_uri,
         experiment=experiment, parent_run_id=parent_run_id, kfp_run_id=kfp_run_id)
-    shutil.copyfile(Path(report.path) / "report.html", html.path)
+    shutil.copyfile(Path(report.path) / REPORT_HTML, html.path)
+    report.metadata["seed_dirs"] = {str(s): str(d) for s, d in result.seed_dirs.items()}
     Path(summary.path).write_text(result.to_markdown())

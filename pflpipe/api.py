@@ -20,8 +20,8 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from pflpipe.spec import Spec
-from pflpipe.spec import load_spec as _load_file
+from pflpipe import layout
+from pflpipe.spec import Spec, read_spec
 from pflpipe.spec.loader import parse_spec
 
 
@@ -59,7 +59,7 @@ def load_spec(spec: "Spec | Mapping[str, Any] | str | Path", **overrides: Any) -
                         f"{type(spec).__name__}")
     path = Path(spec)
     if not overrides:
-        return _load_file(path)
+        return read_spec(path)
     from pflpipe.errors import SpecError
 
     try:
@@ -94,12 +94,12 @@ class RunResult:
     @property
     def report_html(self) -> Path:
         """The self-contained HTML report."""
-        return self.report_dir / "report.html"
+        return self.report_dir / layout.REPORT_HTML
 
     @cached_property
     def report(self) -> dict:
         """report.json: every metric per split and model, the answers, the run's facts."""
-        return json.loads((self.report_dir / "report.json").read_text(encoding="utf-8"))
+        return json.loads((self.report_dir / layout.REPORT_JSON).read_text(encoding="utf-8"))
 
     @property
     def best(self) -> str | None:
@@ -114,12 +114,12 @@ class RunResult:
     @property
     def results(self):
         """Every seed's per-client table (results.csv) as one pandas DataFrame."""
-        return self._frame("results.csv")
+        return self._frame(layout.RESULTS_CSV)
 
     @property
     def history(self):
         """Every model's per-round scores (history.csv of each model and seed) as a DataFrame."""
-        return self._frame("*/history.csv")
+        return self._frame(f"*/{layout.HISTORY_CSV}")
 
     def _frame(self, pattern: str):
         import pandas as pd

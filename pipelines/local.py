@@ -8,7 +8,6 @@ results into a folder of their own per run (``runs/<time>-<MLflow run>/``) and p
 """
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -20,9 +19,9 @@ from datetime import datetime
 from pathlib import Path
 
 from pflpipe.errors import PflpipeError
+from pflpipe.layout import LATEST, LOGS, PIPELINE_LOG, RUNS, seed_folder
 from pflpipe.pipelines.graph import build_pipeline
 from pflpipe.pipelines.tasklog import TaskLog, TaskLogRouter
-from pflpipe.stages.collect_results import MANIFEST
 
 
 class StageFailed(PflpipeError):
@@ -51,9 +50,8 @@ class RunnerFailed(PflpipeError):
 class LocalRun:
     """Where one local run's outputs are."""
 
-    run_dir: Path                 # kfp.local's directory of this run
     report: Path                  # evaluate_fairness's report directory
-    seeds: dict[int, Path]        # collect_results' directory per seed
+    seeds: dict[int, Path]        # collect_results' directory per seed (the report's metadata)
     tasks: tuple[TaskLog, ...]
 
 
@@ -75,7 +73,7 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
                pipeline_root=str(results_dir / "kfp"), raise_on_error=True,
                enable_caching=use_cache, cache_root=str(results_dir / ".kfp_cache"))
     pipeline = build_pipeline(spec)
-    router = TaskLogRouter(results_dir / "logs", on_event)
+    router = TaskLogRouter(results_dir / LOGS, on_event)
     try:
         with _routed(router):
             task = pipeline(**arguments)
@@ -84,17 +82,15 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
         if failed:
             raise StageFailed(failed[0], tuple(failed[1:])) from err
         if router.runner_errors:
-            raise RunnerFailed(router.runner_errors, router.log_dir / "pipeline.log") from err
+            raise RunnerFailed(router.runner_errors, router.log_dir / PIPELINE_LOG) from err
         raise
     finally:
         router.close()
-    report = Path(task.outputs["Output"].path)
-    run_dir = report.parent.parent
-    return LocalRun(run_dir, report, _seed_dirs(run_dir), tuple(router.tasks))
+    report = task.outputs["Output"]
+    seeds = {int(seed): Path(path) for seed, path in report.metadata["seed_dirs"].items()}
+    return LocalRun(Path(report.path), seeds, tuple(router.tasks))
 
 
-#: The folder of every published run, and the link to the newest one.
-RUNS, LATEST = "runs", "latest"
 
 
 def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, dict[str, Path]]:
@@ -111,7 +107,7 @@ def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, d
     while folder.exists():
         suffix += 1
         folder = results_dir / RUNS / f"{name}-{suffix}"
-    copies = {"report": run.report, **{f"seed-{s}": d for s, d in sorted(run.seeds.items())}}
+    copies = {"report": run.report, **{seed_folder(s): d for s, d in sorted(run.seeds.items())}}
     out = {}
     for key, source in copies.items():
         out[key] = Path(shutil.copytree(source, folder / key))
@@ -120,13 +116,6 @@ def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, d
     link.symlink_to(folder.relative_to(results_dir), target_is_directory=True)
     os.replace(link, results_dir / LATEST)
     return folder, out
-
-
-def _seed_dirs(run_dir: Path) -> dict[int, Path]:
-    found = {}
-    for manifest in run_dir.glob(f"**/collect-results/results/{MANIFEST}"):
-        found[json.loads(manifest.read_text())["seed"]] = manifest.parent
-    return found
 
 
 @contextlib.contextmanager

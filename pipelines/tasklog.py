@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pflpipe.layout import PIPELINE_LOG
 from pflpipe.stages import notice
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -113,7 +114,7 @@ class TaskLogRouter(io.TextIOBase):
         self._on_event = on_event
         self._lock = threading.Lock()
         self._local = threading.local()
-        self._all = (self.log_dir / "pipeline.log").open("a", encoding="utf-8")
+        self._all = (self.log_dir / PIPELINE_LOG).open("a", encoding="utf-8")
 
     def writable(self) -> bool:
         """Return True: this is an output stream."""

@@ -23,7 +23,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from pflpipe.components._image import PFLPIPE_IMAGE
-from pflpipe.spec import load_spec
+from pflpipe.spec import read_spec
 from pflpipe.spec.sections import Resources
 
 REPO = Path(__file__).resolve().parents[1]
@@ -235,7 +235,7 @@ def test_default_image_is_the_documented_cpu_build():
                          ids=lambda p: p.stem)
 def test_every_example_spec_uses_a_documented_image(spec_path):
     built = {tag.rsplit("/", 1)[-1] for _, tag in documented_builds()}
-    resources = load_spec(spec_path).resources
+    resources = read_spec(spec_path).resources
     stages = [name for name in type(resources).model_fields if name not in ("image", "default")]
 
     for stage in stages:

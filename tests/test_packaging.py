@@ -107,12 +107,12 @@ CHILD = textwrap.dedent("""\
     import pflpipe.components.personalize
     import pflpipe.pipelines
     from pflpipe.pipelines.compile import compile_pipeline
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
 
     components = sorted(m.name for m in pkgutil.iter_modules(pflpipe.components.__path__))
     modules = [pflpipe, pflpipe.cli, pflpipe.components.personalize, pflpipe.pipelines]
     modules += [importlib.import_module(f"pflpipe.components.{name}") for name in components]
-    spec = load_spec(sys.argv[1])
+    spec = read_spec(sys.argv[1])
     pipeline = pflpipe.pipelines.build_pipeline(spec)
     compiled = compile_pipeline(spec, Path("compiled.yaml")).read_text()
     print(json.dumps({

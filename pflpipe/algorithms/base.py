@@ -57,7 +57,7 @@ from typing import ClassVar, Generic, TypeVar
 from torch import Tensor, nn
 
 from pflpipe.engine.tree import Group, Tree, broadcast, merge, weighted_mean
-from pflpipe.spec.algorithms import Params
+from pflpipe.spec.algorithms import Params, algorithm_name
 
 P = TypeVar("P", bound=Params)
 
@@ -66,7 +66,9 @@ REGISTRY: dict[str, type["Algorithm"]] = {}
 
 def register(cls: type["Algorithm"]) -> type["Algorithm"]:
     """Class decorator: make the algorithm available under its params model's `name`."""
-    name = cls.params_type().model_fields["name"].annotation.__args__[0]
+    name = algorithm_name(cls.params_type())
+    if name is None:
+        raise TypeError(f"{cls.__name__}: its params model declares no `name: Literal[...]`")
     REGISTRY[name] = cls
     return cls
 

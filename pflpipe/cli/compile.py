@@ -23,12 +23,12 @@ def run(args) -> int:
     """Compile and say what was written."""
     from pflpipe.pipelines.compile import compile_pipeline
     from pflpipe.pipelines.graph import personalize_labels
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
     from pflpipe.spec.overrides import parse_assignments
     from pflpipe.tracking.runs import without_credentials
 
     # Credentials never go into the IR: the pods get MLFLOW_TRACKING_USERNAME/PASSWORD.
-    spec = without_credentials(load_spec(args.spec, parse_assignments(args.set)))
+    spec = without_credentials(read_spec(args.spec, parse_assignments(args.set)))
     path = compile_pipeline(spec, args.output or Path(f"{spec.experiment.name}.yaml"))
     labels = personalize_labels(spec)
     print(f"{path}: pipeline {spec.experiment.name!r}, seeds {spec.experiment.seeds}, "

@@ -7,6 +7,7 @@ its own data.
 from pathlib import Path
 
 from pflpipe.cli import UsageError, seed_argument
+from pflpipe.layout import LATEST, SOURCES_JSON
 
 
 def register(subparsers) -> None:
@@ -20,8 +21,8 @@ def register(subparsers) -> None:
                         help=".npz (or .pt) with arrays x and y in the dataset's raw format.")
     parser.add_argument("--partition", type=Path, metavar="DIR",
                         help="The experiment's partition directory (default: the one the "
-                        "latest `pflpipe run` used, from <results>/latest/seed-<seed>/"
-                        "sources.json).")
+                        f"latest `pflpipe run` used, from <results>/{LATEST}/seed-<seed>/"
+                        f"{SOURCES_JSON}).")
     parser.add_argument("--checkpoints", type=Path, metavar="DIR",
                         help="The warm start's checkpoint directory (default: as --partition).")
     parser.add_argument("--seed", type=seed_argument, default=None,
@@ -32,9 +33,9 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Run the newcomer's teacher selection and grid; print the outcome."""
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
 
-    spec = load_spec(args.spec)
+    spec = read_spec(args.spec)
     if args.client_data.is_dir():
         raise UsageError(f"--client-data: {args.client_data} is a directory; give the newcomer's "
                          "data file: an .npz (np.savez(path, x=..., y=...)) or a .pt dict of "
@@ -55,7 +56,9 @@ def run(args) -> int:
     out = args.output or Path(spec.experiment.results_dir) / "newcomer" / args.client_data.stem
     result = personalize_new.run(spec, args.client_data, partition, checkpoints, out, seed)
     print(result.to_text())
-    print(f"wrote {out}/ (teacher.json, grid.csv, model.pt)")
+    from pflpipe import layout
+
+    print(f"wrote {out}/ ({layout.TEACHER_JSON}, {layout.GRID_CSV}, {layout.MODEL_PT})")
     return 0
 
 
@@ -63,10 +66,9 @@ def _sources(results_dir: Path, seed: int) -> tuple[Path, Path]:
     """The partition and checkpoints the latest `pflpipe run` used for `seed`."""
     import json
 
-    from pflpipe.pipelines.local import LATEST
-    from pflpipe.stages.collect_results import SOURCES
+    from pflpipe.layout import seed_folder
 
-    file = results_dir / LATEST / f"seed-{seed}" / SOURCES
+    file = results_dir / LATEST / seed_folder(seed) / SOURCES_JSON
     if not file.is_file():
         raise UsageError(f"no finished `pflpipe run` of this spec with seed {seed} in "
                          f"{results_dir} ({file} is missing); run `pflpipe run SPEC` first, or "

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from pflpipe.layout import REPORT_HTML, REPORT_JSON, REPORT_MD
+
 
 def register(subparsers) -> None:
     """Add the verb to the command line."""
@@ -9,7 +11,8 @@ def register(subparsers) -> None:
         "report", help="Evaluate a per-client accuracy table: performance, fairness, report.",
         description="Evaluate one or more per-client results tables (columns client, model, "
         "accuracy; optional seed, split, selection, loss, n_samples, round) and write "
-        "report.json, report.md, report.html and figures into DIR. Exit 2 on a bad table.")
+        f"{REPORT_JSON}, {REPORT_MD}, {REPORT_HTML} and figures into DIR. Exit 2 on a bad "
+        "table.")
     parser.add_argument("tables", nargs="+", type=Path, metavar="TABLE.csv")
     parser.add_argument("-o", "--output", type=Path, default=Path("report"), metavar="DIR",
                         help="Output directory (default: ./report).")

@@ -58,11 +58,11 @@ def run(args) -> int:
     """Run the pipeline; finish the MLflow parent run FINISHED, FAILED or KILLED."""
     from rich.console import Console
 
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
     from pflpipe.spec.overrides import parse_assignments
 
     spec = with_run_control(
-        with_results_dir(load_spec(args.spec, parse_assignments(args.set)), args.results),
+        with_results_dir(read_spec(args.spec, parse_assignments(args.set)), args.results),
         threads=args.threads, parallel=args.parallel)
     resume = "none" if args.fresh else "unfinished" if args.no_cache else "all"
     # kfp.local swaps sys.stdout during the run; the console keeps the real one.
@@ -268,17 +268,21 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
              seconds: float) -> None:
     import json
 
+    from pflpipe import layout
+
     report = copies["report"]
-    answer = json.loads((report / "report.json").read_text(encoding="utf-8")).get("answer", "")
+    facts = json.loads((report / layout.REPORT_JSON).read_text(encoding="utf-8"))
+    answer = facts.get("answer", "")
     console.print(f"\n[bold green]done[/] in {seconds:.0f} s")
-    console.print(f"  results  {run_dir}/  (also {results_dir / 'latest'}/)")
-    console.print(f"  report   {report / 'report.html'}  (report.md, report.json, figures/)")
+    console.print(f"  results  {run_dir}/  (also {results_dir / layout.LATEST}/)")
+    console.print(f"  report   {report / layout.REPORT_HTML}  ({layout.REPORT_MD}, "
+                  f"{layout.REPORT_JSON}, {layout.FIGURES}/)")
     for name, path in copies.items():
         if name.startswith("seed-"):
-            models = sorted(p.name for p in path.iterdir() if (p / "models").is_dir())
+            models = sorted(p.name for p in path.iterdir() if (p / layout.MODELS).is_dir())
             console.print(f"  {name:<8} {path}/<model>/models/client_*.pt  "
-                          f"({', '.join(models)}); per-client table {path / 'results.csv'}")
-    console.print(f"  logs     {results_dir / 'logs'}/")
+                          f"({', '.join(models)}); per-client table {path / layout.RESULTS_CSV}")
+    console.print(f"  logs     {results_dir / layout.LOGS}/")
     if parent.run_id:
         console.print(f"  MLflow   run {parent.run_id} in experiment {parent.experiment!r}")
         if parent.tracking_uri.startswith("sqlite:"):

@@ -7,6 +7,7 @@
 from pathlib import Path
 
 from pflpipe.cli import seed_argument
+from pflpipe.layout import CLIENTS, HEATMAP_PNG, MANIFEST_JSON
 
 #: The table shows this many clients by default (first ones, then the last few).
 DEFAULT_ROWS = 50
@@ -18,7 +19,7 @@ def register(subparsers) -> None:
         "split", help="Partition the spec's dataset over clients; print a per-client table.",
         description="Run the partition_data stage alone: load the dataset, split it over the "
         "clients and into train/val/test, write the partition directory (per-client tensors, "
-        "manifest.json, label_distribution.png).")
+        f"{MANIFEST_JSON}, {HEATMAP_PNG}).")
     parser.add_argument("spec", type=Path, metavar="SPEC")
     parser.add_argument("-o", "--output", type=Path, metavar="DIR",
                         help="Partition directory (default <results_dir>/partition/seed-<seed>).")
@@ -42,13 +43,13 @@ def run(args) -> int:
     """Write the partition, print its table and, with --export, write it for another tool."""
     from pflpipe.cli import UsageError
     from pflpipe.data.export import FORMATS, export_partition
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
     from pflpipe.stages import partition_data
 
     if args.export and args.export[0] not in FORMATS:
         raise UsageError(f"--export: unknown format {args.export[0]!r}; choose one of "
                          f"{', '.join(FORMATS)}")
-    spec = load_spec(args.spec)
+    spec = read_spec(args.spec)
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
     out_dir = args.output or partition_data.default_dir(spec, seed)
     # -o names a directory of the user's choice: never replace what it holds unless --force
@@ -107,4 +108,4 @@ def _print(result, rows: int) -> None:
                   f"{sizes[-1]}; {result.n_assigned:,} of {result.n_samples:,} samples assigned")
     console.print(f"content hash {result.content_hash}")
     # the stage has printed its warnings already (a note each): not twice
-    console.print(f"wrote {result.out_dir}/ (manifest.json, clients/, label_distribution.png)")
+    console.print(f"wrote {result.out_dir}/ ({MANIFEST_JSON}, {CLIENTS}/, {HEATMAP_PNG})")

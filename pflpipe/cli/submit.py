@@ -26,11 +26,11 @@ def run(args) -> int:
     """Check the tracking server, open the parent run, submit, print the run's URL."""
     from pflpipe.cli import UsageError
     from pflpipe.pipelines.submit import submit
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
     from pflpipe.tracking import open_parent_run, resolve_tracking_uri
     from pflpipe.tracking.runs import without_credentials
 
-    spec = without_credentials(load_spec(args.spec))  # never uploaded inside the pipeline
+    spec = without_credentials(read_spec(args.spec))  # never uploaded inside the pipeline
     if spec.tracking.enabled:
         uri = resolve_tracking_uri(spec.tracking)
         if not uri.startswith(("http://", "https://")):

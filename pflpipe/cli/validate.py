@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from pflpipe.errors import SpecError
-from pflpipe.spec import load_spec
+from pflpipe.spec import read_spec
 from pflpipe.spec.tuning import unequal_tuning
 
 
@@ -32,7 +32,7 @@ def run(args) -> int:
     problems: list[str] = []
     for path in args.specs:
         try:
-            spec = load_spec(path, overrides)
+            spec = read_spec(path, overrides)
             checked_model(spec, path)
         except SpecError as err:
             problems.extend(err.problems)

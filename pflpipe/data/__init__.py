@@ -9,7 +9,7 @@ Heavy libraries (torch, torchvision, scikit-learn, matplotlib) are imported only
 from pflpipe.data.artifact import (
     ClientData,
     Partition,
-    SplitData,
+    StoredSplit,
     load_partition,
     read_manifest,
     write_partition,
@@ -19,7 +19,7 @@ from pflpipe.data.datasets import Pooled, Transform, load_pooled
 from pflpipe.data.plan import PartitionPlan, partition_dataset
 
 __all__ = [
-    "ClientData", "ClientIndices", "Partition", "PartitionPlan", "Pooled", "SplitData",
+    "ClientData", "ClientIndices", "Partition", "PartitionPlan", "Pooled", "StoredSplit",
     "Transform", "load_partition", "load_pooled", "partition_dataset", "read_manifest",
     "write_partition",
 ]

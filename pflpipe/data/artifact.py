@@ -22,15 +22,21 @@ from pflpipe.data.client_split import SPLITS
 from pflpipe.data.files import load_tensors
 from pflpipe.data.plan import PartitionPlan
 from pflpipe.errors import DataError
+from pflpipe.layout import (
+    CLIENTS,
+    HEATMAP_PNG,
+    MANIFEST_JSON,
+    partition_client_file,
+    stale_partition_files,
+)
 
 FORMAT = 1
-MANIFEST = "manifest.json"
-HEATMAP = "label_distribution.png"
+MANIFEST, HEATMAP = MANIFEST_JSON, HEATMAP_PNG
 _HASHED = ("dataset", "partition", "resolved", "seed")
 
 
 @dataclass(frozen=True)
-class SplitData:
+class StoredSplit:
     """One split of one client: x [n, *input_shape] (float32 when transformed), y [n], index [n]."""
 
     x: "torch.Tensor"  # noqa: F821 - torch is imported lazily
@@ -46,11 +52,11 @@ class ClientData:
     """One client's train, val and test splits."""
 
     client_id: int
-    train: SplitData
-    val: SplitData
-    test: SplitData
+    train: StoredSplit
+    val: StoredSplit
+    test: StoredSplit
 
-    def split(self, name: str) -> SplitData:
+    def split(self, name: str) -> StoredSplit:
         """Return the split called `name` ("train", "val" or "test")."""
         if name not in SPLITS:
             raise KeyError(f"no split {name!r}; splits are {SPLITS}")
@@ -105,10 +111,10 @@ def write_partition(plan: PartitionPlan, partition: dict, out_dir: Path, *,
     import torch
 
     out_dir = Path(out_dir)
-    clients_dir = out_dir / "clients"
+    clients_dir = out_dir / CLIENTS
     clients_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / MANIFEST).unlink(missing_ok=True)
-    for stale in clients_dir.glob("client_*.pt"):
+    for stale in stale_partition_files(clients_dir):
         stale.unlink()
     header = manifest_header(plan, partition)
     digest = hashlib.sha256()
@@ -121,7 +127,7 @@ def write_partition(plan: PartitionPlan, partition: dict, out_dir: Path, *,
             for array in arrays.values():
                 _update(digest, array)
             payload[split] = {key: torch.from_numpy(array) for key, array in arrays.items()}
-        name = f"client_{client_id:0{width}d}.pt"
+        name = partition_client_file(client_id, width)
         torch.save(payload, clients_dir / name)
         entries.append(_entry(plan, client_id, name))
     digest.update(json.dumps(header, sort_keys=True).encode())
@@ -181,7 +187,7 @@ def load_partition(path: str | Path, *, transform: bool = True, verify: bool = F
     digest = hashlib.sha256()
     clients = []
     for entry in manifest["clients"]:
-        file = path / "clients" / entry["file"]
+        file = path / CLIENTS / entry["file"]
         stored = load_tensors(file, f"client {entry['client_id']}'s split tensors of a partition")
         splits = {}
         for split in SPLITS:
@@ -192,7 +198,7 @@ def load_partition(path: str | Path, *, transform: bool = True, verify: bool = F
             x = tensors["x"]
             if transform:
                 x = apply_transform(x, manifest["dataset"]["transform"])
-            splits[split] = SplitData(x=x, y=tensors["y"], index=tensors["index"])
+            splits[split] = StoredSplit(x=x, y=tensors["y"], index=tensors["index"])
         clients.append(ClientData(client_id=entry["client_id"], **splits))
     if verify:
         digest.update(json.dumps({key: manifest[key] for key in _HASHED}, sort_keys=True).encode())

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from pflpipe.data.files import load_tensors
 from pflpipe.errors import DivergenceError
+from pflpipe.layout import PROGRESS_JSON, is_state_key, round_key, round_of, state_key
 from pflpipe.storage.base import Store
 
 log = logging.getLogger(__name__)
@@ -22,35 +23,45 @@ log = logging.getLogger(__name__)
 def save(store: Store, snap: dict, round_idx: int, fingerprint: str,
          keep_every_round: bool) -> None:
     """Write round `round_idx`'s global model, the rest of `snap` and the progress marker."""
-    store.put_bytes(f"round_{round_idx:04d}.pt", dump(snap["global"]))
-    store.put_bytes(f"state_{round_idx:04d}.pt", dump({k: v for k, v in snap.items()
-                                                       if k != "global"}))
-    store.put_bytes("progress.json", json.dumps({
+    store.put_bytes(round_key(round_idx), dump(snap["global"]))
+    store.put_bytes(state_key(round_idx), dump({k: v for k, v in snap.items() if k != "global"}))
+    store.put_bytes(PROGRESS_JSON, json.dumps({
         "rounds_completed": round_idx, "stopped_early": snap["stopped"],
         "fingerprint": fingerprint}).encode())
     for key in store.list():
-        if key.startswith("state_") and key != f"state_{round_idx:04d}.pt":
+        if is_state_key(key) and key != state_key(round_idx):
             store.delete(key)
-        elif (key.startswith("round_") and not keep_every_round
-              and key != f"round_{round_idx:04d}.pt"):
+        elif round_of(key) is not None and not keep_every_round and key != round_key(round_idx):
             store.delete(key)
+
+
+def keep(store: Store, global_params: dict, round_idx: int) -> None:
+    """Write round `round_idx`'s global model alone (a round between checkpoints)."""
+    store.put_bytes(round_key(round_idx), dump(global_params))
 
 
 def resume(store: Store, fingerprint: str, device: torch.device) -> dict | None:
     """The snapshot of the last checkpointed round, or None when the store holds none."""
-    if not store.exists("progress.json"):
+    progress = progress_of(store)
+    if progress is None:
         return None
-    progress = json.loads(store.get_bytes("progress.json"))
     if progress.get("fingerprint") != fingerprint:
         raise DivergenceError(
             f"{store.uri} holds checkpoints of another configuration "
             f"({progress.get('fingerprint')!r}, expected {fingerprint!r}); "
             "move them away or point the storage elsewhere")
     round_idx = progress["rounds_completed"]
-    snap = load(store, f"state_{round_idx:04d}.pt", device)
-    snap["global"] = load(store, f"round_{round_idx:04d}.pt", device)
+    snap = load(store, state_key(round_idx), device)
+    snap["global"] = load(store, round_key(round_idx), device)
     log.info("resuming from round %d of %s", round_idx, store.uri)
     return snap
+
+
+def progress_of(store: Store) -> dict | None:
+    """The progress record a store's last checkpoint wrote; None when it holds none."""
+    if not store.exists(PROGRESS_JSON):
+        return None
+    return json.loads(store.get_bytes(PROGRESS_JSON))
 
 
 def dump(obj) -> bytes:

@@ -284,14 +284,18 @@ def _launch(workers: int, make, args: tuple, on_round, device: torch.device | No
            "PFLPIPE_WORKER_THREADS": str(threads), _ACK: "1"}
     if getattr(task, "endpoint_url", None):
         env[ENDPOINT_ENV[0]] = task.endpoint_url
+    reports, report_fd = os.pipe()  # rank 0's round reports: JSON lines, not its stdout
     processes = [subprocess.Popen(
         [sys.executable, "-m", __name__, task.uri],
-        env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}, text=True,
+        env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank),
+             **({_REPORT_FD: str(report_fd)} if rank == 0 else {})}, text=True,
         stdin=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
-        stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL)
+        stdout=subprocess.DEVNULL, pass_fds=(report_fd,) if rank == 0 else ())
         for rank in range(workers)]
+    os.close(report_fd)
     try:
-        codes = _supervise(processes, on_round)
+        with os.fdopen(reports, encoding="utf-8") as stream:
+            codes = _supervise(processes, stream, on_round)
     finally:
         for process in processes:
             if process.poll() is None:
@@ -305,18 +309,19 @@ def _launch(workers: int, make, args: tuple, on_round, device: torch.device | No
 _TASK, _RESULT, _ERROR, _ROUND = "task.pkl", "result.pt", "error.pkl", "pflpipe-worker round "
 #: The folder of a task's carried files (`write_task`), each under its SHA-256.
 _FILES = "files"
-#: Set by `launch`: rank 0 waits for its acknowledgement of each round on stdin. Without it (a
-#: Trainer job's pods) rank 0 prints the round lines and goes on.
-_ACK = "PFLPIPE_WORKER_ACK"
+#: Set by `launch`: rank 0 reports each round as a JSON line ``{"round": r, "rows": [...]}`` on
+#: the pipe whose descriptor `_REPORT_FD` names, and waits for its acknowledgement on stdin.
+#: Without them (a Trainer job's pods) rank 0 prints a line per round for the pod's log and goes on.
+_ACK, _REPORT_FD = "PFLPIPE_WORKER_ACK", "PFLPIPE_WORKER_REPORT_FD"
 
 
-def _supervise(processes: list[subprocess.Popen], on_round) -> list[int | None]:
-    """Relay rank 0's round reports (acknowledged, so round r+1 starts after `on_round`).
+def _supervise(processes: list[subprocess.Popen], reports, on_round) -> list[int | None]:
+    """Relay rank 0's round `reports` (acknowledged, so round r+1 starts after `on_round`).
 
     Returns the workers' exit codes once every worker has exited, or as soon as one has failed.
     """
     lines: queue.Queue = queue.Queue()
-    reader = threading.Thread(target=_read_lines, args=(processes[0].stdout, lines), daemon=True)
+    reader = threading.Thread(target=_read_lines, args=(reports, lines), daemon=True)
     reader.start()
     while True:
         codes = [process.poll() for process in processes]
@@ -326,11 +331,11 @@ def _supervise(processes: list[subprocess.Popen], on_round) -> list[int | None]:
             line = lines.get(timeout=_POLL_S)
         except queue.Empty:
             continue
-        if line is None or not line.startswith(_ROUND):
+        if line is None:
             continue
-        round_idx, rows = json.loads(line[len(_ROUND):])
+        report = json.loads(line)
         if on_round is not None:
-            on_round(round_idx, rows)
+            on_round(report["round"], report["rows"])
         processes[0].stdin.write("\n")
         processes[0].stdin.flush()
 
@@ -361,8 +366,9 @@ def worker(uri: str) -> None:
     """One rank (torchrun's environment): join the group, build the recipe, train its shards.
 
     The task comes from the store at `uri` (`pflpipe.storage.open_uri`: a local folder or an S3
-    prefix). Rank 0 reports each round on stdout (and waits for `launch`'s acknowledgement when
-    `launch` started it), and writes the result there; a library error is written there for the
+    prefix). Rank 0 reports each round to `launch` on its report pipe and waits for the
+    acknowledgement (started by a Trainer job, it prints a line per round for the pod's log
+    instead), and writes the result there; a library error is written there for the
     launcher to raise as it is. The files the task carries (`write_task`) are copied into a
     temporary folder for `make` to read. A task or carried file that cannot be read stops the
     worker, before it joins the group, with a message naming the URI.
@@ -423,7 +429,8 @@ def _print_round(round_idx: int, rows: list[dict]) -> None:
 
 
 def _report(round_idx: int, rows: list[dict]) -> None:
-    _print_round(round_idx, rows)
+    with os.fdopen(int(os.environ[_REPORT_FD]), "w", encoding="utf-8", closefd=False) as pipe:
+        pipe.write(json.dumps({"round": round_idx, "rows": rows}) + "\n")
     if not sys.stdin.readline():  # the launcher is gone: stop rather than train unwatched
         sys.exit(f"worker 0: the stage that launched it ended; stopped after round {round_idx}")
 

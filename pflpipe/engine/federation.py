@@ -373,7 +373,7 @@ class Federation:
     # ---- checkpoints ------------------------------------------------------------------------
     def _keep(self, global_params: Group, round_idx: int) -> None:
         """Keep a round's global model between checkpoints (`Plan.keep_every_round`)."""
-        self.store.put_bytes(f"round_{round_idx:04d}.pt", checkpoint.dump(global_params))
+        checkpoint.keep(self.store, global_params, round_idx)
 
     def _save(self, snap: dict, round_idx: int) -> None:
         if self.store is not None:

@@ -64,14 +64,14 @@ class Metric:
         return "↑" if self.higher_is_better else "↓"
 
 
-REGISTRY: dict[str, Metric] = {}
+METRIC_REGISTRY: dict[str, Metric] = {}
 
 
 def register(metric: Metric) -> Metric:
     """Add a metric to the registry under its name; return it."""
-    if metric.name in REGISTRY:
+    if metric.name in METRIC_REGISTRY:
         raise ValueError(f"metric {metric.name!r} is registered twice")
-    REGISTRY[metric.name] = metric
+    METRIC_REGISTRY[metric.name] = metric
     return metric
 
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from pflpipe.metrics.base import REGISTRY
+from pflpipe.metrics.base import METRIC_REGISTRY
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.summary import SplitSummary
 from pflpipe.metrics.table import measure
@@ -106,7 +106,7 @@ def fairness_bars_png(summary: SplitSummary, metrics: tuple[str, ...] = FAIRNESS
 
 
 def _bar_panel(ax, summary: SplitSummary, models: list[str], path: str, palette: dict) -> None:
-    metric = REGISTRY[path.rsplit(".", 1)[1]]
+    metric = METRIC_REGISTRY[path.rsplit(".", 1)[1]]
     fairer = "higher" if metric.higher_is_better else "lower"
     ax.set_title(f"{metric.name} {metric.direction} ({fairer} is fairer)", fontsize=10)
     if not models:

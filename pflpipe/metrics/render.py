@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from pflpipe.metrics.base import REGISTRY, fsum
+from pflpipe import markdown
+from pflpipe.layout import REPORT_JSON
+from pflpipe.metrics.base import METRIC_REGISTRY, fsum
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, GROUPS, SplitSummary
@@ -32,7 +34,7 @@ GROUP_NAMES = {
     "accuracy": "per-client {fair_measure}",
 }
 NULL_RULE = (
-    "A metric without a value is shown as — and is null in report.json; the model's "
+    f"A metric without a value is shown as — and is null in {REPORT_JSON}; the model's "
     "\"reasons\" mapping gives the reason at the metric's dotted path (e.g. "
     "\"performance.MPD\": \"U⁻ is empty: ...\"). Baselines have no QoI metrics."
 )
@@ -75,7 +77,7 @@ def cell(summary: SplitSummary, model: str, path: str) -> str:
 
 def heading(name: str) -> str:
     """Metric name with its direction, e.g. ``AV ↓``."""
-    return f"{name} {REGISTRY[name].direction}"
+    return f"{name} {METRIC_REGISTRY[name].direction}"
 
 
 def metric_table(summary: SplitSummary, models: list[str], paths: list[str]) -> Block:
@@ -85,7 +87,7 @@ def metric_table(summary: SplitSummary, models: list[str], paths: list[str]) -> 
         name = path.rsplit(".", 1)[1]
         rows.append([heading(name), *(cell(summary, m, path) for m in models)])
         best |= {(i, j + 1) for j in _best(
-            [summary.models[m].mean[path] for m in models], REGISTRY[name].higher_is_better)}
+            [summary.models[m].mean[path] for m in models], METRIC_REGISTRY[name].higher_is_better)}
     return ("table", ["Metric", *models], rows, best)
 
 
@@ -208,13 +210,7 @@ def to_markdown(blocks: Sequence[Block]) -> str:
             lines += [f"- [{text}]({href})" for text, href in block[1]] + [""]
         elif kind == "table":
             header, rows, best = block[1], block[2], block[3] if len(block) > 3 else set()
-            lines.append("| " + " | ".join(header) + " |")
-            lines.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header)))
-                         + "|")
-            lines += ["| " + " | ".join(f"**{c}**" if (i, j) in best else c
-                                        for j, c in enumerate(row)) + " |"
-                      for i, row in enumerate(rows)]
-            lines.append("")
+            lines += [*markdown.table(header, rows, "l" + "r" * (len(header) - 1), best), ""]
         elif kind == "figure":
             lines += [f"![{block[2]}]({block[1]})", "", f"*{block[2]}*", ""]
     return "\n".join(lines).rstrip() + "\n"

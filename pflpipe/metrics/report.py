@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pflpipe import layout
 from pflpipe.metrics import compute, curves, figures, generalization, render, tuning
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
@@ -82,7 +83,7 @@ def protocol(selection: str, local: str, global_: str, validation: bool | None =
 
 
 @dataclass(frozen=True)
-class Context:
+class ReportContext:
     """What a pipeline run adds to the table: the run, the curves, the pictures, the tables.
 
     Attributes:
@@ -120,7 +121,7 @@ class Report:
     metrics: tuple[str, ...] = ALL_METRICS
     sources: tuple[str, ...] = ()
     validation: bool | None = None   # False: the run had no validation split (see protocol)
-    context: Context = field(default_factory=Context)
+    context: ReportContext = field(default_factory=ReportContext)
     #: GA, PA and beats_global per split and model (`pflpipe.metrics.generalization`).
     comparisons: dict[str, dict[str, generalization.Comparison]] = field(default_factory=dict)
 
@@ -226,7 +227,8 @@ class Report:
             return []
         return [("h2", "Mechanism diagnostics"),
                 ("p", "What each algorithm's mechanism did per round (its `diagnostics` hooks, "
-                      "history.csv columns diag.*), mean over the round's clients and the seeds; "
+                      f"{layout.HISTORY_CSV} columns diag.*), mean over the round's clients and "
+                      "the seeds; "
                       "PersFL's choices per client (teacher round, λ, T) beside them."),
                 *(("figure", _diagnostic_figure(m), f"{m}: diagnostics over rounds.")
                   for m in series),
@@ -256,7 +258,7 @@ def _split_json(summary: SplitSummary, figure_files: dict[str, str]) -> dict:
 
 def build_report(table: ResultsTable, *, local: str = "local", global_: str = "fedavg",
                  selection: str = "best_val", metrics: Sequence[str] = ALL_METRICS,
-                 validation: bool | None = None, context: Context | None = None) -> Report:
+                 validation: bool | None = None, context: ReportContext | None = None) -> Report:
     """Evaluate a results table (see `summarize`); `metrics` chooses what md/html show.
 
     `validation` False states in the protocol that the run had no validation split; `context`
@@ -272,7 +274,7 @@ def build_report(table: ResultsTable, *, local: str = "local", global_: str = "f
     splits = summarize(table, local=local, global_=global_, selection=selection)
     comparisons = generalization.compare(table, global_=global_, selection=selection)
     return Report(splits, table.unit, selection, local, global_, tuple(metrics), table.sources,
-                  validation, context or Context(), comparisons)
+                  validation, context or ReportContext(), comparisons)
 
 
 @dataclass(frozen=True)
@@ -314,8 +316,8 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
     images |= {f"figures/{n}": data for n, (data, _) in report.context.images.items()}
     for relative, data in images.items():
         (out_dir / relative).write_bytes(data)
-    paths = ReportFiles(out_dir, out_dir / "report.json", out_dir / "report.md",
-                        out_dir / "report.html", tuple(out_dir / r for r in images))
+    paths = ReportFiles(out_dir, out_dir / layout.REPORT_JSON, out_dir / layout.REPORT_MD,
+                        out_dir / layout.REPORT_HTML, tuple(out_dir / r for r in images))
     text = json.dumps(report.to_json(figure_files), indent=2, ensure_ascii=False)
     paths.json.write_text(text + "\n", encoding="utf-8")
     blocks = report.blocks(figure_files)

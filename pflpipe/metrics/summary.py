@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pflpipe.metrics.base import REGISTRY, fsum
+from pflpipe.metrics.base import METRIC_REGISTRY, fsum
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE, quantum_of_improvement
 from pflpipe.metrics.table import (
@@ -245,7 +245,7 @@ def score(accuracy: np.ndarray, qoi: np.ndarray | None, role: str = "personalize
     for path in PATHS:
         group, name = path.rsplit(".", 1)
         data = accuracy if path == "performance.AA" else inputs.get(group)
-        if REGISTRY[name].reads == "accuracy_and_samples":
+        if METRIC_REGISTRY[name].reads == "accuracy_and_samples":
             if n_samples is None:
                 values[path] = None
                 reasons[path] = "the results table gives no n_samples for every client"
@@ -260,7 +260,7 @@ def score(accuracy: np.ndarray, qoi: np.ndarray | None, role: str = "personalize
             values[path], reasons[path] = None, f"{sign} is empty: no client " + (
                 "improved on max(G, L)" if sign == "U⁺" else "lost accuracy against max(G, L)")
             continue
-        values[path], reason = REGISTRY[name].compute(data)
+        values[path], reason = METRIC_REGISTRY[name].compute(data)
         if reason:
             reasons[path] = reason
     return values, reasons
@@ -320,7 +320,7 @@ def decide(question: str, models: Mapping[str, ModelResult], candidates: Sequenc
 
 def _winners(models: Mapping[str, ModelResult], candidates: Sequence[str], path: str
              ) -> list[str]:
-    metric = REGISTRY[path.rsplit(".", 1)[1]]
+    metric = METRIC_REGISTRY[path.rsplit(".", 1)[1]]
     ranked = {m: models[m].mean[path] for m in candidates}
     ranked = {m: metric.null_as if v is None else v for m, v in ranked.items()}
     ranked = {m: v for m, v in ranked.items() if v is not None}

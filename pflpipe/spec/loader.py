@@ -36,7 +36,7 @@ _Loader.add_implicit_resolver(
     list("-+0123456789"))
 
 
-def load_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
+def read_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
     """Load and validate a spec file (with `overrides`); raise SpecError listing every problem."""
     path = Path(path)
     try:
@@ -63,10 +63,35 @@ def parse_spec(text: str, filename: str = "<spec>", overrides: dict[str, Any] | 
         from pflpipe.spec.overrides import apply_overrides
 
         data = apply_overrides(data, overrides, lines, source)
+    unrunnable = registration_errors(data, lines, filename)
     try:
-        return Spec.model_validate(data)
+        spec = Spec.model_validate(data)
     except ValidationError as err:
-        raise SpecError(format_errors(err, data, lines, filename)) from None
+        # an entry naming a malformed params model is not in the union: say why, not "unknown"
+        others = [line for line in format_errors(err, data, lines, filename)
+                  if not any(f": personalization[{i}]" in line for i in unrunnable)]
+        raise SpecError([*unrunnable.values(), *others]) from None
+    if unrunnable:
+        raise SpecError(list(unrunnable.values()))
+    return spec
+
+
+def registration_errors(data: Any, lines: dict[Loc, int], filename: str) -> dict[int, str]:
+    """The personalization entries whose algorithm cannot run (`pflpipe.spec.registration`).
+
+    Returns the problem of each such entry, by its index, as ``FILE:LINE: path: problem``.
+    """
+    from pflpipe.spec.registration import problem
+
+    entries = data.get("personalization") if isinstance(data, dict) else None
+    out = {}
+    for index, entry in enumerate(entries if isinstance(entries, list) else ()):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str) and (text := problem(name)):
+            loc = ("personalization", index, "name")
+            line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
+            out[index] = f"{filename}:{line}: {_dotted(loc)}: {text}"
+    return out
 
 
 def parse_yaml(text: str, filename: str = "<spec>") -> tuple[dict, dict[Loc, int]]:

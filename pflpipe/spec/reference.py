@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from pflpipe import markdown
 from pflpipe.spec.spec import Spec
 
 _TAGS = ("name", "strategy", "architecture", "kind")
@@ -102,14 +103,10 @@ def _summary(model: type[BaseModel]) -> str:
 
 
 def _table(model: type[BaseModel], skip: str | None = None) -> str:
-    rows = ["| key | type | default | description |", "|---|---|---|---|"]
-    for name, field in model.model_fields.items():
-        if name == skip:
-            continue
-        key = field.alias or name
-        description = (field.description or "").replace("|", "\\|")
-        rows.append(f"| `{key}` | {_type(field.annotation)} | {_default(field)} | {description} |")
-    return "\n".join(rows) + "\n"
+    rows = [[f"`{field.alias or name}`", _type(field.annotation), _default(field),
+             (field.description or "").replace("|", "\\|")]
+            for name, field in model.model_fields.items() if name != skip]
+    return "\n".join(markdown.table(["key", "type", "default", "description"], rows)) + "\n"
 
 
 def _type(annotation: Any) -> str:

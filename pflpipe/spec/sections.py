@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from pflpipe.layout import REPORT_HTML, REPORT_JSON, REPORT_MD
 from pflpipe.spec.base import Section
 
 STAGES = (
@@ -95,7 +96,7 @@ class ServerOptimizer(Section):
         return self.lr if self.lr is not None else (1.0 if self.name == "fedavg" else 0.01)
 
 
-class Federation(Section):
+class FederationSettings(Section):
     """FedAvg's rounds and the default local-training settings of every algorithm."""
 
     rounds: int = Field(20, ge=1, description="Global rounds of the FedAvg warm start.")
@@ -200,8 +201,8 @@ class Evaluation(Section):
 
     metrics: list[Literal[METRICS]] = Field(  # type: ignore[valid-type]
         list(METRICS), min_length=1,
-        description="Metrics shown in report.md/report.html and logged to MLflow (all by "
-        "default); report.json always holds every metric.",
+        description=f"Metrics shown in {REPORT_MD}/{REPORT_HTML} and logged to MLflow (all by "
+        f"default); {REPORT_JSON} always holds every metric.",
     )
     baselines: Baselines = Field(default_factory=Baselines, description="Baseline model names.")
     selection: Literal["best_val", "last_round"] = Field(

@@ -6,7 +6,7 @@ import json
 from pydantic import Field, model_serializer, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-from pflpipe.spec.algorithms import PERSONALIZE, Algorithm, LocalParams, PersFLParams
+from pflpipe.spec.algorithms import PERSONALIZE, LocalParams, PersFLParams, PersonalizationEntry
 from pflpipe.spec.base import Section
 from pflpipe.spec.dataset import (
     GROUPED,
@@ -23,7 +23,7 @@ from pflpipe.spec.sections import (
     Engine,
     Evaluation,
     Experiment,
-    Federation,
+    FederationSettings,
     LocalStorage,
     Resources,
     Storage,
@@ -48,8 +48,8 @@ class Spec(Section):
         default_factory=lambda: {"architecture": "mlp"},
         description="The network; the thesis's DNN (one hidden layer of 100) when omitted.",
     )
-    federation: Federation = Field(default_factory=Federation)
-    personalization: list[Algorithm] = Field(
+    federation: FederationSettings = Field(default_factory=FederationSettings)
+    personalization: list[PersonalizationEntry] = Field(
         default_factory=lambda data: [] if _is_regression(data) else [{"name": "persfl"}],
         description="Algorithms compared against FedAvg and the local baseline; persfl when "
         "omitted (none for a regression dataset, whose targets persfl cannot distill).",

@@ -26,16 +26,15 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from pflpipe import layout, markdown
 from pflpipe.errors import DataError
-from pflpipe.stages.tables import SHARD_JSON
+from pflpipe.layout import SHARD_JSON
 from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
-RESULTS = "results.csv"
-MANIFEST = "collected.json"
-SOURCES = "sources.json"
+RESULTS, MANIFEST, SOURCES = layout.RESULTS_CSV, layout.COLLECTED_JSON, layout.SOURCES_JSON
 #: What of the partition directory is kept with the results (the samples are not).
-PARTITION_FILES = ("manifest.json", "label_distribution.png")
+PARTITION_FILES = (layout.MANIFEST_JSON, layout.HEATMAP_PNG)
 
 
 @dataclass(frozen=True)
@@ -57,8 +56,9 @@ class CollectedResults:
         name = "accuracy" if self.score == "accuracy" else "MSE"
         lines = [f"**collect_results** (seed {self.seed}): mean client test {name}, each "
                  f"client's model chosen by {self.selection}", "",
-                 f"| model | test {name} |", "|---|---:|"]
-        lines += [f"| {model} | {value:.4f} |" for model, value in self.test_accuracy.items()]
+                 *markdown.table(["model", f"test {name}"],
+                                 [[model, f"{value:.4f}"]
+                                  for model, value in self.test_accuracy.items()], "lr")]
         return "\n".join(lines) + "\n"
 
 
@@ -101,7 +101,7 @@ def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
     if partition_dir is not None:
         _keep_sources(out, Path(partition_dir), checkpoints_dir)
         track(spec, out, tracker)
-    upload_results(spec, out, f"seed-{seed}")
+    upload_results(spec, out, layout.seed_folder(seed))
     return result
 
 
@@ -113,18 +113,18 @@ def track(spec, out_dir: Path, tracker: Tracker) -> None:
 
     out = Path(out_dir)
     collected = json.loads((out / MANIFEST).read_text())
-    manifest = json.loads((out / "partition" / "manifest.json").read_text())
+    manifest = json.loads((out / layout.PARTITION / layout.MANIFEST_JSON).read_text())
     tracker.set_tags({f"partition_hash.seed-{collected['seed']}": manifest["content_hash"]})
     for model in reversed(collected["models"]):  # the runs table lists the newest first
         track_results.track_model(tracker, spec, collected["seed"], out / model,
-                                  out / "partition")
+                                  out / layout.PARTITION)
 
 
 def _keep_sources(out: Path, partition_dir: Path, checkpoints_dir: Path | None) -> None:
-    (out / "partition").mkdir(exist_ok=True)
+    (out / layout.PARTITION).mkdir(exist_ok=True)
     for name in PARTITION_FILES:
         if (partition_dir / name).is_file():
-            shutil.copyfile(partition_dir / name, out / "partition" / name)
+            shutil.copyfile(partition_dir / name, out / layout.PARTITION / name)
     sources = {"partition": str(partition_dir.absolute()),
                "checkpoints": str(Path(checkpoints_dir).absolute()) if checkpoints_dir else None}
     (out / SOURCES).write_text(json.dumps(sources, indent=2) + "\n")

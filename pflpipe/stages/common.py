@@ -16,8 +16,9 @@ from pathlib import Path
 
 import torch
 
+from pflpipe import layout
 from pflpipe.data.files import load_tensors
-from pflpipe.engine import distributed
+from pflpipe.engine import checkpoint, distributed
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import FederationResult
@@ -27,18 +28,24 @@ from pflpipe.engine.trainer import Context, make_trainer
 from pflpipe.engine.tree import Group, Tree
 from pflpipe.engine.two_level import GaussianLikelihood
 from pflpipe.errors import DataError
+from pflpipe.layout import (  # noqa: F401 - common.RESULTS_CSV etc. for older callers
+    HISTORY_CSV,
+    RESULTS_CSV,
+    SHARD_JSON,
+    SUMMARY_MD,
+    client_file,
+    round_file,
+)
 from pflpipe.models import build_model, head_keys
 from pflpipe.models.check import check_model
 from pflpipe.stages.notice import note
-from pflpipe.stages.tables import SHARD_JSON, read_csv  # noqa: F401 - common.read_csv
+from pflpipe.stages.tables import read_csv  # noqa: F401 - common.read_csv
 from pflpipe.storage import Store, open_store
 from pflpipe.tracking import Tracker, vocabulary
 
 log = logging.getLogger(__name__)
 RESULT_FIELDS = ("seed", "client", "model", "split", "selection", "round", "accuracy", "loss",
                  "n_samples", "scope")
-#: The tables and the summary of a results directory (docs/contracts.md).
-RESULTS_CSV, HISTORY_CSV, SUMMARY_MD = "results.csv", "history.csv", "summary.md"
 HISTORY_FIELDS = ("seed", "client", "model", "round", "split", "loss", "accuracy", "scope")
 #: Version of what the engine checkpoints; a new one never resumes from an older one's files.
 CHECKPOINT_FORMAT = 3   # 3: the engine's train rows carry compute and diagnostics
@@ -216,7 +223,7 @@ def checkpoint_store(spec, stage: str, key: dict) -> tuple[Store, str]:
     key = {**key, "checkpoint_format": CHECKPOINT_FORMAT}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
     root = open_store(spec.storage, default_root=spec.experiment.results_dir)
-    return root.child(f"checkpoints/{stage}/{digest}"), digest
+    return root.child(layout.stage_checkpoints(stage, digest)), digest
 
 
 def use_checkpoints(store: Store, resume: str, rounds: int) -> str:
@@ -227,9 +234,9 @@ def use_checkpoints(store: Store, resume: str, rounds: int) -> str:
     """
     if resume not in RESUME:
         raise ValueError(f"resume must be one of {RESUME} (got {resume!r})")
-    if not store.exists("progress.json"):
+    progress = checkpoint.progress_of(store)
+    if progress is None:
         return "fresh"
-    progress = json.loads(store.get_bytes("progress.json"))
     done = int(progress["rounds_completed"])
     finished = done >= rounds or bool(progress.get("stopped_early"))
     if resume == "none" or (resume == "unfinished" and finished):
@@ -382,9 +389,9 @@ def write_results(out_dir: Path, results: list[dict], history: list[dict],
     write_csv(out_dir / HISTORY_CSV,
               (*HISTORY_FIELDS, *counted, *diagnostic_columns(columns)), history)
     for name, state_dict in (models or {}).items():
-        (out_dir / "models").mkdir(exist_ok=True)
-        torch.save({k: v.detach().cpu() for k, v in state_dict.items()},
-                   out_dir / "models" / f"{name}.pt")
+        path = layout.model_file(out_dir, name)
+        path.parent.mkdir(exist_ok=True)
+        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, path)
     (out_dir / SUMMARY_MD).write_text(summary)
 
 
@@ -413,11 +420,6 @@ def client_models(model: Tree | Group, first_client: int = 0) -> dict[str, dict]
             for c in range(n_clients)}
 
 
-def client_file(client: int) -> str:
-    """The name (no suffix) of a client's model file in a results directory's models/."""
-    return f"client_{client:04d}"
-
-
 def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
     """Write `rows` as a CSV with the columns `fields` (other keys of a row are ignored).
 
@@ -430,14 +432,6 @@ def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
         writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-
-
-def round_file(directory: Path, round_idx: int) -> Path:
-    """The file of one round's global state_dict in a checkpoint directory."""
-    path = Path(directory) / f"round_{round_idx:04d}.pt"
-    if not path.is_file():
-        raise DataError(f"{directory}: no checkpoint for round {round_idx} ({path.name})")
-    return path
 
 
 def load_round(directory: Path, round_idx: int, device: torch.device) -> Group:

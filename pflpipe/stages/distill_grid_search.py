@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from pflpipe import layout, markdown
 from pflpipe.distill import GridConfig, chosen_history, run_grid
 from pflpipe.distill.figures import lambda_t_figure
 from pflpipe.stages import common, track_results
@@ -21,10 +22,8 @@ NO_VALIDATION_SPLIT = "train"
 GRID_FIELDS = ("client", "lam", "temperature", "train_loss", "train_accuracy", "val_loss",
                "val_accuracy", "test_loss", "test_accuracy")
 CHOSEN_FIELDS = ("client", "teacher_round", *GRID_FIELDS[1:])
-#: PersFL's tables beside results.csv and history.csv: every student's scores, each client's pick.
-GRID_CSV, CHOSEN_CSV = "grid.csv", "chosen.csv"
 #: The figures of a PersFL results directory: λ–T interaction, teacher rounds (copied).
-FIGURES = ("lambda_t.png", "teacher_rounds.png")
+FIGURES = (layout.LAMBDA_T_PNG, layout.TEACHER_ROUNDS_PNG)
 
 
 @dataclass(frozen=True)
@@ -44,10 +43,11 @@ class DistillResult:
                 " (no validation split)" if not self.has_validation else "")
         lines = [f"**{self.model}**: mean client test accuracy {self.test_accuracy:.4f}; (λ, T) "
                  f"chosen per client on {self.selection_split}{leak}", "",
-                 "| client | teacher round | λ | T | val accuracy | test accuracy |",
-                 "|---:|---:|---:|---:|---:|---:|"]
-        lines += [f"| {c['client']} | {c['teacher_round']} | {c['lam']:g} | {c['temperature']:g} | "
-                  f"{c['val_accuracy']:.4f} | {c['test_accuracy']:.4f} |" for c in self.chosen]
+                 *markdown.table(
+                     ["client", "teacher round", "λ", "T", "val accuracy", "test accuracy"],
+                     [[c["client"], c["teacher_round"], f"{c['lam']:g}", f"{c['temperature']:g}",
+                       f"{c['val_accuracy']:.4f}", f"{c['test_accuracy']:.4f}"]
+                      for c in self.chosen], "rrrrrr")]
         return "\n".join(lines) + "\n"
 
 
@@ -68,7 +68,7 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     """
     s = common.setup(spec, seed, partition_dir, shard)
     dist = spec.distillation
-    teachers = json.loads((Path(teachers_dir) / "teachers.json").read_text())["teachers"]
+    teachers = json.loads((Path(teachers_dir) / layout.TEACHERS_JSON).read_text())["teachers"]
     mine = teachers[s.data.first_client:s.data.first_client + s.data.n_clients]
     rounds = {t["round"]: common.load_round(checkpoints_dir, t["round"], s.device)
               for t in mine}
@@ -97,10 +97,10 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     history = common.history_rows(
         chosen_history(s.ctx, s.trainer, s.data, params, config, grid.chosen), model, seed)
     common.write_results(out, results, history, models, summary.to_markdown())
-    common.write_csv(out / GRID_CSV, GRID_FIELDS, grid.grid)
-    common.write_csv(out / CHOSEN_CSV, CHOSEN_FIELDS, list(chosen))
+    common.write_csv(out / layout.GRID_CSV, GRID_FIELDS, grid.grid)
+    common.write_csv(out / layout.CHOSEN_CSV, CHOSEN_FIELDS, list(chosen))
     lambda_t_figure(grid.grid, grid.chosen, out / FIGURES[0])
-    for name in ("teachers.csv", FIGURES[1]):
+    for name in (layout.TEACHERS_CSV, FIGURES[1]):
         shutil.copyfile(Path(teachers_dir) / name, out / name)
     if shard is not None:
         common.write_shard(out, s.data, summary)

@@ -12,24 +12,25 @@ import logging
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from pflpipe import layout
 from pflpipe.errors import DataError
 from pflpipe.stages.tables import read_csv
 from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 log = logging.getLogger(__name__)
-RESULTS = "results.csv"
+RESULTS = layout.RESULTS_CSV
 #: Pictures of the first seed shown in the report: (directory, file) → caption.
 PICTURES = {
-    ("partition", "label_distribution.png"): "The split: samples per client and class (first "
+    (layout.PARTITION, layout.HEATMAP_PNG): "The split: samples per client and class (first "
     "seed; the other seeds' are in their seed-N/partition/).",
-    ("persfl", "teacher_rounds.png"): "PersFL: each client's optimal teacher round, chosen on "
+    ("persfl", layout.TEACHER_ROUNDS_PNG): "PersFL: each client's optimal teacher round, chosen on "
     "its validation loss (thesis Fig. 6.1; first seed).",
-    ("persfl", "lambda_t.png"): "PersFL: test accuracy of every (λ, T) student per client, the "
-    "chosen pair ringed (thesis Figs. 6.2-6.7; first seed).",
+    ("persfl", layout.LAMBDA_T_PNG): "PersFL: test accuracy of every (λ, T) student per client, "
+    "the chosen pair ringed (thesis Figs. 6.2-6.7; first seed).",
 }
 
 
@@ -43,6 +44,9 @@ class ReportResult:
     fairest: dict[str, str | None]
     answers: str
     markdown: str
+    #: Each seed's collected results directory: the pipeline's output names them (as its report
+    #: artifact's metadata ``seed_dirs``), so no one globs the runner's layout to find them.
+    seed_dirs: dict[int, Path] = field(default_factory=dict)
 
     def to_markdown(self) -> str:
         """Return report.md (the KFP Markdown artifact)."""
@@ -95,13 +99,14 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     for directory in map(Path, results_dirs):  # the report links ../seed-N/results.csv
         seed = _seed_of(directory)
         if seed is not None:
-            tracker.log_artifact(directory / RESULTS, f"seed-{seed}")
+            tracker.log_artifact(directory / RESULTS, layout.seed_folder(seed))
     upload_results(spec, files.out_dir, "report")
     return ReportResult(
         out_dir=files.out_dir, files=(files.json, files.markdown, files.html, *files.figures),
         best={s: r.best.model for s, r in report.splits.items()},
         fairest={s: r.fairest.model for s, r in report.splits.items()},
         answers=report.answers(), markdown=files.markdown.read_text(encoding="utf-8"),
+        seed_dirs={seed: Path(d) for d in results_dirs if (seed := _seed_of(d)) is not None},
     )
 
 
@@ -147,12 +152,12 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
     Curves from every model's history.csv, the first seed's pictures, and a link to each seed's
     table as published next to the report (``../seed-N/results.csv``).
     """
-    from pflpipe.metrics.report import Context
+    from pflpipe.metrics.report import ReportContext
 
     seeds = {_seed_of(d): d for d in results_dirs if _seed_of(d) is not None}
     history = tuple(row for directory in seeds.values() for model in _models(directory)
-                    if (directory / model / "history.csv").is_file()
-                    for row in read_csv(directory / model / "history.csv"))
+                    if (directory / model / layout.HISTORY_CSV).is_file()
+                    for row in read_csv(directory / model / layout.HISTORY_CSV))
     images = {}
     if seeds:
         first = seeds[min(seeds)]
@@ -165,10 +170,12 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
             "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
                     f"{spec.partition.n_clients} clients",
             "rounds": _rounds(spec), "seeds": ", ".join(map(str, spec.experiment.seeds))}
-    links = tuple((f"seed {s}: results.csv", f"../seed-{s}/{RESULTS}") for s in sorted(seeds))
+    links = tuple((f"seed {s}: {RESULTS}", f"../{layout.seed_folder(s)}/{RESULTS}")
+                  for s in sorted(seeds))
     chosen = tuple(name for (folder, name) in PICTURES if folder == "persfl" and name in images)
     tuned = _tuning(spec, seeds[min(seeds)]) if seeds and spec.tuning else {}
-    return Context(info, history, images, links, spec.evaluation.compute_mismatch, chosen, tuned)
+    return ReportContext(info, history, images, links, spec.evaluation.compute_mismatch, chosen,
+                         tuned)
 
 
 def _tuning(spec, seed_dir: Path) -> dict:
@@ -210,12 +217,12 @@ def _rounds(spec) -> str:
 
 
 def _seed_of(directory: Path) -> int | None:
-    manifest = Path(directory) / "collected.json"
+    manifest = Path(directory) / layout.COLLECTED_JSON
     return json.loads(manifest.read_text())["seed"] if manifest.is_file() else None
 
 
 def _models(directory: Path) -> list[str]:
-    return json.loads((Path(directory) / "collected.json").read_text())["models"]
+    return json.loads((Path(directory) / layout.COLLECTED_JSON).read_text())["models"]
 
 
 def tracked_metrics(report) -> dict[str, float]:

@@ -12,7 +12,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from pflpipe import markdown
 from pflpipe.errors import DataError
+from pflpipe.layout import MANIFEST_JSON
 from pflpipe.stages.notice import note
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
@@ -82,19 +84,20 @@ class PartitionResult:
                  *([f"- reused the partition written by `pflpipe split` in "
                     f"{self.reused_from}"] if self.reused_from else []),
                  *(f"- **warning**: {warning}" for warning in self.warnings),
-                 "", "| client | train | val | test | total | classes |",
-                 "|---:|---:|---:|---:|---:|---|"]
-        for client in self.clients[:MARKDOWN_ROWS]:
-            lines.append(f"| {client.client_id} | {client.n_train} | {client.n_val} | "
-                         f"{client.n_test} | {client.n} | {format_classes(client.classes)} |")
+                 "", *markdown.table(
+                     ["client", "train", "val", "test", "total", "classes"],
+                     [[c.client_id, c.n_train, c.n_val, c.n_test, c.n, format_classes(c.classes)]
+                      for c in self.clients[:MARKDOWN_ROWS]], "rrrrrl")]
         if len(self.clients) > MARKDOWN_ROWS:
-            lines.append(f"\n{len(self.clients) - MARKDOWN_ROWS} more clients in manifest.json")
+            lines.append(f"\n{len(self.clients) - MARKDOWN_ROWS} more clients in {MANIFEST_JSON}")
         return "\n".join(lines) + "\n"
 
 
 def default_dir(spec, seed: int) -> Path:
     """Where `pflpipe split` writes a seed's partition, and where `pflpipe run` looks for it."""
-    return Path(spec.experiment.results_dir) / "partition" / f"seed-{seed}"
+    from pflpipe.layout import partition_dir
+
+    return partition_dir(spec.experiment.results_dir, seed)
 
 
 def run(spec, seed: int, out_dir: Path, *, tracker: Tracker = NULL_TRACKER,

@@ -5,12 +5,12 @@ model).
 """
 
 import hashlib
-import json
 import logging
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from pflpipe import layout
 from pflpipe.algorithms import build
 from pflpipe.data.files import load_tensors
 from pflpipe.engine.distributed import Recipe
@@ -134,15 +134,16 @@ def _starting_file(entry, checkpoints_dir: Path | None) -> Path | None:
     if checkpoints_dir is None:
         raise DataError(f"{entry.display_name}: warm_start is {warm!r} but no warm-start "
                         "checkpoints were given")
-    progress = Path(checkpoints_dir) / "progress.json"
-    if not progress.is_file():
-        raise DataError(f"{checkpoints_dir} holds no warm-start checkpoints (no progress.json)")
-    last = json.loads(progress.read_text())["rounds_completed"]
+    progress = layout.read_progress(checkpoints_dir)
+    if progress is None:
+        raise DataError(f"{checkpoints_dir} holds no warm-start checkpoints (no "
+                        f"{layout.PROGRESS_JSON})")
+    last = progress["rounds_completed"]
     round_idx = last if warm == "final" else warm
     if round_idx > last:
         raise DataError(f"{entry.display_name}: warm_start round {round_idx} does not exist; the "
                         f"warm start ran {last} rounds")
-    return common.round_file(checkpoints_dir, round_idx)
+    return layout.round_file(checkpoints_dir, round_idx)
 
 
 def _digest(params) -> str:

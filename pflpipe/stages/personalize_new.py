@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pflpipe import layout
 from pflpipe.distill import GridConfig, choose_rounds, run_grid
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.evaluate import evaluate
@@ -79,20 +80,21 @@ def run(spec, client_file: Path, partition_dir: Path, checkpoints_dir: Path, out
                             tuple(int(data.split(n).counts[0]) for n in ("train", "val", "test")))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "teacher.json").write_text(json.dumps({
+    (out / layout.TEACHER_JSON).write_text(json.dumps({
         "round": rounds[row], "criterion": spec.teachers.criterion,
         "val_loss_by_round": dict(zip(rounds, scores["val"][0].tolist(), strict=True))}, indent=2))
-    common.write_csv(out / "grid.csv", GRID_FIELDS, grid.grid)
-    torch.save({k: v[0].cpu() for k, v in grid.params.items()}, out / "model.pt")
-    (out / "summary.md").write_text(result.to_markdown())
+    common.write_csv(out / layout.GRID_CSV, GRID_FIELDS, grid.grid)
+    torch.save({k: v[0].cpu() for k, v in grid.params.items()}, out / layout.MODEL_PT)
+    (out / layout.SUMMARY_MD).write_text(result.to_markdown())
     return result
 
 
 def _rounds(checkpoints_dir: Path) -> list[int]:
-    rounds = sorted(int(p.stem.split("_")[1]) for p in checkpoints_dir.glob("round_*.pt"))
+    rounds = layout.rounds_in(checkpoints_dir)
     if len(rounds) < 2:
         raise DataError(f"{checkpoints_dir} holds {len(rounds)} round checkpoint(s); the warm "
-                        "start must have kept every round (round_0000.pt … round_R.pt)")
+                        f"start must have kept every round ({layout.round_key(0)}, "
+                        f"{layout.round_key(1)}, …)")
     return rounds
 
 

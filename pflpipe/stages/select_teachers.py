@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pflpipe import layout, markdown
 from pflpipe.errors import DataError
 from pflpipe.stages import common
 from pflpipe.tracking import NULL_TRACKER, Tracker
@@ -26,9 +27,9 @@ class TeachersResult:
     def to_markdown(self) -> str:
         """Table of chosen rounds (thesis Fig. 6.1 as numbers)."""
         lines = [f"**select_teachers** ({self.criterion}; last round {self.last_round})", "",
-                 "| client | round | val loss | val accuracy |", "|---:|---:|---:|---:|"]
-        lines += [f"| {t['client']} | {t['round']} | {_number(t['val_loss'])} | "
-                  f"{_number(t['val_accuracy'])} |" for t in self.teachers]
+                 *markdown.table(["client", "round", "val loss", "val accuracy"],
+                                 [[t["client"], t["round"], _number(t["val_loss"]),
+                                   _number(t["val_accuracy"])] for t in self.teachers], "rrrr")]
         return "\n".join(lines) + "\n"
 
 
@@ -59,12 +60,12 @@ def run(spec, checkpoints_dir: Path, teachers_dir: Path, *, tracker: Tracker = N
                      for c, r in enumerate(rows.tolist()))
     out = Path(teachers_dir)
     out.mkdir(parents=True, exist_ok=True)
-    common.write_csv(out / "teachers.csv", FIELDS, list(teachers))
-    (out / "teachers.json").write_text(json.dumps({"criterion": criterion,
+    common.write_csv(out / layout.TEACHERS_CSV, FIELDS, list(teachers))
+    (out / layout.TEACHERS_JSON).write_text(json.dumps({"criterion": criterion,
                                                    "teacher": spec.distillation.teacher,
                                                    "teachers": list(teachers)}, indent=2))
     figure = teacher_rounds_figure([t["round"] for t in teachers], rounds[-1],
-                                   out / "teacher_rounds.png")
+                                   out / layout.TEACHER_ROUNDS_PNG)
     result = TeachersResult(teachers, criterion, rounds[-1])
     tracker.log_params({"criterion": criterion, "teacher": spec.distillation.teacher})
     tracker.log_artifact(figure, "figures")
@@ -82,9 +83,9 @@ def _matrices(checkpoints_dir: Path):
     """
     import torch
 
-    path = checkpoints_dir / "round_metrics.csv"
+    path = checkpoints_dir / layout.ROUND_METRICS_CSV
     if not path.is_file():
-        raise DataError(f"{checkpoints_dir} has no round_metrics.csv; run warm_start_fedavg first")
+        raise DataError(f"{checkpoints_dir} has no {path.name}; run warm_start_fedavg first")
     every = common.read_csv(path)
     rows = [r for r in every if r["split"] == "val"]
     if not rows:

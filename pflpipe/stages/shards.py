@@ -16,16 +16,17 @@ import json
 import shutil
 from pathlib import Path
 
+from pflpipe import layout
 from pflpipe.distill.figures import lambda_t_figure
 from pflpipe.errors import DataError
 from pflpipe.stages import common
-from pflpipe.stages.distill_grid_search import CHOSEN_CSV, FIGURES, GRID_CSV, DistillResult
+from pflpipe.stages.distill_grid_search import FIGURES, DistillResult
 from pflpipe.stages.personalize import PersonalizeResult
 
 #: The tables of a results directory that hold rows of the shard's own clients.
-TABLES = (common.RESULTS_CSV, common.HISTORY_CSV, GRID_CSV, CHOSEN_CSV)
+TABLES = (layout.RESULTS_CSV, layout.HISTORY_CSV, layout.GRID_CSV, layout.CHOSEN_CSV)
 #: Written again over all clients (the summary, the λ–T figure) or not kept (the shard's record).
-RECOMPUTED = (common.SUMMARY_MD, FIGURES[0], common.SHARD_JSON)
+RECOMPUTED = (layout.SUMMARY_MD, FIGURES[0], layout.SHARD_JSON)
 
 
 def merge(shard_dirs: list[Path], out_dir: Path) -> DistillResult | PersonalizeResult:
@@ -49,27 +50,27 @@ def merge(shard_dirs: list[Path], out_dir: Path) -> DistillResult | PersonalizeR
                         f"ends at client {expected - 1}, and there are {whole} clients "
                         f"(0–{whole - 1})")
     out = Path(out_dir)
-    (out / "models").mkdir(parents=True, exist_ok=True)
+    (out / layout.MODELS).mkdir(parents=True, exist_ok=True)
     first_dir = shards[0][1]
     for path in sorted(first_dir.iterdir()):
         if path.name in TABLES:
             _merge_table([directory / path.name for _, directory in shards], out / path.name)
-        elif path.name == "models":
+        elif path.name == layout.MODELS:
             for _, directory in shards:
-                for model in sorted((directory / "models").iterdir()):
-                    shutil.copyfile(model, out / "models" / model.name)
+                for model in sorted((directory / layout.MODELS).iterdir()):
+                    shutil.copyfile(model, out / layout.MODELS / model.name)
         elif path.name not in RECOMPUTED:
             shutil.copyfile(path, out / path.name)
     summary = _summary([record["summary"] for record, _ in shards], out)
-    (out / common.SUMMARY_MD).write_text(summary.to_markdown())
+    (out / layout.SUMMARY_MD).write_text(summary.to_markdown())
     return summary
 
 
 def _record(directory: Path) -> dict:
-    path = directory / common.SHARD_JSON
+    path = directory / layout.SHARD_JSON
     if not path.is_file():
         raise DataError(f"{directory} is not the results directory of a client shard (no "
-                        f"{common.SHARD_JSON})")
+                        f"{layout.SHARD_JSON})")
     return json.loads(path.read_text())
 
 
@@ -82,13 +83,13 @@ def _merge_table(paths: list[Path], out: Path) -> None:
 def _summary(parts: list[dict], out: Path) -> DistillResult | PersonalizeResult:
     """The stage's summary over every client, from the merged tables."""
     if "chosen" in parts[0]:
-        chosen = tuple(_numbers(row) for row in common.read_csv(out / CHOSEN_CSV))
-        grid = [_numbers(row) for row in common.read_csv(out / GRID_CSV)]
+        chosen = tuple(_numbers(row) for row in common.read_csv(out / layout.CHOSEN_CSV))
+        grid = [_numbers(row) for row in common.read_csv(out / layout.GRID_CSV)]
         lambda_t_figure(grid, list(chosen), out / FIGURES[0])
         return DistillResult(**{**parts[0], "chosen": chosen, "test_accuracy": sum(
             c["test_accuracy"] for c in chosen) / len(chosen)})
     results = [{**row, "accuracy": float(row["accuracy"])}
-               for row in common.read_csv(out / common.RESULTS_CSV)]
+               for row in common.read_csv(out / layout.RESULTS_CSV)]
     return PersonalizeResult(**{**parts[0], **{
         f"{selection}_test_accuracy": common.mean_test_accuracy(results, selection)
         for selection in ("best_val", "last_round")}})

@@ -7,9 +7,6 @@ must not pay for `pflpipe.stages.common` (torch, the engine) at start-up.
 import csv
 from pathlib import Path
 
-#: What a client shard's results directory says of itself (`pflpipe.stages.shards`).
-SHARD_JSON = "shard.json"
-
 
 def read_csv(path: Path) -> list[dict]:
     """Rows of a CSV written by a stage."""

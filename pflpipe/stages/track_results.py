@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from pflpipe import layout
 from pflpipe.stages import common, tune
 from pflpipe.tracking import NULL_TRACKER, Tracker, vocabulary
 
@@ -21,8 +22,8 @@ from pflpipe.tracking import NULL_TRACKER, Tracker, vocabulary
 STAGES = {"fedavg": "warm_start_fedavg", "local": "train_local",
           "persfl": "distill_grid_search", "persfl_gd": "distill_grid_search"}
 #: PersFL's figures and tables that its run carries (results directory → artifact folder).
-PERSFL_ARTIFACTS = {"lambda_t.png": "figures", "teacher_rounds.png": "figures",
-                    "grid.csv": "distillation", "chosen.csv": "distillation"}
+PERSFL_ARTIFACTS = {layout.LAMBDA_T_PNG: "figures", layout.TEACHER_ROUNDS_PNG: "figures",
+                    layout.GRID_CSV: "distillation", layout.CHOSEN_CSV: "distillation"}
 
 
 def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_dir: Path
@@ -32,7 +33,7 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
         return
     results_dir = Path(results_dir)
     results, history = (common.read_csv(results_dir / name)
-                        for name in (common.RESULTS_CSV, common.HISTORY_CSV))
+                        for name in (layout.RESULTS_CSV, layout.HISTORY_CSV))
     model = results[0]["model"]
     stage = STAGES.get(model, "personalize")
     several = len(spec.experiment.seeds) > 1
@@ -42,16 +43,16 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
     with tracker.child(vocabulary.run_name(model, seed=seed if several else None), tags) as run:
         run.log_params({"seed": seed, **_settings(spec, model, results_dir)})
         if stage == "distill_grid_search":
-            chosen = {int(r["client"]): r for r in common.read_csv(results_dir / "chosen.csv")}
+            chosen = {int(r["client"]): r for r in common.read_csv(results_dir / layout.CHOSEN_CSV)}
             extra = lambda client: _teacher_and_pair(chosen[client])  # noqa: E731
             for name, folder in PERSFL_ARTIFACTS.items():
                 if (results_dir / name).is_file():
                     run.log_artifact(results_dir / name, folder)
-        if model == "fedavg" and (results_dir / "models" / "global_best_val.pt").is_file():
-            template.load_state_dict(_load(results_dir / "models" / "global_best_val.pt"))
+        best = layout.model_file(results_dir, layout.GLOBAL_BEST_VAL)
+        if model == "fedavg" and best.is_file():
+            template.load_state_dict(_load(best))
             run.log_model(template, "fedavg-global")
-        models = {path.stem: _load(path)
-                  for path in sorted((results_dir / "models").glob("client_*.pt"))}
+        models = {path.stem: _load(path) for path in layout.client_model_files(results_dir)}
         common.log_clients(run, stage, model, results, history, extra, models or None,
                            seed=seed if several else None, template=template)
 

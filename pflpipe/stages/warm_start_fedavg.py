@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pflpipe import layout
 from pflpipe.algorithms import FedAvg
 from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import Plan
@@ -71,7 +72,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
         common.has_validation(data))
     common.write_results(Path(results_dir), results, history, {
         "global": result.global_params,
-        "global_best_val": common.load_round(checkpoints_dir, best_round, data.train.x.device)},
+        layout.GLOBAL_BEST_VAL: common.load_round(checkpoints_dir, best_round,
+                                                  data.train.x.device)},
         summary.to_markdown())
     track_results.track_model(tracker, spec, seed, results_dir, partition_dir)
     return summary
@@ -102,11 +104,11 @@ def _recipe(spec, seed: int, partition_dir: Path) -> Recipe:
 def _write_checkpoints(store, out_dir: Path, rows: list[dict], data) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for key in store.list():
-        if key.startswith("round_") or key == "progress.json":
+        if layout.round_of(key) is not None or key == layout.PROGRESS_JSON:
             (out_dir / key).write_bytes(store.get_bytes(key))
     rows = [{**row, "n_samples": data.split(row["split"]).counts[row["client"]].item()}
             for row in rows if row["split"] in ("val", "test")]
-    common.write_csv(out_dir / "round_metrics.csv", METRIC_FIELDS, rows)
+    common.write_csv(out_dir / layout.ROUND_METRICS_CSV, METRIC_FIELDS, rows)
 
 
 def _global_results(rows: list[dict], last: int, seed: int, data) -> tuple[list[dict], int]:

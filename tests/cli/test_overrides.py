@@ -8,7 +8,7 @@ import yaml
 import pflpipe
 from pflpipe.cli import main
 from pflpipe.errors import SpecError
-from pflpipe.spec import load_spec
+from pflpipe.spec import read_spec
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "specs" / "persfl-digits.yaml"
@@ -59,7 +59,7 @@ def test_api_overrides_are_validated_like_the_file():
 
 
 def test_the_api_compiles_a_spec(tmp_path):
-    path = pflpipe.compile(load_spec(QUICKSTART), tmp_path / "p.yaml")
+    path = pflpipe.compile(read_spec(QUICKSTART), tmp_path / "p.yaml")
     assert path.read_text().startswith("# PIPELINE DEFINITION")
 
 

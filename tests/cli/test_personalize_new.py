@@ -7,7 +7,7 @@ import pytest
 from sklearn.datasets import load_digits
 
 from pflpipe.cli import main
-from pflpipe.spec import load_spec
+from pflpipe.spec import read_spec
 from pflpipe.stages import partition_data, warm_start_fedavg
 
 SPEC = """\
@@ -25,7 +25,7 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("newcomer")
     path = root / "spec.yaml"
     path.write_text(SPEC.format(out=root / "results"))
-    spec = load_spec(path)
+    spec = read_spec(path)
     base = root / "work"
     partition_data.run(spec, 0, base / "partition")
     warm_start_fedavg.run(spec, 0, base / "partition", base / "checkpoints", base / "fedavg")

@@ -16,7 +16,7 @@ import pytest
 
 from pflpipe.cli import main
 from pflpipe.metrics.report import NO_VALIDATION
-from pflpipe.spec import load_spec
+from pflpipe.spec import read_spec
 from pflpipe.stages import partition_data, warm_start_fedavg
 
 SPEC = """\
@@ -56,7 +56,7 @@ def line(output: str, stage: str) -> str:
 def runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("run-control")
     (work / "spec.yaml").write_text(SPEC.format(out=work / "results"))
-    spec = load_spec(work / "spec.yaml")
+    spec = read_spec(work / "spec.yaml")
     assert main(["split", str(work / "spec.yaml")]) == 0
     # a warm start killed after round 1, as a crash would leave it
     partition_data.run(spec, 0, work / "scratch" / "partition")

@@ -7,7 +7,7 @@ import pytest
 from pflpipe.cli import main
 from pflpipe.data import load_partition
 from pflpipe.data.export import export_partition
-from pflpipe.spec import load_spec
+from pflpipe.spec import read_spec
 from pflpipe.stages import common, partition_data, warm_start_fedavg
 
 SPEC = """\
@@ -28,7 +28,7 @@ def write_spec(tmp_path, name: str, dataset: str, partition: str):
 
 def trained(spec_path, tmp_path, name: str) -> tuple[list[dict], list]:
     """Partition and warm-start a spec in-process; return results.csv and the partition."""
-    spec = load_spec(spec_path)
+    spec = read_spec(spec_path)
     work = tmp_path / f"run-{name}"
     partition_data.run(spec, 0, work / "partition")
     warm_start_fedavg.run(spec, 0, work / "partition", work / "checkpoints", work / "fedavg")

@@ -98,7 +98,8 @@ def chain(tmp_path_factory):
                                   **track)
     parent.finish()
     return {"spec": spec, "parent": parent, "md": md,
-            **{name: Path(x.path) for name, x in a.items()}, "metrics_artifact": a["metrics"]}
+            **{name: Path(x.path) for name, x in a.items()}, "metrics_artifact": a["metrics"],
+            "report_artifact": a["report"]}
 
 
 def test_partition_data_writes_a_partition_of_every_client(chain):
@@ -152,6 +153,11 @@ def test_evaluate_fairness_writes_the_report_and_an_html_artifact(chain):
                                                           "report.html", "figures"}
     assert chain["html"].read_bytes() == (chain["report"] / "report.html").read_bytes()
     assert json.loads((chain["report"] / "report.json").read_text())["best"]
+
+
+def test_evaluate_fairness_names_each_seeds_directory_in_its_report_metadata(chain):
+    # The pipeline's output (the report artifact) names the seed directories the CLI publishes
+    assert chain["report_artifact"].metadata["seed_dirs"] == {"0": str(chain["seed0"])}
 
 
 def test_collect_results_logs_a_run_per_algorithm_under_the_parent(chain):

@@ -21,7 +21,7 @@ import yaml
 from pflpipe.errors import DataError
 from pflpipe.pipelines.compile import compile_pipeline
 from pflpipe.pipelines.graph import personalize_items
-from pflpipe.spec import load_spec, parse_spec
+from pflpipe.spec import parse_spec, read_spec
 from pflpipe.stages import (
     collect_results,
     common,
@@ -200,7 +200,7 @@ def sharded_run(tmp_path_factory):
     run = subprocess.run([str(Path(sys.executable).with_name("pflpipe")), "run", "spec.yaml"],
                          cwd=work, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout + run.stderr
-    spec = load_spec(work / "spec.yaml")
+    spec = read_spec(work / "spec.yaml")
     alone = work / "alone"
     partition_data.run(spec, 0, alone / "partition")
     warm_start_fedavg.run(spec, 0, alone / "partition", alone / "checkpoints", alone / "fedavg")

@@ -20,10 +20,10 @@ storage: {{kind: local, path: {store}}}
 CHILD = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
     from pflpipe.stages import partition_data, warm_start_fedavg
 
-    spec, out = load_spec(sys.argv[1]), Path(sys.argv[2])
+    spec, out = read_spec(sys.argv[1]), Path(sys.argv[2])
     if not (out / "partition" / "manifest.json").exists():
         partition_data.run(spec, 0, out / "partition")
     def report(round_idx, rows):

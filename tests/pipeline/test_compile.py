@@ -27,7 +27,7 @@ from kfp import components as kfp_components
 from pflpipe.cli import main
 from pflpipe.pipelines.cache import scoped_spec_json
 from pflpipe.pipelines.compile import compile_pipeline
-from pflpipe.spec import load_spec, parse_spec
+from pflpipe.spec import parse_spec, read_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
@@ -135,7 +135,7 @@ def test_cli_compile_writes_kfp_ir_for_every_spec(spec_path, tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert str(out) in captured.out
-    spec = load_spec(spec_path)
+    spec = read_spec(spec_path)
     ir, _ = load_ir(out)
     assert ir["pipelineInfo"]["name"] == spec.experiment.name
     assert ir["schemaVersion"].startswith("2.")
@@ -265,7 +265,7 @@ def test_ir_caches_every_stage_but_the_two_that_track(explicit_ir):
 
 def test_gpu_example_spec_puts_gpus_on_its_gpu_stages_only(tmp_path):
     spec_path = REPO / "specs" / "persfl-cifar10-ds1.yaml"
-    ir, platform = load_ir(compile_pipeline(load_spec(spec_path), tmp_path / "p.yaml"))
+    ir, platform = load_ir(compile_pipeline(read_spec(spec_path), tmp_path / "p.yaml"))
     tasks = executor_tasks(ir)
     gpu_stages = {"warm_start_fedavg", "personalize", "distill_grid_search"}
 
@@ -295,7 +295,7 @@ def test_gpu_example_spec_puts_gpus_on_its_gpu_stages_only(tmp_path):
 
 
 def test_spec_without_kubernetes_settings_has_no_platform_spec(tmp_path):
-    _, platform = load_ir(compile_pipeline(load_spec(REPO / "specs" / "persfl-digits.yaml"),
+    _, platform = load_ir(compile_pipeline(read_spec(REPO / "specs" / "persfl-digits.yaml"),
                                            tmp_path / "p.yaml"))
     assert platform == {}
 
@@ -400,7 +400,7 @@ def _expand_json(node):
 
 
 def test_golden_ir_of_the_quickstart_spec(tmp_path):
-    compiled = compile_pipeline(load_spec(REPO / "specs" / "persfl-digits.yaml"),
+    compiled = compile_pipeline(read_spec(REPO / "specs" / "persfl-digits.yaml"),
                                 tmp_path / "persfl-digits.yaml").read_text(encoding="utf-8")
     if os.environ.get("PFLPIPE_REGEN_GOLDEN") == "1":
         GOLDEN.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from kfp import compiler, dsl, local
 from kfp.dsl import Artifact, Input, Output
 
 from pflpipe.pipelines import build_pipeline
-from pflpipe.spec import load_spec
+from pflpipe.spec import read_spec
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
@@ -96,7 +96,7 @@ def _dags(ir: dict):
 @pytest.mark.parametrize("spec_path", SPECS, ids=lambda p: p.stem)
 def test_pflpipe_loops_take_no_task_output_parameter(spec_path, tmp_path):
     path = tmp_path / "pipeline.yaml"
-    compiler.Compiler().compile(build_pipeline(load_spec(spec_path)), str(path))
+    compiler.Compiler().compile(build_pipeline(read_spec(spec_path)), str(path))
     ir = next(yaml.safe_load_all(path.read_text()))
 
     loops = [(name, task) for dag in _dags(ir) for name, task in dag["tasks"].items()

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pflpipe.metrics import (
-    REGISTRY,
+    METRIC_REGISTRY,
     cosine_similarity,
     entropy,
     jain_index,
@@ -65,7 +65,7 @@ def test_every_metric_is_invariant_to_client_order(values, rng):
     rng.shuffle(shuffled)
     reads = {"distribution": lambda c: [abs(v) for v, _ in c],
              "accuracy_and_samples": lambda c: [[v, n] for v, n in c]}
-    for metric in REGISTRY.values():
+    for metric in METRIC_REGISTRY.values():
         view = reads.get(metric.reads, lambda c: [v for v, _ in c])
         assert metric.compute(view(clients)) == metric.compute(view(shuffled)), metric.name
 

@@ -12,7 +12,8 @@ MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.sto
            "pflpipe.tracking.runs", "pflpipe.tracking.scrub", "pflpipe.tracking.store",
            "pflpipe.tracking.vocabulary",
            "pflpipe.spec.overrides", "pflpipe.metrics.curves", "pflpipe.stages.common",
-           "pflpipe.stages.evaluate_fairness"]
+           "pflpipe.layout", "pflpipe.markdown",
+           "pflpipe.spec.algorithms.base", "pflpipe.stages.evaluate_fairness"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,7 +1,7 @@
 """The report's compute table and its unequal-compute warning, on hand-made histories."""
 
 from pflpipe.metrics import compute, table_from_records
-from pflpipe.metrics.report import Context, build_report
+from pflpipe.metrics.report import ReportContext, build_report
 
 
 def _history(model, clients_per_round, rounds=3, samples=50):
@@ -49,8 +49,8 @@ def test_report_shows_the_compute_table_and_the_warning_at_the_specs_factor():
         {"client": c, "model": m, "accuracy": 0.5 + 0.01 * c, "split": "test"}
         for c in range(3) for m in ("pfedvem", "pfedme", "local", "fedavg")])
 
-    strict = build_report(table, context=Context(history=history))
-    loose = build_report(table, context=Context(history=history, compute_mismatch=20.0))
+    strict = build_report(table, context=ReportContext(history=history))
+    loose = build_report(table, context=ReportContext(history=history, compute_mismatch=20.0))
 
     markdown = strict.to_markdown()
     assert "## Compute" in markdown

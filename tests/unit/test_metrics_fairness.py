@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pflpipe.metrics import (
-    REGISTRY,
+    METRIC_REGISTRY,
     UndefinedMetricError,
     average_variance,
     cosine_similarity,
@@ -79,12 +79,12 @@ def test_fairness_metric_rejects_the_mixed_qoi_set(fn):
 
 @pytest.mark.parametrize("name", ["AV", "CS", "Entropy", "JI"])
 def test_fairness_metric_is_undefined_on_an_empty_set(name):
-    value, reason = REGISTRY[name].compute([])
+    value, reason = METRIC_REGISTRY[name].compute([])
     assert value is None and reason == f"{name} is undefined on an empty set of clients"
 
 
 def test_registry_says_lower_av_and_higher_cs_entropy_ji_are_fairer():
-    assert {n: REGISTRY[n].higher_is_better for n in ("AV", "CS", "Entropy", "JI")} == {
+    assert {n: METRIC_REGISTRY[n].higher_is_better for n in ("AV", "CS", "Entropy", "JI")} == {
         "AV": False, "CS": True, "Entropy": True, "JI": True}
 
 

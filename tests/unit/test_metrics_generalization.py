@@ -5,7 +5,7 @@ import json
 import pytest
 
 from pflpipe.errors import DataError
-from pflpipe.metrics import REGISTRY, read_table, table_from_records
+from pflpipe.metrics import METRIC_REGISTRY, read_table, table_from_records
 from pflpipe.metrics.generalization import compare, percent_beats_global, personalization_gain
 from pflpipe.metrics.report import build_report, write_report
 from pflpipe.stages import evaluate_fairness
@@ -28,8 +28,8 @@ def test_percent_beats_global_counts_strict_gains_only():
     gain = personalization_gain([0.9, 0.6, 0.7, 0.8], [0.8, 0.7, 0.7, 0.5])
 
     assert percent_beats_global(gain) == 50.0
-    assert REGISTRY["beats_global"].higher_is_better
-    assert REGISTRY["beats_global"].compute([]) == (
+    assert METRIC_REGISTRY["beats_global"].higher_is_better
+    assert METRIC_REGISTRY["beats_global"].compute([]) == (
         None, "beats_global is undefined on an empty set of clients")
 
 

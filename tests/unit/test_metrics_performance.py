@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pflpipe.metrics import (
-    REGISTRY,
+    METRIC_REGISTRY,
     UndefinedMetricError,
     accuracy_std,
     average_accuracy,
@@ -135,12 +135,12 @@ def test_bottom_decile_mean_averages_the_worst_tenth_rounded_up():
 
 def test_metrics_are_undefined_on_no_clients():
     for name in ("PUI", "PUD", "AA", "min", "bottom_decile"):
-        value, reason = REGISTRY[name].compute([])
+        value, reason = METRIC_REGISTRY[name].compute([])
         assert value is None and "empty set of clients" in reason
 
 
 def test_registry_marks_the_direction_of_each_performance_metric():
-    directions = {name: REGISTRY[name].higher_is_better
+    directions = {name: METRIC_REGISTRY[name].higher_is_better
                   for name in ("PUI", "PUD", "MPI", "API", "MPD", "APD", "AA", "std", "min",
                                "bottom_decile")}
     assert directions == {"PUI": True, "PUD": False, "MPI": True, "API": True, "MPD": True,
@@ -149,6 +149,6 @@ def test_registry_marks_the_direction_of_each_performance_metric():
 
 
 def test_registry_entry_computes_like_its_function():
-    assert REGISTRY["MPI"](QOI.tolist()) == median_improvement(QOI)
-    assert REGISTRY["MPD"].compute([1.0, 2.0]) == (None, "U⁻ is empty: no client lost accuracy "
-                                                           "against max(G, L)")
+    assert METRIC_REGISTRY["MPI"](QOI.tolist()) == median_improvement(QOI)
+    assert METRIC_REGISTRY["MPD"].compute([1.0, 2.0]) == (
+        None, "U⁻ is empty: no client lost accuracy against max(G, L)")

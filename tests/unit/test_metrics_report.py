@@ -128,7 +128,7 @@ def test_report_without_personalized_models_still_renders(tmp_path):
 def test_regression_report_names_its_score_negative_mse(tmp_path):
     """A regression's report says −MSE wherever a classification's says accuracy."""
     from pflpipe.metrics import read_table
-    from pflpipe.metrics.report import Context
+    from pflpipe.metrics.report import ReportContext
 
     mse = {"local": [0.5, 0.25], "fedavg": [0.25, 1.0], "x": [0.125, 0.5]}
     path = tmp_path / "results.csv"
@@ -136,7 +136,7 @@ def test_regression_report_names_its_score_negative_mse(tmp_path):
         f"{c},{m},test,nan,{v[c]}\n" for m, v in mse.items() for c in (0, 1)))
     history = tuple({"model": m, "split": "test", "round": r, "accuracy": "nan",
                      "loss": v[0] * r} for m, v in mse.items() for r in (1, 2))
-    report = build_report(read_table([path]), context=Context(history=history))
+    report = build_report(read_table([path]), context=ReportContext(history=history))
     files = write_report(report, tmp_path / "report")
     text = files.markdown.read_text()
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pflpipe.metrics import REGISTRY, summarize, table_from_records
+from pflpipe.metrics import METRIC_REGISTRY, summarize, table_from_records
 from pflpipe.metrics.base import UndefinedMetricError
 from pflpipe.metrics.performance import bottom_decile_mean, top_samples_decile
 from pflpipe.metrics.report import build_report
@@ -36,9 +36,9 @@ def test_top_samples_decile_rejects_values_without_sample_counts():
 
 def test_worst_tenth_is_the_bottom_decile_mean_unweighted():
     # Self-FL's "worst 10% user avg acc": the plain mean of the ⌈K/10⌉ lowest accuracies.
-    assert REGISTRY["bottom_decile"].fn is bottom_decile_mean
+    assert METRIC_REGISTRY["bottom_decile"].fn is bottom_decile_mean
     assert bottom_decile_mean(np.array([0.9] * 10 + [0.1, 0.3])) == pytest.approx(0.2)
-    assert REGISTRY["top_samples_decile"].higher_is_better
+    assert METRIC_REGISTRY["top_samples_decile"].higher_is_better
 
 
 def _records(with_counts=True):

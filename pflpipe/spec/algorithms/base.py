@@ -6,6 +6,7 @@ algorithm and the only home of its defaults. They live apart from the algorithm'
 """
 
 import re
+import typing
 from typing import ClassVar, Literal, NamedTuple
 
 from pydantic import Field, field_validator
@@ -19,6 +20,22 @@ class Rounds(NamedTuple):
     rounds: int
     local_epochs: int
     client_fraction: float
+
+
+def algorithm_name(model: type["Params"]) -> str | None:
+    """The algorithm name a params model declares (``name: Literal["<name>"]``); None if not.
+
+    >>> class Fedx(Params):
+    ...     name: Literal["fedx"] = "fedx"
+    >>> algorithm_name(Fedx)
+    'fedx'
+    """
+    field = model.model_fields.get("name")
+    args = typing.get_args(field.annotation) if field else ()
+    if (field is None or typing.get_origin(field.annotation) is not Literal or len(args) != 1
+            or not isinstance(args[0], str)):
+        return None
+    return args[0]
 
 
 class Params(Section):

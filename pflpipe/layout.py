@@ -1,0 +1,168 @@
+"""The files on disk: the directories stages share and the name of every file in them.
+
+This module is the only code that spells a file name of these directories (docs/contracts.md);
+stages, the engine, the CLI and the pipeline ask it. To add a file, add its name here (and its
+line in docs/contracts.md); `tests/unit/test_layout.py` checks that no other module spells it.
+It imports nothing heavy, so every layer may use it.
+
+A **results directory** (one model of one seed: warm_start_fedavg's, train_local's, a
+personalize entry's, distill_grid_search's)::
+
+    results.csv  history.csv  summary.md  models/<name>.pt  [shard.json]  [grid.csv chosen.csv ...]
+
+A **checkpoint directory** (or store)::
+
+    round_0000.pt ... round_NNNN.pt  state_NNNN.pt  progress.json  [round_metrics.csv]
+
+A **partition directory**: ``manifest.json``, ``clients/client_NNNN.pt``, the label heatmap.
+A **collected directory** (collect_results, one seed): the results directory of every model by
+name, ``collected.json``, ``sources.json``, ``results.csv`` (all models) and ``partition/``.
+A **report directory**: ``report.json``, ``report.md``, ``report.html``, ``figures/``.
+"""
+
+import json
+import re
+from pathlib import Path
+
+from pflpipe.errors import DataError
+
+# ---- a results directory ------------------------------------------------------------------
+#: Per-client final results; per-client, per-round history; a Markdown summary of the stage.
+RESULTS_CSV, HISTORY_CSV, SUMMARY_MD = "results.csv", "history.csv", "summary.md"
+#: The folder of a results directory's state_dicts (one per client, and any global model).
+MODELS = "models"
+#: What a client shard's results directory says of itself (`pflpipe.stages.shards`).
+SHARD_JSON = "shard.json"
+#: distill_grid_search: every (λ, T) tried per client, and the pair chosen per client.
+GRID_CSV, CHOSEN_CSV = "grid.csv", "chosen.csv"
+#: select_teachers: each client's teacher round (a table, and the JSON the next stage reads).
+TEACHERS_CSV, TEACHERS_JSON = "teachers.csv", "teachers.json"
+#: PersFL's figures: the λ–T interaction, and the teacher rounds (select_teachers draws it).
+LAMBDA_T_PNG, TEACHER_ROUNDS_PNG = "lambda_t.png", "teacher_rounds.png"
+#: `pflpipe personalize-new`: the new client's teacher, and its one model.
+TEACHER_JSON, MODEL_PT = "teacher.json", "model.pt"
+#: warm_start_fedavg's global model of the round with the best validation loss (in models/).
+GLOBAL_BEST_VAL = "global_best_val"
+
+
+def model_file(results_dir: Path, name: str) -> Path:
+    """The state_dict `name` (``client_0003``, ``global_best_val``) of a results directory."""
+    return Path(results_dir) / MODELS / f"{name}.pt"
+
+
+def client_file(client: int) -> str:
+    """The name (no suffix) of a client's model file in a results directory's models/."""
+    return f"client_{client:04d}"
+
+
+def client_model_files(results_dir: Path) -> list[Path]:
+    """Every client's model file of a results directory, in client order."""
+    return sorted((Path(results_dir) / MODELS).glob("client_*.pt"))
+
+
+# ---- a checkpoint directory ---------------------------------------------------------------
+#: The folder of every stage's checkpoint stores in a results root (or a bucket's prefix).
+CHECKPOINTS = "checkpoints"
+#: Written last after every round: rounds completed, stopped early, the configuration's key.
+PROGRESS_JSON = "progress.json"
+#: warm_start_fedavg: every round's per-client validation and test scores.
+ROUND_METRICS_CSV = "round_metrics.csv"
+_ROUND, _STATE = "round_{:04d}.pt", "state_{:04d}.pt"
+_ROUND_KEY = re.compile(r"round_(\d{4,})\.pt")
+
+
+def stage_checkpoints(stage: str, digest: str) -> str:
+    """Where (under the storage root) a stage's checkpoints for one configuration are kept."""
+    return f"{CHECKPOINTS}/{stage}/{digest}"
+
+
+def round_key(round_idx: int) -> str:
+    """The file of one round's global state_dict (``round_0012.pt``)."""
+    return _ROUND.format(round_idx)
+
+
+def state_key(round_idx: int) -> str:
+    """The file of everything else a resumed run needs after one round (``state_0012.pt``)."""
+    return _STATE.format(round_idx)
+
+
+def round_of(key: str) -> int | None:
+    """The round of a round file's name; None for any other name.
+
+    >>> round_of("round_0012.pt"), round_of("state_0012.pt"), round_of("progress.json")
+    (12, None, None)
+    """
+    match = _ROUND_KEY.fullmatch(key)
+    return int(match.group(1)) if match else None
+
+
+def is_state_key(key: str) -> bool:
+    """Whether `key` names a state file (``state_NNNN.pt``)."""
+    return key.startswith("state_") and key.endswith(".pt")
+
+
+def round_file(directory: Path, round_idx: int) -> Path:
+    """The file of one round's global state_dict in a checkpoint directory; DataError if none."""
+    path = Path(directory) / round_key(round_idx)
+    if not path.is_file():
+        raise DataError(f"{directory}: no checkpoint for round {round_idx} ({path.name})")
+    return path
+
+
+def rounds_in(directory: Path) -> list[int]:
+    """The rounds whose global state_dict a checkpoint directory holds, ascending."""
+    return sorted(r for p in Path(directory).iterdir() if (r := round_of(p.name)) is not None)
+
+
+def read_progress(directory: Path) -> dict | None:
+    """The progress record of a checkpoint directory; None when it holds none."""
+    path = Path(directory) / PROGRESS_JSON
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# ---- a partition directory ----------------------------------------------------------------
+#: The folder of every seed's partition in a results root (``partition/seed-0``).
+PARTITIONS = "partition"
+
+
+def partition_dir(results_root: Path, seed: int) -> Path:
+    """The partition directory of one seed in a results root."""
+    return Path(results_root) / PARTITIONS / seed_folder(seed)
+
+#: Counts, seed, content hash and the clients' files of a partition.
+MANIFEST_JSON = "manifest.json"
+#: The clients' label distribution, drawn by partition_data.
+HEATMAP_PNG = "label_distribution.png"
+#: The folder of the clients' tensors.
+CLIENTS = "clients"
+
+
+def partition_client_file(client_id: int, width: int = 4) -> str:
+    """The file of one client's tensors in a partition's clients/ (``client_0003.pt``)."""
+    return f"client_{client_id:0{width}d}.pt"
+
+
+def stale_partition_files(clients_dir: Path) -> list[Path]:
+    """Every client file in a partition's clients/ (removed before a partition is rewritten)."""
+    return sorted(Path(clients_dir).glob("client_*.pt"))
+
+
+# ---- a collected directory (collect_results, one seed) -----------------------------------
+#: The seed and the models a collected directory holds; where each model's files came from.
+COLLECTED_JSON, SOURCES_JSON = "collected.json", "sources.json"
+#: The copy of the partition's manifest and heatmap in a collected directory (``partition/``).
+PARTITION = PARTITIONS
+
+# ---- a report directory (evaluate_fairness) ---------------------------------------------
+REPORT_JSON, REPORT_MD, REPORT_HTML = "report.json", "report.md", "report.html"
+FIGURES = "figures"
+
+# ---- a results root (``pflpipe run``: experiment.results_dir) -----------------------------
+#: Every published run's folder (``runs/<time>-<run>/``: report/, seed-N/), the link to the
+#: newest one, and the runner's logs (``pipeline.log`` and one file per task).
+RUNS, LATEST, LOGS, PIPELINE_LOG = "runs", "latest", "logs", "pipeline.log"
+
+
+def seed_folder(seed: int) -> str:
+    """A seed's folder in a published run (``seed-0``)."""
+    return f"seed-{seed}"
