@@ -79,9 +79,9 @@ def test_set_reads_numbers_as_the_file_does(text, value, tmp_path):
     spec_file.write_text(QUICKSTART.read_text().replace(
         "  lr: 0.3\n", f"  lr: 0.3\n  weight_decay: {text}\n", 1))
 
-    from_set = load_spec(QUICKSTART, parse_assignments([f"federation.weight_decay={text}"]))
+    from_set = read_spec(QUICKSTART, parse_assignments([f"federation.weight_decay={text}"]))
 
-    assert from_set.federation.weight_decay == load_spec(spec_file).federation.weight_decay
+    assert from_set.federation.weight_decay == read_spec(spec_file).federation.weight_decay
     assert from_set.federation.weight_decay == value
 
 
@@ -96,7 +96,7 @@ def test_load_spec_takes_a_mapping_and_refuses_other_types():
 
     spec = pflpipe.load_spec(data, federation={"lr": 1e-3})
 
-    assert spec == load_spec(QUICKSTART, {"federation.lr": 1e-3})
+    assert spec == read_spec(QUICKSTART, {"federation.lr": 1e-3})
     with pytest.raises(SpecError, match=r"^<dict>: partition.n_clients: must be a valid "
                                         "integer"):
         pflpipe.load_spec({**data, "partition": {**data["partition"], "n_clients": "ten"}})
