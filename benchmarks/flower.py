@@ -36,13 +36,13 @@ tracking: {{enabled: false}}
 def pflpipe_run(spec_path: Path, work: Path) -> tuple[dict, float]:
     """Split, export and run pflpipe's warm start; return {(round, client): accuracy}, seconds."""
     from pflpipe.cli import main
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
     from pflpipe.stages import common, warm_start_fedavg
 
     if main(["split", str(spec_path), "-o", str(work / "partition"), "--rows", "0",
              "--export", "flower", str(work / "flower"), "--force"]) != 0:
         raise SystemExit("pflpipe split failed")
-    spec = load_spec(spec_path)
+    spec = read_spec(spec_path)
     start = time.perf_counter()
     warm_start_fedavg.run(spec, spec.experiment.seeds[0], work / "partition", work / "ck",
                           work / "fedavg")

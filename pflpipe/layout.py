@@ -41,6 +41,9 @@ TEACHERS_CSV, TEACHERS_JSON = "teachers.csv", "teachers.json"
 LAMBDA_T_PNG, TEACHER_ROUNDS_PNG = "lambda_t.png", "teacher_rounds.png"
 #: `pflpipe personalize-new`: the new client's teacher, and its one model.
 TEACHER_JSON, MODEL_PT = "teacher.json", "model.pt"
+#: tune: the setting chosen per tuned entry (also kept in its results directory); tune_point:
+#: what a grid point's directory says of its point.
+TUNING_JSON, POINT_JSON = "tuning.json", "point.json"
 #: warm_start_fedavg's global model of the round with the best validation loss (in models/).
 GLOBAL_BEST_VAL = "global_best_val"
 

@@ -24,13 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe.errors import DataError
+from pflpipe.layout import POINT_JSON, RESULTS_CSV, TUNING_JSON  # noqa: F401 (tune.X for callers)
 from pflpipe.spec.tuning import replace_entry, with_values
-
-#: The stage's output file, also kept in each tuned model's results directory.
-TUNING_JSON = "tuning.json"
-#: What a `tune_point` directory says of its grid point.
-POINT_JSON = "point.json"
-RESULTS = "results.csv"
 
 
 @dataclass(frozen=True)

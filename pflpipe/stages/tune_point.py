@@ -36,7 +36,7 @@ def run(spec, seed: int, label: str, values: dict, partition_dir: Path,
     """Train entry `label` of `spec` (already at the point's `values`) on `seed`; score it."""
     personalize.run(spec, seed, label, partition_dir, checkpoints_dir, out_dir, stage=STAGE,
                     progress=progress, resume=resume)
-    rows = read_csv(Path(out_dir) / tune.RESULTS)
+    rows = read_csv(Path(out_dir) / tune.RESULTS_CSV)
     result = PointScore(label, seed, dict(values), tune.validation_score(spec, rows))
     (Path(out_dir) / tune.POINT_JSON).write_text(json.dumps(
         {"entry": label, "seed": seed, "values": result.values, "score": result.score}) + "\n")

@@ -14,7 +14,7 @@ import torch
 from pflpipe.cli import main
 from pflpipe.engine.data import member_seed, schedule
 from pflpipe.engine.tree import weighted_mean
-from pflpipe.spec import load_spec
+from pflpipe.spec import read_spec
 from pflpipe.stages import common, warm_start_fedavg
 
 SPEC = """\
@@ -50,7 +50,7 @@ def exported(tmp_path_factory):
     spec_path = write_spec(tmp_path, ", momentum: 0.5")
     assert main(["split", str(spec_path), "-o", str(tmp_path / "partition"),
                  "--export", "flower", str(tmp_path / "flower")]) == 0
-    warm_start_fedavg.run(load_spec(spec_path), 0, tmp_path / "partition", tmp_path / "ck",
+    warm_start_fedavg.run(read_spec(spec_path), 0, tmp_path / "partition", tmp_path / "ck",
                           tmp_path / "fedavg")
     return tmp_path
 
@@ -192,7 +192,7 @@ def test_custom_model_is_exported_as_torchscript_and_reproduces(tmp_path, monkey
         + "model: {architecture: custom, path: 'tinynet_export:Tiny'}\n")
     assert main(["split", str(spec_path), "-o", str(tmp_path / "p"),
                  "--export", "flower", str(tmp_path / "flower")]) == 0
-    warm_start_fedavg.run(load_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
+    warm_start_fedavg.run(read_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
                           tmp_path / "r")
     monkeypatch.syspath_prepend(str(tmp_path / "flower"))
     for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
@@ -214,7 +214,7 @@ def test_partial_participation_and_adam_reproduce_exactly(tmp_path, monkeypatch)
     spec_path = write_spec(tmp_path, ", client_fraction: 0.5, optimizer: adam, lr: 0.01")
     assert main(["split", str(spec_path), "-o", str(tmp_path / "p"),
                  "--export", "flower", str(tmp_path / "flower")]) == 0
-    warm_start_fedavg.run(load_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
+    warm_start_fedavg.run(read_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
                           tmp_path / "r")
     monkeypatch.syspath_prepend(str(tmp_path / "flower"))
     for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:

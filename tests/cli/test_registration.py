@@ -98,8 +98,8 @@ def test_validate_refuses_a_params_model_whose_name_is_not_a_literal(tmp_path):
 def test_a_malformed_params_model_leaves_every_other_spec_valid(tmp_path):
     done = _validate(tmp_path, "ditto", _fedx_params("str"))
 
+    # (a valid spec's model is then built on torch's meta device: validate's model checks)
     assert done.returncode == 0, done.stderr
-    assert "torch imported: False" in done.stderr
 
 
 def test_validate_refuses_a_class_bound_to_another_params_model(tmp_path):

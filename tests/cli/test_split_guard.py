@@ -7,7 +7,7 @@ import pytest
 
 from pflpipe.cli import main
 from pflpipe.data import load_partition, read_manifest
-from pflpipe.spec import load_spec
+from pflpipe.spec import read_spec
 from pflpipe.stages import warm_start_fedavg
 
 SPEC = """\
@@ -158,7 +158,7 @@ def test_warm_start_progress_without_validation_prints_no_nan(tmp_path, capsys):
     assert main(["split", str(spec_path), "-o", str(tmp_path / "p")]) == 0
     capsys.readouterr()
 
-    warm_start_fedavg.run(load_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
+    warm_start_fedavg.run(read_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
                           tmp_path / "r", progress=True)
 
     lines = [line for line in capsys.readouterr().out.splitlines() if "progress" in line]
@@ -180,8 +180,8 @@ def test_validate_preview_agrees_with_run_for_empty_personalization(tmp_path, ca
 def test_run_graph_skips_train_local_for_empty_personalization(tmp_path):
     from pflpipe.pipelines.compile import compile_pipeline
 
-    empty = compile_pipeline(load_spec(write_spec(tmp_path)), tmp_path / "a.yaml").read_text()
-    ditto = compile_pipeline(load_spec(write_spec(tmp_path, personalization="[{name: ditto}]",
+    empty = compile_pipeline(read_spec(write_spec(tmp_path)), tmp_path / "a.yaml").read_text()
+    ditto = compile_pipeline(read_spec(write_spec(tmp_path, personalization="[{name: ditto}]",
                                                   name="d.yaml")), tmp_path / "b.yaml").read_text()
 
     assert "comp-train-local" not in empty and "comp-train-local" in ditto

@@ -318,7 +318,7 @@ def test_killing_only_the_main_process_leaves_its_run_to_the_next_one(tmp_path, 
     """A SIGKILLed `pflpipe run` cannot end its parent run; the next run marks it KILLED."""
     from mlflow import MlflowClient
 
-    from pflpipe.spec import load_spec
+    from pflpipe.spec import read_spec
     from pflpipe.tracking import open_parent_run
 
     spec_path = write_spec(tmp_path, f"tracking: {{uri: '{sqlite_store}'}}")
@@ -336,7 +336,7 @@ def test_killing_only_the_main_process_leaves_its_run_to_the_next_one(tmp_path, 
         assert client.get_run(killed).info.status == "RUNNING"
 
         started = time.monotonic()
-        second = open_parent_run(load_spec(spec_path), owner_pid=os.getpid())
+        second = open_parent_run(read_spec(spec_path), owner_pid=os.getpid())
         seconds = time.monotonic() - started
         second.finish("FINISHED")
     finally:
