@@ -7,6 +7,7 @@ results into a folder of their own per run (``runs/<time>-<MLflow run>/``) and p
 ``latest`` at it, so a rerun never overwrites what an earlier run published.
 """
 
+import builtins
 import contextlib
 import logging
 import os
@@ -126,8 +127,11 @@ def _routed(router: TaskLogRouter) -> Iterator[None]:
     in a ParallelFor), and logs cache hits outside that; a handler of ours forwards what reaches
     the root logger in between, so no line is lost. The Kubernetes settings of the tasks
     (resources, node selectors, the image name) have no effect under the SubprocessRunner;
-    kfp.local warns about each of them on every task.
+    kfp.local warns about each of them on every task. kfp.local indents a task's output by
+    swapping `builtins.print` per task, which tasks running at once in a ParallelFor restore out
+    of order: the print in place before the run is put back after it.
     """
+    print_ = builtins.print
     root = logging.getLogger()
     level, handlers = root.level, root.handlers[:]
     forward = logging.StreamHandler(router)
@@ -139,6 +143,7 @@ def _routed(router: TaskLogRouter) -> Iterator[None]:
             warnings.simplefilter("ignore")
             yield
     finally:
+        builtins.print = print_
         root.handlers[:] = handlers
         root.setLevel(level)
         sys.stdout.flush()

@@ -180,3 +180,25 @@ def test_a_runner_error_after_successful_stages_is_named_with_its_log(tmp_path):
     assert router.failures() == []
     assert str(error) == (f"the local runner failed the pipeline after its stages:\n  {cause}\n"
                           f"  (its log: {tmp_path / 'pipeline.log'})")
+
+
+def test_a_run_puts_back_the_print_that_kfp_local_swaps_per_task(tmp_path):
+    # kfp.local indents a task's output by swapping builtins.print per task; two tasks of a
+    # ParallelFor that end in the order they started leave the first one's indenting print in
+    # place for good (later prints of the process came out indented, doctests failed)
+    import builtins
+
+    from kfp.local.logging_utils import indented_print
+
+    from pflpipe.pipelines.local import _routed
+
+    before = builtins.print
+    with _routed(TaskLogRouter(tmp_path, lambda kind, task: None)):
+        first, second = indented_print(4), indented_print(4)
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        second.__exit__(None, None, None)
+        assert builtins.print is not before   # what kfp.local leaves behind
+
+    assert builtins.print is before
