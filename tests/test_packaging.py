@@ -30,7 +30,8 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 #: A PEP 639 license string (`license = "Apache-2.0"`) needs setuptools 77 or later.
 PEP639_SETUPTOOLS = Version("77")
 STAGES = {"partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",
-          "distill_grid_search", "merge_shards", "collect_results", "evaluate_fairness"}
+          "distill_grid_search", "merge_shards", "collect_results", "evaluate_fairness",
+          "tune_point", "tune"}
 
 
 def _local_setuptools_can_build() -> bool:
