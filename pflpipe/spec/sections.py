@@ -22,6 +22,16 @@ METRICS = (
 )
 #: Seeds lie in [0, 2³² − 1]: every generator accepts them and JSON numbers carry them exactly.
 MAX_SEED = 2**32 - 1
+
+
+def checked_seeds(value: list[int]) -> list[int]:
+    """A list of seeds as every seeds field takes it: no repeats, each one 0..MAX_SEED."""
+    if len(set(value)) != len(value):
+        raise ValueError(f"must not repeat a seed (got {value})")
+    if any(not 0 <= seed <= MAX_SEED for seed in value):
+        raise ValueError(f"every seed must be in 0..{MAX_SEED:,} (2³² − 1), the range every "
+                         f"random generator accepts (got {value})")
+    return value
 _QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 
@@ -48,15 +58,7 @@ class Experiment(Section):
             )
         return value
 
-    @field_validator("seeds")
-    @classmethod
-    def _unique(cls, value: list[int]) -> list[int]:
-        if len(set(value)) != len(value):
-            raise ValueError(f"must not repeat a seed (got {value})")
-        if any(not 0 <= seed <= MAX_SEED for seed in value):
-            raise ValueError(f"every seed must be in 0..{MAX_SEED:,} (2³² − 1), the range every "
-                             f"random generator accepts (got {value})")
-        return value
+    _unique = field_validator("seeds")(classmethod(lambda cls, value: checked_seeds(value)))
 
     @property
     def results_dir(self) -> str:

@@ -15,7 +15,7 @@ import json
 from pydantic import Field, ValidationError, field_validator
 
 from pflpipe.spec.base import Section
-from pflpipe.spec.sections import MAX_SEED
+from pflpipe.spec.sections import checked_seeds
 
 GridValue = bool | int | float | str
 #: Entry fields a grid may not vary: they name the entry, or the budget sets them.
@@ -76,14 +76,7 @@ class Tuning(Section):
     budget: Budget = Field(default_factory=Budget,
                            description="Every tuned entry's budget unless it gives its own.")
 
-    @field_validator("seeds")
-    @classmethod
-    def _unique(cls, value: list[int]) -> list[int]:
-        if len(set(value)) != len(value):
-            raise ValueError(f"must not repeat a seed (got {value})")
-        if any(not 0 <= seed <= MAX_SEED for seed in value):
-            raise ValueError(f"every seed must be in 0..{MAX_SEED:,} (got {value})")
-        return value
+    _unique = field_validator("seeds")(classmethod(lambda cls, value: checked_seeds(value)))
 
     def budget_of(self, tuned: TunedEntry) -> Budget:
         """The entry's own budget, else the section's."""
