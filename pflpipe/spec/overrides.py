@@ -36,7 +36,9 @@ def parse_assignments(assignments: Sequence[str]) -> dict[str, Any]:
         if not sep or not path.strip():
             raise SpecError(f"--set {text}: expected PATH=VALUE, e.g. federation.rounds=50")
         try:
-            out[path.strip()] = yaml.load(value, Loader=_Loader) if value.strip() else ""  # noqa: S506
+            # read as the value of a key, exactly as `PATH: VALUE` in the file reads it
+            out[path.strip()] = (yaml.load(f"v: {value}", Loader=_Loader)["v"]  # noqa: S506
+                                 if value.strip() else "")
         except yaml.YAMLError as err:
             raise SpecError(f"--set {text}: the value is not valid YAML ({err})") from None
     return out
