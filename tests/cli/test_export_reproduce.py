@@ -1,6 +1,7 @@
 """`pflpipe split --export flower|pfllib`: the reproduction package trains, without pflpipe and
 without Flower, to pflpipe's own per-client FedAvg accuracies, exactly (issue 32)."""
 
+import contextlib
 import importlib
 import json
 import subprocess
@@ -55,16 +56,37 @@ def exported(tmp_path_factory):
     return tmp_path
 
 
+@contextlib.contextmanager
+def imported_task(folder, monkeypatch):
+    """The `pflpipe_fedavg.task` module of the export in `folder`, forgotten afterwards."""
+    monkeypatch.syspath_prepend(str(folder))
+    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
+        monkeypatch.delitem(sys.modules, name)
+    yield importlib.import_module("pflpipe_fedavg.task")
+    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
+        del sys.modules[name]
+
+
+def export_and_warm_start(tmp_path, spec_path) -> None:
+    """Export the spec's split to tmp_path/flower, and run pflpipe's warm start into tmp_path/r."""
+    assert main(["split", str(spec_path), "-o", str(tmp_path / "p"),
+                 "--export", "flower", str(tmp_path / "flower")]) == 0
+    warm_start_fedavg.run(read_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
+                          tmp_path / "r")
+
+
+def warm_start_test_accuracies(tmp_path) -> dict:
+    """pflpipe's per-(round, client) test accuracies of `export_and_warm_start`'s run."""
+    history = common.read_csv(tmp_path / "r" / "history.csv")
+    return {(int(r["round"]), int(r["client"])): float(r["accuracy"]) for r in history
+            if r["split"] == "test"}
+
+
 @pytest.fixture
 def task(exported, monkeypatch):
     """The exported `pflpipe_fedavg.task` module, imported from the export."""
-    monkeypatch.syspath_prepend(str(exported / "flower"))
-    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
-        monkeypatch.delitem(sys.modules, name)
-    module = importlib.import_module("pflpipe_fedavg.task")
-    yield module
-    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
-        del sys.modules[name]
+    with imported_task(exported / "flower", monkeypatch) as module:
+        yield module
 
 
 def test_exported_app_logic_reproduces_pflpipe_per_client_accuracies_exactly(exported):
@@ -190,44 +212,23 @@ def test_custom_model_is_exported_as_torchscript_and_reproduces(tmp_path, monkey
     spec_path.write_text(SPEC.format(out=tmp_path / "results", extra="").replace(
         "n_clients: 4", "n_clients: 3").replace("rounds: 3", "rounds: 2")
         + "model: {architecture: custom, path: 'tinynet_export:Tiny'}\n")
-    assert main(["split", str(spec_path), "-o", str(tmp_path / "p"),
-                 "--export", "flower", str(tmp_path / "flower")]) == 0
-    warm_start_fedavg.run(read_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
-                          tmp_path / "r")
-    monkeypatch.syspath_prepend(str(tmp_path / "flower"))
-    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
-        monkeypatch.delitem(sys.modules, name)
-
-    task = importlib.import_module("pflpipe_fedavg.task")
-    rows = task.run_in_process(tmp_path / "flower")
-    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
-        del sys.modules[name]
+    export_and_warm_start(tmp_path, spec_path)
+    with imported_task(tmp_path / "flower", monkeypatch) as task:
+        rows = task.run_in_process(tmp_path / "flower")
 
     assert (tmp_path / "flower" / "model_script.pt").is_file()
-    history = common.read_csv(tmp_path / "r" / "history.csv")
-    assert {(r["round"], r["client"]): r["accuracy"] for r in rows} == {
-        (int(r["round"]), int(r["client"])): float(r["accuracy"]) for r in history
-        if r["split"] == "test"}
+    assert ({(r["round"], r["client"]): r["accuracy"] for r in rows}
+            == warm_start_test_accuracies(tmp_path))
 
 
 def test_partial_participation_and_adam_reproduce_exactly(tmp_path, monkeypatch):
     spec_path = write_spec(tmp_path, ", client_fraction: 0.5, optimizer: adam, lr: 0.01")
-    assert main(["split", str(spec_path), "-o", str(tmp_path / "p"),
-                 "--export", "flower", str(tmp_path / "flower")]) == 0
-    warm_start_fedavg.run(read_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
-                          tmp_path / "r")
-    monkeypatch.syspath_prepend(str(tmp_path / "flower"))
-    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
-        monkeypatch.delitem(sys.modules, name)
-
-    task = importlib.import_module("pflpipe_fedavg.task")
-    rows = task.run_in_process(tmp_path / "flower")
-    sampled = [task.sampled_clients(task.Package.load(tmp_path / "flower"), r) for r in (1, 2, 3)]
-    for name in [n for n in sys.modules if n.startswith("pflpipe_fedavg")]:
-        del sys.modules[name]
+    export_and_warm_start(tmp_path, spec_path)
+    with imported_task(tmp_path / "flower", monkeypatch) as task:
+        rows = task.run_in_process(tmp_path / "flower")
+        sampled = [task.sampled_clients(task.Package.load(tmp_path / "flower"), r)
+                   for r in (1, 2, 3)]
 
     assert all(len(clients) == 2 for clients in sampled)   # half of the 4 clients train
-    history = common.read_csv(tmp_path / "r" / "history.csv")
-    assert {(r["round"], r["client"]): r["accuracy"] for r in rows} == {
-        (int(r["round"]), int(r["client"])): float(r["accuracy"]) for r in history
-        if r["split"] == "test"}
+    assert ({(r["round"], r["client"]): r["accuracy"] for r in rows}
+            == warm_start_test_accuracies(tmp_path))
