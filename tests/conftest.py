@@ -1,5 +1,6 @@
 """Shared fixtures. Tests run quiet (no progress bars) and never reach the network."""
 
+import builtins
 import os
 
 import pytest
@@ -7,6 +8,18 @@ from verdicts import VERDICTS, judge
 
 os.environ.setdefault("CI", "true")
 os.environ.setdefault("MLFLOW_SKIP_PIP_REQUIREMENTS_CHECK", "true")
+#: Python's own print, as the session starts.
+PRINT = builtins.print
+
+
+@pytest.fixture(autouse=True)
+def _print_as_it_was():
+    """Put back `builtins.print` after a test that ran kfp.local itself (not through `pflpipe run`,
+    which does so): kfp.local swaps it per task, and a ParallelFor's tasks restore it out of order,
+    leaving later output of the session indented (pflpipe.pipelines.local._routed).
+    """
+    yield
+    builtins.print = PRINT
 
 
 @pytest.fixture(scope="session")
