@@ -1,0 +1,78 @@
+"""Writing a results directory (docs/contracts.md): its tables, its models, its summary."""
+
+import csv
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+from pflpipe import layout
+from pflpipe.engine.data import FederatedData
+from pflpipe.engine.records import COMPUTE, diagnostic_columns
+from pflpipe.engine.tree import Group, Tree
+from pflpipe.layout import HISTORY_CSV, RESULTS_CSV, SHARD_JSON, SUMMARY_MD, client_file
+from pflpipe.stages.rows import HISTORY_FIELDS, RESULT_FIELDS, compute_totals
+
+
+def write_results(out_dir: Path, results: list[dict], history: list[dict],
+                  models: dict[str, dict] | None = None, summary: str = "") -> None:
+    """Write a results directory: results.csv, history.csv, models/*.pt, summary.md.
+
+    results.csv gets each client's compute over its whole run (`compute_totals` of `history`)
+    when the history counts it; history.csv the compute and diagnostic columns its rows hold.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    totals = compute_totals(history)
+    idle = dict.fromkeys(COMPUTE, 0) if totals else {}   # a client never sampled cost nothing
+    results = [{**row, **totals.get(int(row["client"]), idle)} for row in results]
+    counted = COMPUTE if totals else ()
+    write_csv(out_dir / RESULTS_CSV, (*RESULT_FIELDS, *counted), results)
+    columns = {key for row in history for key in row}
+    write_csv(out_dir / HISTORY_CSV,
+              (*HISTORY_FIELDS, *counted, *diagnostic_columns(columns)), history)
+    for name, state_dict in (models or {}).items():
+        path = layout.model_file(out_dir, name)
+        path.parent.mkdir(exist_ok=True)
+        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, path)
+    (out_dir / SUMMARY_MD).write_text(summary)
+
+
+def write_shard(out_dir: Path, data: FederatedData, summary) -> None:
+    """Record which clients a shard's results directory holds, and its summary (a dataclass)."""
+    (Path(out_dir) / SHARD_JSON).write_text(json.dumps(
+        {"clients": [data.first_client, data.n_clients],
+         "of": data.whole_clients or data.n_clients,
+         "summary": dataclasses.asdict(summary)}, indent=1))
+
+
+def client_models(model: Tree | Group, first_client: int = 0) -> dict[str, dict]:
+    """One state_dict per client from a stacked model [C, ...] (docs/contracts.md).
+
+    The first member is client `first_client` (a shard's first).
+
+    A tree's ``model`` group keeps its keys (the file loads into the network); any other group's
+    keys are prefixed ``<group>/``.
+    """
+    if all(isinstance(value, torch.Tensor) for value in model.values()):
+        model = {"model": model}
+    flat = {(key if group == "model" else f"{group}/{key}"): value
+            for group, tensors in model.items() for key, value in tensors.items()}
+    n_clients = len(next(iter(flat.values())))
+    return {client_file(first_client + c): {k: v[c] for k, v in flat.items()}
+            for c in range(n_clients)}
+
+
+def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
+    """Write `rows` as a CSV with the columns `fields` (other keys of a row are ignored).
+
+    Rows with a ``client`` are written client by client, each client's in their given order:
+    so the merged tables of client shards equal the unsharded ones (`pflpipe.stages.shards`).
+    """
+    if "client" in fields:
+        rows = sorted(rows, key=lambda row: int(row["client"]))
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
