@@ -11,7 +11,8 @@ import pytest
 MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.storage.s3",
            "pflpipe.tracking.runs", "pflpipe.tracking.scrub", "pflpipe.tracking.store",
            "pflpipe.tracking.vocabulary",
-           "pflpipe.spec.overrides", "pflpipe.metrics.curves", "pflpipe.stages.common",
+           "pflpipe.spec.overrides", "pflpipe.metrics.curves", "pflpipe.stages.rows",
+           "pflpipe.stages.prepare",
            "pflpipe.layout", "pflpipe.markdown",
            "pflpipe.spec.algorithms.base", "pflpipe.stages.evaluate_fairness"]
 
