@@ -25,14 +25,19 @@ def save(store: Store, snap: dict, round_idx: int, fingerprint: str,
     """Write round `round_idx`'s global model, the rest of `snap` and the progress marker."""
     store.put_bytes(round_key(round_idx), dump(snap["global"]))
     store.put_bytes(state_key(round_idx), dump({k: v for k, v in snap.items() if k != "global"}))
-    store.put_bytes(PROGRESS_JSON, json.dumps({
-        "rounds_completed": round_idx, "stopped_early": snap["stopped"],
-        "fingerprint": fingerprint}).encode())
+    mark(store, round_idx, snap["stopped"], fingerprint)
     for key in store.list():
         if is_state_key(key) and key != state_key(round_idx):
             store.delete(key)
         elif round_of(key) is not None and not keep_every_round and key != round_key(round_idx):
             store.delete(key)
+
+
+def mark(store: Store, round_idx: int, stopped: bool, fingerprint: str) -> None:
+    """Write the progress marker: round `round_idx` is the last checkpointed one."""
+    store.put_bytes(PROGRESS_JSON, json.dumps({
+        "rounds_completed": round_idx, "stopped_early": stopped,
+        "fingerprint": fingerprint}).encode())
 
 
 def keep(store: Store, global_params: dict, round_idx: int) -> None:

@@ -158,14 +158,8 @@ class Federation:
         return dataclasses.replace(ctx, modules={n: m.to(x.device) for n, m in modules.items()})
 
     def _start(self, init_global: Group) -> dict:
-        algo, n = self.algorithm, self.n_clients
-        server = {name: {k: v.detach().clone() for k, v in module.state_dict().items()}
-                  for name, module in self.ctx.modules.items()}
-        # An algorithm's own initial tensors (a step count, APFL's α) follow the model's device.
-        device = next(iter(init_global.values())).device
-        server.update(tree_map(lambda v: v.to(device), algo.init_server(init_global, n)))
-        kept = tree_map(lambda v: v.to(device), algo.init_clients(init_global, n))
-        initial = {"model": {k: v.expand(n, *v.shape) for k, v in init_global.items()}, **kept}
+        algo = self.algorithm
+        server, initial = self._initial(init_global)
         shared = {"global": init_global, "server": server}
         state = vmap(algo.receive, in_dims=(None, 0, None))(init_global, initial, shared)
         state = tree_map(torch.Tensor.clone, state)  # distinct: a receive may alias groups
@@ -175,6 +169,18 @@ class Federation:
         self._evaluate(snap, 0)
         self._save(snap, 0)
         return snap
+
+    def _initial(self, init_global: Group) -> tuple[Tree, Tree]:
+        """The server state and every client's state before its first `receive`."""
+        algo, n = self.algorithm, self.n_clients
+        server = {name: {k: v.detach().clone() for k, v in module.state_dict().items()}
+                  for name, module in self.ctx.modules.items()}
+        # An algorithm's own initial tensors (a step count, APFL's α) follow the model's device.
+        device = next(iter(init_global.values())).device
+        server.update(tree_map(lambda v: v.to(device), algo.init_server(init_global, n)))
+        kept = tree_map(lambda v: v.to(device), algo.init_clients(init_global, n))
+        return server, {"model": {k: v.expand(n, *v.shape) for k, v in init_global.items()},
+                        **kept}
 
     def _round(self, snap: dict, round_idx: int) -> None:
         algo, global_params = self.algorithm, snap["global"]
@@ -249,8 +255,7 @@ class Federation:
             lr={g: torch.full_like(lr, phase.group_lr[g]) if g in phase.group_lr else lr
                 for g in groups},
             batch_size=batch_size,
-            seeds=[member_seed(plan.seed, plan.stream, round_idx, self.data.client_id(c),
-                               phase_idx) for c in clients.tolist()],
+            seeds=[self._seed(round_idx, c, phase_idx) for c in clients.tolist()],
             shared=shared, batches_per_step=phase.batches_per_step,
             optimizer=_optimizer(plan.optimizer, phase.optimizer),
             samples=samples,
@@ -263,11 +268,20 @@ class Federation:
 
     def _part(self, round_idx: int, client: int, n: int, part: tuple[float, float]) -> Tensor:
         """A client's samples in `part` of its shuffle of this round (the same for every phase)."""
-        generator = torch.Generator().manual_seed(
-            member_seed(self.plan.seed, self.plan.stream, round_idx, self.data.client_id(client),
-                        _PART_SALT))
+        generator = torch.Generator().manual_seed(self._seed(round_idx, client, _PART_SALT))
         order = torch.randperm(n, generator=generator)
         return order[round(part[0] * n):round(part[1] * n)]
+
+    def _seed(self, round_idx: int, client: int, salt: int) -> int:
+        """The seed of one client's draws of a round (a training phase's, or a part's)."""
+        return member_seed(self.plan.seed, self.plan.stream, round_idx,
+                           self.data.client_id(client), salt)
+
+    def _eval_keys(self, round_idx: int, clients: Tensor) -> Tensor:
+        """The noise keys of the evaluated `clients` in a round [C']."""
+        first = self.data.first_client
+        return step_keys([member_seed(self.plan.seed, self.plan.stream, round_idx, _EVAL_SALT)],
+                         first + self.n_clients)[0][first + clients.cpu()]
 
     def _check_finite(self, result, clients: Tensor, round_idx: int, phase: Phase, lrs: Tensor):
         bad = (result.bad_step >= 0).nonzero().flatten().tolist()
@@ -320,9 +334,7 @@ class Federation:
         views.update({f"{view}_": (models, {}, _predict(algo, view)) for view in algo.views})
         if self.plan.score_global:
             views["global_"] = ({}, {"model": algo.global_model(shared)}, _forward_shared)
-        first = self.data.first_client
-        keys = step_keys([member_seed(self.plan.seed, self.plan.stream, round_idx, _EVAL_SALT)],
-                         first + self.n_clients)[0][first + clients.cpu()]
+        keys = self._eval_keys(round_idx, clients)
         scores, ids = {}, clients.tolist()
         for split in ("val", "test"):
             for prefix, (member_models, common_model, predict) in views.items():

@@ -56,11 +56,41 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
     `resume` says which of an earlier run's checkpoints to resume from (`common.RESUME`).
     """
     recipe = _recipe(spec, seed, partition_dir)
-    fed, data, store = spec.federation, recipe.data, recipe.store
-    common.use_checkpoints(store, resume, fed.rounds)
+    common.use_checkpoints(recipe.store, resume, spec.federation.rounds)
     if progress and on_round is None:
-        on_round = common.round_progress(fed.rounds)
+        on_round = common.round_progress(spec.federation.rounds)
     result = common.federate(spec, recipe, _recipe, (spec, seed, Path(partition_dir)), on_round)
+    return _write(spec, seed, recipe.data, recipe.store, result, Path(partition_dir),
+                  Path(checkpoints_dir), Path(results_dir), tracker)
+
+
+def run_members(spec, seeds: list[int], partition_dirs: list[Path],
+                checkpoints_dirs: list[Path], results_dirs: list[Path], *,
+                tracker: Tracker = NULL_TRACKER, progress: bool = False,
+                resume: str = "all") -> list[WarmStartResult]:
+    """`run` of every seed of `seeds`, trained as members of one federation (the same results).
+
+    The directories are each seed's, in the order of `seeds` (`pflpipe.engine.members`).
+    """
+    from pflpipe.engine.members import combine
+
+    recipes = [_recipe(spec, seed, Path(p)) for seed, p in zip(seeds, partition_dirs,
+                                                                strict=True)]
+    store, key = common.checkpoint_store(spec, "warm_start_fedavg", {
+        "members": [r.fingerprint for r in recipes]})
+    common.use_checkpoints(store, resume, spec.federation.rounds)
+    rounds_to = [store.child(f"seed-{seed}") for seed in seeds]
+    on_round = common.round_progress(spec.federation.rounds) if progress else None
+    results = combine(recipes, seeds, store, key, on_round, rounds_to).run_members()
+    return [_write(spec, seed, recipe.data, own, result, Path(p), Path(c), Path(r), tracker)
+            for seed, recipe, own, result, p, c, r in zip(
+                seeds, recipes, rounds_to, results, partition_dirs, checkpoints_dirs,
+                results_dirs, strict=True)]
+
+
+def _write(spec, seed: int, data, store, result, partition_dir: Path, checkpoints_dir: Path,
+           results_dir: Path, tracker: Tracker) -> WarmStartResult:
+    """Write a seed's checkpoint and results directories from its federation's result."""
     rows = common.scored_rows(result.rows, data)
     _write_checkpoints(store, Path(checkpoints_dir), rows, data)
     results, best_round = _global_results(rows, result.rounds_completed, seed, data)
