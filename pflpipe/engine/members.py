@@ -68,10 +68,10 @@ class Members(Repeated):
     """`algorithm` run as separate federations, one per seed of `seeds`, with equal clients."""
 
     def __init__(self, algorithm: Algorithm, seeds: Sequence[int], stream: int):
-        for hook in ("modules", "diagnostics", "server_diagnostics"):
-            if getattr(type(algorithm), hook) is not getattr(Algorithm, hook):
-                raise DataError(f"{type(algorithm).__name__} defines {hook}, which its runs "
-                                "cannot share as members; set engine.seeds_as_members: false")
+        if type(algorithm).modules is not Algorithm.modules:
+            raise DataError(f"{type(algorithm).__name__} builds networks of its own (modules), "
+                            "which its runs cannot share as members; set "
+                            "engine.seeds_as_members: false")
         super().__init__(algorithm, len(seeds))
         self.seeds, self.stream = tuple(seeds), stream
         self.views, self.has_global_model = algorithm.views, algorithm.has_global_model
@@ -111,11 +111,41 @@ class Members(Repeated):
                                                 "server": _pick(server, b)})
                        for b in range(self.repetitions)])
 
+    def _server_diagnostics(self, round, server):
+        """The wrapped server diagnostics, run by run [K·M, ...]."""
+        size, runs = round.n_clients // self.repetitions, self.repetitions
+        per_run = []
+        for b in range(runs):
+            rows = slice(b * len(round.clients) // runs, (b + 1) * len(round.clients) // runs)
+            view = Round(round.index, round.clients[rows] % size, round.counts[rows], size,
+                         _pick(round.server["global"], b),
+                         _pick({n: g for n, g in round.server.items() if n != "global"}, b),
+                         {g: {k: v[rows] for k, v in group.items()}
+                          for g, group in dict.items(round.states)})
+            per_run.append(self.inner.server_diagnostics(
+                view, _pick({n: g for n, g in server.items() if n != "global"}, b)))
+        return {name: torch.cat([d[name] for d in per_run]) for name in per_run[0]}
+
     def predict(self, model, x, ctx, key, view: str = ""):
         """The wrapped prediction (of `view`, when given)."""
         if view:
             return self.inner.predict(model, x, ctx, key, view=view)
         return self.inner.predict(model, x, ctx, key)
+
+
+def members_of(algorithm: Algorithm, seeds: Sequence[int], stream: int) -> Members:
+    """`Members` of `algorithm`, with its diagnostics when it defines them."""
+    hooks = {}
+    if type(algorithm).diagnostics is not Algorithm.diagnostics:
+        def diagnostics(self, state, shared, batch, ctx):
+            """The wrapped diagnostics, seeing the client's own run."""
+            return self.inner.diagnostics(state, self._local(shared, state), batch, ctx)
+
+        hooks["diagnostics"] = diagnostics
+    if type(algorithm).server_diagnostics is not Algorithm.server_diagnostics:
+        hooks["server_diagnostics"] = Members._server_diagnostics
+    cls = type("Members", (Members,), hooks) if hooks else Members
+    return cls(algorithm, seeds, stream)
 
 
 class MemberFederation(Federation):
@@ -285,7 +315,7 @@ def combine(recipes: Sequence, seeds: Sequence[int], store: Store | None, finger
     if len(plans) > 1:
         raise ValueError("runs train as members only when their plans differ in the seed alone")
     plan = dataclasses.replace(first.plan, seed=seeds[0], blocks=len(recipes))
-    algorithm = Members(first.algorithm, seeds, plan.stream)
+    algorithm = members_of(first.algorithm, seeds, plan.stream)
     return MemberFederation(algorithm, first.ctx, concat([r.data for r in recipes]),
                             first.trainer, plan, store, fingerprint, on_round,
                             inits=[r.init for r in recipes], rounds_to=rounds_to,

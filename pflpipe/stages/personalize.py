@@ -67,10 +67,46 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     args = (spec, seed, label, Path(partition_dir), _starting_file(entry, checkpoints_dir),
             stage, shard)
     recipe = _recipe(*args)
-    plan, data = recipe.plan, recipe.data
-    common.use_checkpoints(recipe.store, resume, plan.rounds)
+    common.use_checkpoints(recipe.store, resume, recipe.plan.rounds)
     result = common.federate(spec, recipe, _recipe, args,
-                             common.round_progress(plan.rounds) if progress else None)
+                             common.round_progress(recipe.plan.rounds) if progress else None)
+    return _write(spec, seed, label, recipe, result, Path(results_dir), tracker, stage, shard,
+                  tuning_dir)
+
+
+def run_members(spec, seeds: list[int], label: str, partition_dirs: list[Path],
+                checkpoints_dirs: list[Path] | None, results_dirs: list[Path], *,
+                tracker: Tracker = NULL_TRACKER, stage: str = STAGE, progress: bool = False,
+                resume: str = "all", tuning_dir: Path | None = None
+                ) -> list[PersonalizeResult]:
+    """`run` of every seed of `seeds`, trained as members of one federation (the same results).
+
+    The directories are each seed's, in the order of `seeds` (`pflpipe.engine.members`).
+    """
+    from pflpipe.engine.members import combine
+
+    if tuning_dir is not None:
+        spec = tune.apply(spec, label, tuning_dir)
+    entry = spec.algorithm(label)
+    recipes = [_recipe(spec, seed, label, Path(p), _starting_file(
+        entry, None if checkpoints_dirs is None else Path(checkpoints_dirs[i])), stage)
+        for i, (seed, p) in enumerate(zip(seeds, partition_dirs, strict=True))]
+    store, key = common.checkpoint_store(spec, stage, {
+        "members": [r.fingerprint for r in recipes]})
+    rounds = recipes[0].plan.rounds
+    common.use_checkpoints(store, resume, rounds)
+    federation = combine(recipes, seeds, store, key,
+                         common.round_progress(rounds) if progress else None)
+    return [_write(spec, seed, label, recipe, result, Path(out), tracker, stage, None, tuning_dir)
+            for seed, recipe, result, out in zip(seeds, recipes, federation.run_members(),
+                                                 results_dirs, strict=True)]
+
+
+def _write(spec, seed: int, label: str, recipe: Recipe, result, results_dir: Path,
+           tracker: Tracker, stage: str, shard: int | None, tuning_dir: Path | None
+           ) -> PersonalizeResult:
+    """Write a seed's results directory from its federation's result; track it."""
+    entry, plan, data = spec.algorithm(label), recipe.plan, recipe.data
     model = entry.display_name
     results = common.federation_rows(result, model, seed, data)
     history = common.history_rows(common.scored_rows(result.rows, data), model, seed)

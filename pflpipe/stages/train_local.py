@@ -20,3 +20,12 @@ def run(spec, seed: int, partition_dir: Path, results_dir: Path, *,
     return personalize.run(spec, seed, spec.local_params.display_name, partition_dir, None,
                            results_dir, tracker=tracker, stage="train_local", progress=progress,
                            resume=resume, shard=shard)
+
+
+def run_members(spec, seeds: list[int], partition_dirs: list[Path], results_dirs: list[Path], *,
+                tracker: Tracker = NULL_TRACKER, progress: bool = False, resume: str = "all"
+                ) -> list[personalize.PersonalizeResult]:
+    """`run` of every seed of `seeds` as members of one federation (the same results)."""
+    return personalize.run_members(spec, seeds, spec.local_params.display_name, partition_dirs,
+                                   None, results_dirs, tracker=tracker, stage="train_local",
+                                   progress=progress, resume=resume)
