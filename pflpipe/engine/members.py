@@ -151,9 +151,10 @@ def members_of(algorithm: Algorithm, seeds: Sequence[int], stream: int) -> Membe
 class MemberFederation(Federation):
     """A federation of `Members`: each run's draws, scores and kept rounds as the run's own.
 
-    `rounds_to`: one store per run that receives the run's global model of every kept round
-    (``Plan.keep_every_round``) and, at the end, the progress marker with the run's own
-    `fingerprints`, as the run alone keeps them.
+    `rounds_to`: one store per run (the run's own checkpoint store) that receives the run's
+    global model of every kept round (``Plan.keep_every_round``) and, at the end, the run's
+    final checkpoint under its own `fingerprints`, as the run alone leaves it: a later run of
+    that seed alone finds it finished and trains nothing.
     """
 
     def __init__(self, algorithm: Members, ctx, data: FederatedData, trainer, plan: Plan,
@@ -177,9 +178,12 @@ class MemberFederation(Federation):
     def run_members(self) -> list[FederationResult]:
         """Run (or resume) the rounds; each run's result as it is alone."""
         result = self.run(self.inits[0])
-        for store, fingerprint in zip(self.rounds_to or (), self.fingerprints, strict=False):
-            checkpoint.mark(store, result.rounds_completed, result.stopped_early, fingerprint)
-        return [self._result_of(result, b) for b in range(self.algorithm.repetitions)]
+        results = [self._result_of(result, b) for b in range(self.algorithm.repetitions)]
+        for store, fingerprint, own in zip(self.rounds_to or (), self.fingerprints, results,
+                                           strict=False):
+            checkpoint.save(store, _snapshot(own), own.rounds_completed, fingerprint,
+                            self.plan.keep_every_round)
+        return results
 
     # ---- each run's own start, seeds and scores ------------------------------------------
     def _initial(self, init_global: Group) -> tuple[Tree, Tree]:
@@ -272,6 +276,15 @@ class MemberFederation(Federation):
             {k: v[rows] for k, v in result.best.items()},
             {k: v[rows] for k, v in result.last.items()}, own, result.rounds_completed,
             result.stopped_early, server, part(result.last_model))
+
+
+def _snapshot(result: FederationResult) -> dict:
+    """The engine's snapshot after the last round of a run that ended with `result`."""
+    return {"round": result.rounds_completed, "global": result.global_params,
+            "server": result.server, "state": result.state, "rows": result.rows,
+            "stopped": result.stopped_early, "early": {"best": float("inf"), "bad": 0},
+            "server_optimizer": {}, "last": result.last, "best": result.best,
+            "best_model": result.best_model, "last_model": result.last_model}
 
 
 class _Sampler:

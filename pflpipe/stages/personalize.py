@@ -96,7 +96,8 @@ def run_members(spec, seeds: list[int], label: str, partition_dirs: list[Path],
     rounds = recipes[0].plan.rounds
     common.use_checkpoints(store, resume, rounds)
     federation = combine(recipes, seeds, store, key,
-                         common.round_progress(rounds) if progress else None)
+                         common.round_progress(rounds) if progress else None,
+                         [r.store for r in recipes])
     return [_write(spec, seed, label, recipe, result, Path(out), tracker, stage, None, tuning_dir)
             for seed, recipe, result, out in zip(seeds, recipes, federation.run_members(),
                                                  results_dirs, strict=True)]

@@ -79,13 +79,14 @@ def run_members(spec, seeds: list[int], partition_dirs: list[Path],
     store, key = common.checkpoint_store(spec, "warm_start_fedavg", {
         "members": [r.fingerprint for r in recipes]})
     common.use_checkpoints(store, resume, spec.federation.rounds)
-    rounds_to = [store.child(f"seed-{seed}") for seed in seeds]
     on_round = common.round_progress(spec.federation.rounds) if progress else None
-    results = combine(recipes, seeds, store, key, on_round, rounds_to).run_members()
-    return [_write(spec, seed, recipe.data, own, result, Path(p), Path(c), Path(r), tracker)
-            for seed, recipe, own, result, p, c, r in zip(
-                seeds, recipes, rounds_to, results, partition_dirs, checkpoints_dirs,
-                results_dirs, strict=True)]
+    results = combine(recipes, seeds, store, key, on_round,
+                      [r.store for r in recipes]).run_members()
+    return [_write(spec, seed, recipe.data, recipe.store, result, Path(p), Path(c), Path(r),
+                   tracker)
+            for seed, recipe, result, p, c, r in zip(
+                seeds, recipes, results, partition_dirs, checkpoints_dirs, results_dirs,
+                strict=True)]
 
 
 def _write(spec, seed: int, data, store, result, partition_dir: Path, checkpoints_dir: Path,
