@@ -19,7 +19,7 @@ from pflpipe.spec import Spec
 
 #: Stages whose outputs are reused across runs; the two that track run every time.
 CACHED = ("partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",
-          "distill_grid_search", "tune_point", "tune")
+          "distill_grid_search", "tune_point", "tune", "train_members")
 #: Stages whose tasks run one personalization entry, and see only it.
 PER_ENTRY = ("personalize", "tune_point")
 
@@ -61,6 +61,7 @@ def scoped_spec_json(spec: Spec, stage: str, label: str | None = None) -> str:
     """
     data = spec.model_dump(mode="json", by_alias=True)
     data["engine"]["parallel_tasks"] = None  # how many tasks run at once decides no result
+    data["engine"]["seeds_as_members"] = False  # nor does training the seeds together
     if not is_sharded(spec, stage, label):
         data["engine"]["shards"] = 1
     kept = {"experiment": {"name": spec.experiment.name, "output_dir": spec.experiment.output_dir},
@@ -80,6 +81,29 @@ def scoped_spec_json(spec: Spec, stage: str, label: str | None = None) -> str:
         kept["experiment"]["seeds"] = [min(set(range(len(spec.tuning.seeds) + 1))
                                            - set(spec.tuning.seeds))]
     return Spec.model_validate(kept).model_dump_json(by_alias=True)
+
+
+def members_specs_json(spec: Spec) -> str:
+    """The `train_members` task's specs: each task it may group, scoped as that task's own.
+
+    Keys are `pflpipe.stages.train_members.task_names` but tuned entries, and
+    "partition_data"; the seeds are the experiment's (a scoped spec keeps only the default).
+    """
+    from pflpipe.stages.train_members import task_names
+
+    def scoped(stage: str, label: str | None = None) -> dict:
+        data = json.loads(scoped_spec_json(spec, stage, label))
+        data["experiment"]["seeds"] = list(spec.experiment.seeds)
+        return data
+
+    specs = {"partition_data": scoped("partition_data")}
+    for name in task_names(spec):
+        label = name.removeprefix("personalize[").removesuffix("]")
+        if name in READS:
+            specs[name] = scoped(name)
+        elif not (spec.tuning and spec.tuning.find(label)):   # tuned: trains per seed
+            specs[name] = scoped("personalize", label)
+    return json.dumps(specs)
 
 
 def tuning_items(spec: Spec) -> list[dict[str, str]]:

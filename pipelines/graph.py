@@ -16,6 +16,10 @@ tune(Collected(tune))      each tuned entry's setting, chosen on the tuning seed
 ```
 and the reported seeds' tuned entries run in a loop of their own whose personalize tasks read
 that choice (an artifact), so the untuned entries' tasks keep their cache keys.
+With `engine.seeds_as_members`, a train_members task runs before the seeds loop (every seed's
+partition_data follows it): it trains the seeds of warm_start_fedavg, train_local and the untuned
+personalize entries as members of one federation and leaves each seed's checkpoints finished
+(`pflpipe.stages.train_members`); the loop's tasks, unchanged and resuming, then train nothing.
 With `engine.shards` = N, train_local and distill_grid_search are each a loop of N tasks, one per
 client shard, followed by merge_shards (`pflpipe.stages.shards`); a personalize entry whose clients
 train alone (fedavg_ft) is N items of the personalize loop, and collect_results merges them.
@@ -38,10 +42,18 @@ from pflpipe.components.partition_data import partition_data
 from pflpipe.components.personalize import personalize
 from pflpipe.components.select_teachers import select_teachers
 from pflpipe.components.train_local import train_local
+from pflpipe.components.train_members import train_members
 from pflpipe.components.tune import tune
 from pflpipe.components.tune_point import tune_point
 from pflpipe.components.warm_start_fedavg import warm_start_fedavg
-from pflpipe.pipelines.cache import CACHED, PER_ENTRY, is_sharded, scoped_spec_json, tuning_items
+from pflpipe.pipelines.cache import (
+    CACHED,
+    PER_ENTRY,
+    is_sharded,
+    members_specs_json,
+    scoped_spec_json,
+    tuning_items,
+)
 from pflpipe.pipelines.platform import configure
 from pflpipe.spec import Spec
 from pflpipe.spec.algorithms import PERSONALIZE
@@ -99,7 +111,7 @@ def build_pipeline(spec: Spec):
     """
     spec_json = spec.model_dump_json(by_alias=True)
     scoped = {stage: scoped_spec_json(spec, stage) for stage in CACHED
-              if stage not in PER_ENTRY and (stage != "tune" or spec.tuning)}
+              if stage not in (*PER_ENTRY, "train_members") and (stage != "tune" or spec.tuning)}
     entries = personalize_items(spec)
     seeds_at_once, labels_at_once = parallelism(spec)
 
@@ -111,10 +123,14 @@ def build_pipeline(spec: Spec):
         tracking = {"tracking_uri": tracking_uri, "experiment": experiment,
                     "parent_run_id": parent_run_id}
         chosen = _tuning_tasks(spec, scoped, resume) if spec.tuning else None
+        members = None
+        if spec.engine.seeds_as_members:
+            members = configure(train_members(specs_json=members_specs_json(spec),
+                                              resume=resume), spec, "train_members")
         with dsl.ParallelFor(spec.experiment.seeds, name="for each seed",
                              parallelism=seeds_at_once) as seed:
             collect = _seed_tasks(spec, seed, spec_json, scoped, (entries, labels_at_once),
-                                  tracking, resume, chosen)
+                                  tracking, "all" if members else resume, chosen, members)
         report = configure(evaluate_fairness(
             spec_json=spec_json, results=dsl.Collected(collect.outputs["results"]),
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, **tracking), spec, "evaluate_fairness")
@@ -142,11 +158,16 @@ def _tuning_tasks(spec: Spec, scoped: dict[str, str], resume):
                      "tune").outputs["chosen"]
 
 
-def _warm_start(spec: Spec, seed, scoped: dict[str, str], resume):
-    """partition_data and warm_start_fedavg of one seed: the partition and the warm-start task."""
-    partition = configure(partition_data(
-        spec_json=scoped["partition_data"], seed=seed, resume=resume), spec, "partition_data"
-    ).outputs["partition"]
+def _warm_start(spec: Spec, seed, scoped: dict[str, str], resume, members=None):
+    """partition_data and warm_start_fedavg of one seed: the partition and the warm-start task.
+
+    After `members` (the train_members task), when given: every task of the seed follows.
+    """
+    task = configure(partition_data(
+        spec_json=scoped["partition_data"], seed=seed, resume=resume), spec, "partition_data")
+    if members is not None:
+        task.after(members)
+    partition = task.outputs["partition"]
     warm = configure(warm_start_fedavg(
         spec_json=scoped["warm_start_fedavg"], seed=seed, resume=resume, partition=partition),
         spec, "warm_start_fedavg")
@@ -154,13 +175,15 @@ def _warm_start(spec: Spec, seed, scoped: dict[str, str], resume):
 
 
 def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
-                personalizing: tuple[list[dict], int], tracking: dict, resume, chosen=None):
+                personalizing: tuple[list[dict], int], tracking: dict, resume, chosen=None,
+                members=None):
     """The tasks of one seed: the training stages, then collect_results (returned).
 
     `personalizing` holds the personalize loop's items and its parallelism; `chosen`, the tune
-    stage's output, is read by the tuned entries' personalize tasks.
+    stage's output, is read by the tuned entries' personalize tasks; `members`, the
+    train_members task, runs first.
     """
-    partition, warm = _warm_start(spec, seed, scoped, resume)
+    partition, warm = _warm_start(spec, seed, scoped, resume, members)
     checkpoints = warm.outputs["checkpoints"]
     gathered = {"fedavg": warm.outputs["results"]}
     entries, at_once = personalizing

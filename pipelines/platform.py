@@ -10,7 +10,8 @@ from pflpipe.pipelines.cache import CACHED
 
 #: The resources a stage without a section of its own in `resources` uses.
 RESOURCE_STAGE = {"collect_results": "evaluate_fairness", "merge_shards": "evaluate_fairness",
-                  "tune_point": "personalize", "tune": "evaluate_fairness"}
+                  "tune_point": "personalize", "tune": "evaluate_fairness",
+                  "train_members": "personalize"}
 #: The variable each credential of an S3 secret is mounted as (what boto3 reads).
 S3_SECRET_ENV = {"access_key_id": "AWS_ACCESS_KEY_ID",
                  "secret_access_key": "AWS_SECRET_ACCESS_KEY"}

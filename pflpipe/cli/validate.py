@@ -107,10 +107,26 @@ def plan(spec) -> str:
     if spec.engine.shards > 1 and sharded:
         lines.append(f"  engine              {', '.join(sharded)} as {spec.engine.shards} tasks "
                      "each, one per client shard, then merged")
+    if spec.engine.seeds_as_members:
+        lines += members_plan(spec)
     if spec.engine.workers > 1:
         lines.append(f"  engine              warm_start_fedavg, train_local and personalize as "
                      f"{spec.engine.workers} workers, each a shard of the clients")
     return "\n".join(lines)
+
+
+def members_plan(spec) -> list[str]:
+    """How `engine.seeds_as_members` groups the seeds' tasks: one task, and what stays per seed."""
+    from pflpipe.stages.train_members import groups
+
+    grouped, per_seed = groups(spec)
+    seeds = spec.experiment.seeds
+    lines = [f"  train_members       {', '.join(grouped)}: the {len(seeds)} seeds as members of "
+             "one federation each, in one task before the seeds loop (their per-seed tasks then "
+             "reuse its checkpoints)" if grouped else
+             "  train_members       nothing to group: every task trains per seed"]
+    lines += [f"    per seed: {task} ({why})" for task, why in per_seed.items()]
+    return lines
 
 
 def tuning_plan(spec) -> list[str]:

@@ -421,3 +421,22 @@ class Engine(Section):
         "resources on a cluster), merged into one results directory that equals the unsharded "
         "one's within float tolerance.",
     )
+    seeds_as_members: bool = Field(
+        False,
+        description="Train every seed of the experiment as members of one batched federation: "
+        "one `train_members` task before the seeds loop runs warm_start_fedavg, train_local "
+        "and each untuned personalize entry for all seeds at once, and leaves each seed's "
+        "finished checkpoints where that seed's own tasks find them (they then train nothing). "
+        "Results are those of separate per-seed runs, to the bit, and the per-seed tasks keep "
+        "their cache keys. `pflpipe validate` lists what is grouped; a stage it cannot group "
+        "(early stopping, a server optimizer, an algorithm with networks of its own, seeds "
+        "with unequal client counts) trains per seed (docs/performance.md).",
+    )
+
+    @model_validator(mode="after")
+    def _members_in_one_process(self):
+        if self.seeds_as_members and (self.workers > 1 or self.shards > 1):
+            raise ValueError("seeds_as_members trains every seed in one process; it does not "
+                             "combine with workers > 1 or shards > 1 (set those to 1, or "
+                             "seeds_as_members: false)")
+        return self
