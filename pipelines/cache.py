@@ -61,7 +61,6 @@ def scoped_spec_json(spec: Spec, stage: str, label: str | None = None) -> str:
     """
     data = spec.model_dump(mode="json", by_alias=True)
     data["engine"]["parallel_tasks"] = None  # how many tasks run at once decides no result
-    data["engine"]["seeds_as_members"] = False  # nor does training the seeds together
     if not is_sharded(spec, stage, label):
         data["engine"]["shards"] = 1
     kept = {"experiment": {"name": spec.experiment.name, "output_dir": spec.experiment.output_dir},
@@ -80,7 +79,16 @@ def scoped_spec_json(spec: Spec, stage: str, label: str | None = None) -> str:
     if stage == "tune":  # any reported seeds disjoint from the tuning seeds: the first such
         kept["experiment"]["seeds"] = [min(set(range(len(spec.tuning.seeds) + 1))
                                            - set(spec.tuning.seeds))]
-    return Spec.model_validate(kept).model_dump_json(by_alias=True)
+    return task_spec_json(Spec.model_validate(kept))
+
+
+def task_spec_json(spec: Spec) -> str:
+    """The spec as a task receives it, without `engine.seeds_as_members`.
+
+    That switch shapes the graph only (a train_members task before the seeds loop); left out,
+    each task's cache key is the same with it on or off, and as before it existed.
+    """
+    return spec.model_dump_json(by_alias=True, exclude={"engine": {"seeds_as_members"}})
 
 
 def members_specs_json(spec: Spec) -> str:

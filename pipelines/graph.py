@@ -52,6 +52,7 @@ from pflpipe.pipelines.cache import (
     is_sharded,
     members_specs_json,
     scoped_spec_json,
+    task_spec_json,
     tuning_items,
 )
 from pflpipe.pipelines.platform import configure
@@ -109,7 +110,7 @@ def build_pipeline(spec: Spec):
     of an earlier run the training stages resume from (all, unfinished or none;
     `pflpipe.stages.common.RESUME`). Its output is the report directory.
     """
-    spec_json = spec.model_dump_json(by_alias=True)
+    spec_json = task_spec_json(spec)
     scoped = {stage: scoped_spec_json(spec, stage) for stage in CACHED
               if stage not in (*PER_ENTRY, "train_members") and (stage != "tune" or spec.tuning)}
     entries = personalize_items(spec)

@@ -1,0 +1,54 @@
+"""`engine.seeds_as_members` in the graph: one train_members task before the seeds loop, which
+every seed's partition_data follows; the loop's tasks keep their inputs (and so cache keys)."""
+
+from pathlib import Path
+
+import yaml
+
+from pflpipe.pipelines.compile import compile_pipeline
+from pflpipe.spec import parse_spec
+
+SPEC = """\
+experiment: {{name: members-graph, seeds: [0, 1]}}
+dataset: {{name: digits}}
+partition: {{strategy: ds1, n_clients: 4, classes_per_client: 4}}
+federation: {{rounds: 2}}
+engine: {{seeds_as_members: {on}}}
+personalization:
+  - {{name: persfl}}
+  - {{name: fedper}}
+"""
+
+
+def _ir(tmp_path: Path, on: bool) -> dict:
+    path = compile_pipeline(parse_spec(SPEC.format(on=str(on).lower())), tmp_path / f"{on}.yaml")
+    return next(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+
+
+def _tasks(ir: dict) -> dict[str, dict]:
+    dags = [ir["root"]["dag"]] + [c["dag"] for c in ir["components"].values() if "dag" in c]
+    return {name: task for dag in dags for name, task in dag["tasks"].items()}
+
+
+def test_seeds_as_members_adds_one_task_that_the_seeds_loop_follows(tmp_path):
+    tasks = _tasks(_ir(tmp_path, True))
+
+    assert "train-members" in tasks
+    loop = next(t for name, t in _tasks(_ir(tmp_path, True)).items()
+                if name.startswith("for-loop") and "train-members" in t.get("dependentTasks", []))
+    assert loop is not None
+    assert "train-members" not in _tasks(_ir(tmp_path, False))
+
+
+def test_seeds_as_members_leaves_every_other_task_its_inputs(tmp_path):
+    # the specs the loop's tasks receive are the same: their cache keys do not change (their
+    # resume is "all": train_members applied the run's --fresh / --no-cache)
+    on, off = _tasks(_ir(tmp_path, True)), _tasks(_ir(tmp_path, False))
+
+    def constants(task):
+        return {k: v for k, v in task.get("inputs", {}).get("parameters", {}).items()
+                if "runtimeValue" in v and k != "resume"}
+
+    assert set(on) - set(off) == {"train-members"}
+    for name in off:
+        assert constants(on[name]) == constants(off[name]), name
