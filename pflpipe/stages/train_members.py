@@ -12,6 +12,7 @@ trains in the seeds loop as before; `groups` says which and why (`pflpipe valida
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pflpipe import layout
 from pflpipe.errors import DataError
 from pflpipe.stages import partition_data, personalize, train_local, warm_start_fedavg
 from pflpipe.stages.notice import note
@@ -83,6 +84,9 @@ def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
         progress: bool = False) -> MembersResult:
     """Train the grouped tasks of `specs` as members; each seed's directories under `out_dir`.
 
+    ``out_dir/seed-<s>/`` holds the seed's partition, warm-start checkpoints and a results
+    directory per grouped task (named as the task), as its own tasks write them.
+
     `specs` maps each task to group (of `task_names`), and "partition_data", to the spec it
     runs with (the pipeline's scoped specs, so the checkpoints are those its per-seed tasks
     look for; each with the experiment's seeds).
@@ -93,11 +97,11 @@ def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
     result = MembersResult(seeds, per_seed=dict(per_seed))
     if not grouped:
         return result
-    dirs = {seed: Path(out_dir) / f"seed-{seed}" for seed in seeds}
-    parts = [dirs[s] / "partition" for s in seeds]
+    dirs = {seed: Path(out_dir) / layout.seed_folder(seed) for seed in seeds}
+    parts = [dirs[s] / layout.PARTITIONS for s in seeds]
     for seed, part in zip(seeds, parts, strict=True):
         partition_data.run(specs["partition_data"], seed, part)
-    checkpoints = [dirs[s] / "checkpoints" for s in seeds]
+    checkpoints = [dirs[s] / layout.CHECKPOINTS for s in seeds]
     for name in grouped:
         spec, label = specs[name], name.removeprefix("personalize[").removesuffix("]")
         outs = [dirs[s] / name for s in seeds]

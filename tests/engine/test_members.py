@@ -81,17 +81,18 @@ def test_members_write_every_file_of_a_per_seed_run_to_the_byte(runs, name):
         _assert_same_files(out / f"alone/{name}{seed}", out / f"members/{name}{seed}")
 
 
-def test_members_leave_each_seed_a_finished_checkpoint_its_own_run_reuses(runs, capsys):
+def test_members_leave_each_seed_a_finished_checkpoint_its_own_run_reuses(runs):
     # Prepare: the members runs above left each seed's checkpoints last
     out, spec, parts, _ = runs
-    capsys.readouterr()
+    stores = out / "checkpoints"
+    before = {p: p.stat().st_mtime_ns for p in stores.rglob("*") if p.is_file()}
 
     # Execute: a per-seed run of seed 2, resuming
     personalize.run(spec, 2, "ditto", parts[2], out / "alone/checkpoints2",
                     out / "again/ditto2")
 
-    # Assert: nothing trained, the same files
-    assert "reused finished checkpoints (round 2/2): nothing trained" in capsys.readouterr().err
+    # Assert: no checkpoint written (nothing trained), the same files as its own run
+    assert {p: p.stat().st_mtime_ns for p in stores.rglob("*") if p.is_file()} == before
     _assert_same_files(out / "alone/ditto2", out / "again/ditto2")
 
 
@@ -134,22 +135,25 @@ def test_groups_name_what_trains_per_seed_and_why(tmp_path):
         "select_teachers, distill_grid_search": "not grouped yet"}
 
 
-def test_members_stage_trains_nothing_a_second_time(tmp_path, capsys):
-    # the scoped specs the pipeline hands train_members, as in pflpipe.pipelines.cache
+def test_members_stage_groups_what_the_pipeline_hands_it(tmp_path):
+    # the scoped specs the pipeline hands train_members (pflpipe.pipelines.cache)
     from pflpipe.pipelines.cache import members_specs_json
     from pflpipe.spec import Spec
 
-    spec = parse_spec(SPEC.format(out=tmp_path, federation="").replace("[0, 1, 2]", "[0, 1]"))
+    text = SPEC.format(out=tmp_path, federation="").replace("[0, 1, 2]", "[0, 1]")
+    spec = parse_spec(text[:text.index("  - {name: pfedme")] + "  - {name: fedper}\n")
     specs = {k: Spec.model_validate(v) for k, v in json.loads(members_specs_json(spec)).items()}
 
-    first = train_members.run(specs, tmp_path / "members")
-    capsys.readouterr()
-    train_members.run(specs, tmp_path / "again")
+    result = train_members.run(specs, tmp_path / "members")
 
-    assert first.grouped == ["warm_start_fedavg", "train_local", "personalize[pfedme]",
-                             "personalize[scaffold]", "personalize[per_fedavg]",
-                             "personalize[fedper]", "personalize[ditto]"]
-    err = capsys.readouterr().err
-    assert err.count("reused finished checkpoints") == len(first.grouped)
-    _assert_same_files(tmp_path / "members/seed-1/personalize[ditto]",
-                       tmp_path / "again/seed-1/personalize[ditto]")
+    assert result.grouped == ["warm_start_fedavg", "train_local", "personalize[fedper]"]
+    assert result.per_seed == {}
+    stores = tmp_path / "checkpoints"
+    before = {p: p.stat().st_mtime_ns for p in stores.rglob("*") if p.is_file()}
+    for seed in (0, 1):   # each seed's own run finds its checkpoints finished: the same files
+        part = tmp_path / f"members/seed-{seed}/partition"
+        personalize.run(spec, seed, "fedper", part, tmp_path / f"members/seed-{seed}/checkpoints",
+                        tmp_path / f"alone/fedper{seed}")
+        _assert_same_files(tmp_path / f"members/seed-{seed}/personalize[fedper]",
+                           tmp_path / f"alone/fedper{seed}")
+    assert {p: p.stat().st_mtime_ns for p in stores.rglob("*") if p.is_file()} == before
