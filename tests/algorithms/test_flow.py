@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from mlflow import MlflowClient
 from torch import nn
 
 from pflpipe.algorithms.flow import Flow, Router, routed_forward, routed_units
@@ -13,7 +14,16 @@ from pflpipe.engine.trainer import BatchedTrainer, Context
 from pflpipe.models import CnnCifar, FedAvgCnn, Mlp
 from pflpipe.spec import parse_spec
 from pflpipe.spec.algorithms import FlowParams
-from pflpipe.stages import common, partition_data
+from pflpipe.stages import (
+    collect_results,
+    common,
+    evaluate_fairness,
+    partition_data,
+    personalize,
+    train_local,
+    warm_start_fedavg,
+)
+from pflpipe.tracking import open_parent_run
 
 
 def _flow(lr=0.05, **params):
@@ -288,3 +298,47 @@ def test_flow_trains_every_builtin_model(model):
                                                                            "router"}
     assert all(torch.isfinite(result.last[k]).all() for k in ("test_loss", "soft_test_loss",
                                                               "global_test_loss"))
+
+
+def test_history_mlflow_and_report_show_flows_routing_per_layer(digits_ds3, tmp_path):
+    # Prepare: Flow run as the pipeline's stages run it (2 rounds, ds3 digits, 10 clients) with
+    # MLflow tracking, its results collected and reported
+    spec, _, root = digits_ds3
+    spec = spec.model_copy(update={
+        "personalization": [FlowParams(name="flow", rounds=2, warm_start="none")],
+        "tracking": spec.tracking.model_copy(update={
+            "enabled": True, "uri": f"sqlite:///{tmp_path}/mlflow.db"})})
+    partition = root / "partition"
+    warm_start_fedavg.run(spec, 0, partition, tmp_path / "checkpoints", tmp_path / "fedavg")
+    train_local.run(spec, 0, partition, tmp_path / "local")
+    personalize.run(spec, 0, "flow", partition, tmp_path / "checkpoints", tmp_path / "flow")
+    parent = open_parent_run(spec)
+    collect_results.run(spec, 0, [tmp_path / m for m in ("fedavg", "local", "flow")],
+                        tmp_path / "collected", partition_dir=partition,
+                        checkpoints_dir=tmp_path / "checkpoints", tracker=parent.tracker())
+    evaluate_fairness.run(spec, [tmp_path / "collected"], tmp_path / "report")
+    parent.finish()
+    columns = [f"diag.{name}.{k}" for name in ("pi_global", "to_global") for k in (0, 1)]
+
+    # Execute
+    history = [r for r in common.read_csv(tmp_path / "flow" / "history.csv")
+               if r["split"] == "train"]
+    runs = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_runs([parent.experiment_id])
+    clients = [r for r in runs if r.data.tags.get("algorithm") == "flow"
+               and "client_id" in r.data.tags]
+    markdown = (tmp_path / "report" / "report.md").read_text()
+
+    # Assert: history.csv has each routed layer's mean π_g and share routed to global for
+    # every client in both rounds, each in [0, 1]; each client's MLflow run logged them per
+    # round; the report plots them and tables their last round
+    assert sorted((int(r["round"]), int(r["client"])) for r in history) == [
+        (rnd, c) for rnd in (1, 2) for c in range(10)]
+    assert all(0.0 <= float(r[c]) <= 1.0 for r in history for c in columns)
+    assert len(clients) == 10
+    mlflow = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    for column in columns:
+        steps = mlflow.get_metric_history(clients[0].info.run_id, column)
+        assert [m.step for m in steps] == [1, 2], column
+    assert (tmp_path / "report" / "figures" / "diagnostics_flow.png").is_file()
+    for column in columns:
+        assert f"| flow | {column.removeprefix('diag.')} | 2 |" in markdown
