@@ -143,7 +143,7 @@ def test_the_engine_records_flows_routing_per_layer_and_round(digits_ds3):
 SHIPPED = Path(__file__).parents[2] / "specs" / "flow-digits.yaml"
 
 
-@pytest.mark.parametrize("seed", [0])
+@pytest.mark.parametrize("seed", [0, 1, 2])
 def test_flow_with_the_shipped_settings_routes_instances_both_ways_on_dirichlet_digits(
         tmp_path, seed):
     # Prepare: specs/flow-digits.yaml as shipped (its optimizer, lr, epochs, batch; Flow's
