@@ -4,7 +4,8 @@ Runs specs/flow-digits.yaml (digits, 100 clients, Dirichlet(0.1), 10 clients per
 stage in-process, exactly as the pipeline chains them: partition_data → warm_start_fedavg →
 train_local → personalize (one entry per algorithm), then evaluates the results tables with
 `pflpipe.metrics.generalization` and prints one Markdown table: per model GA, PA and the % of
-clients whose PA beats GA, mean ± std over seeds; and Flow's PA under soft routing (Table 8).
+clients whose PA beats GA, mean ± std over seeds; Flow's PA under soft routing (Table 8); and
+the engine's compute from results.csv (local steps and samples, summed over clients).
 For every Flow entry it also prints what the router did: per routed layer, the mean π_g and the
 share of test instances that hard routing sends to the global copy (each client's saved
 best-validation model on its own test split, pooled over clients), mean over seeds.
