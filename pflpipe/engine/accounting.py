@@ -137,8 +137,9 @@ def passes(ctx: Context, job: Job) -> list[list[int]]:
 
     Measured, not declared: each update's objective runs once, for member 0, on a probe step
     whose j-th mini-batch holds 2^j real samples; every `Context.mean` it takes is one pass over
-    the mini-batches whose sizes sum to the samples it averaged. Objectives branch on no tensor
-    value, so every step of every member makes the same passes.
+    the mini-batches whose sizes sum to the samples it averaged (so a loss must average whole
+    mini-batches, as every objective does). Objectives branch on no tensor value, so every step
+    of every member makes the same passes.
     """
     draws = job.batches_per_step
     if not job.members or not len(job.data.y):
@@ -158,8 +159,8 @@ def passes(ctx: Context, job: Job) -> list[list[int]]:
         objective(state, batch, job.shared, hp, counting)
         if any(not 0 < n < 2 ** draws for n in counting.seen):
             raise RuntimeError(f"{getattr(objective, '__name__', objective)}: a loss averaged "
-                               "samples that are no union of the step's mini-batches; the "
-                               "engine cannot count its passes")
+                               "samples that are no union of the step's mini-batches (none, or "
+                               "more); the engine cannot count its passes")
         out.append([sum(n >> j & 1 for n in counting.seen) for j in range(draws)])
     return out
 
