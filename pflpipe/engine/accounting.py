@@ -37,22 +37,6 @@ from pflpipe.engine.trainer import Context, Job, gather
 from pflpipe.engine.tree import Tree, member
 
 
-def scheduled_samples(counts: Tensor, batches: Tensor, batch_size: int) -> Tensor:
-    """Real samples in each member's first `batches` mini-batches of its schedule [M].
-
-    An epoch of n samples is ⌈n / B⌉ batches holding n samples (the last one short); one batch
-    holds all n when n ≤ B (`pflpipe.engine.data.write_schedule`).
-
-    >>> scheduled_samples(torch.tensor([10, 10, 3, 0]), torch.tensor([3, 5, 2, 4]), 4)
-    tensor([10, 18,  6,  0])
-    """
-    counts, batches = counts.long().cpu(), batches.long().cpu()
-    per_epoch = (counts + batch_size - 1) // batch_size
-    epochs = batches // per_epoch.clamp_min(1)
-    rest = batches - epochs * per_epoch.clamp_min(1)
-    return torch.where(counts > 0, epochs * counts + torch.minimum(rest * batch_size, counts), 0)
-
-
 def member_bytes(group: Mapping[str, Tensor], keys: Iterable[str] | None = None) -> int:
     """Bytes of one member's copy of a stacked group [M, ...] (only `keys` when given)."""
     keys = group.keys() if keys is None else keys
@@ -109,6 +93,8 @@ def batch_samples(counts: Tensor, steps: Tensor, batch_size: int, batches_per_st
 
     >>> batch_samples(torch.tensor([10, 3]), torch.tensor([2, 1]), 4, 2).tolist()
     [[6, 8], [3, 3]]
+    >>> batch_samples(torch.tensor([10, 10, 3, 0]), torch.tensor([3, 5, 2, 4]), 4).flatten()
+    tensor([10, 18,  6,  0])
     """
     counts, steps = counts.long().cpu(), steps.long().cpu()
     per_epoch = ((counts + batch_size - 1) // batch_size).clamp_min(1)[:, None, None]

@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from pflpipe.engine.accounting import Reads, batch_samples, passes, scheduled_samples
+from pflpipe.engine.accounting import Reads, batch_samples, passes
 from pflpipe.engine.data import SplitData
 from pflpipe.engine.trainer import Context, Job, index_table, sub_batch
 
 
 @pytest.mark.parametrize("batch_size,batches_per_step", [(4, 1), (7, 2), (64, 1), (3, 3)])
-def test_scheduled_samples_are_the_unpadded_entries_of_the_trainers_index_table(
+def test_batch_samples_are_the_unpadded_entries_of_the_trainers_index_table(
         batch_size, batches_per_step):
     # Prepare: 6 clients of 0 to 23 samples, 0 to 9 steps each
     counts = [0, 1, 5, 8, 13, 23]
@@ -23,12 +23,11 @@ def test_scheduled_samples_are_the_unpadded_entries_of_the_trainers_index_table(
     # Execute: the samples the trainer's masks let through, and the engine's count
     table = index_table(job, torch.arange(6), int(steps.max()))
     ran = (table >= 0).flatten(1).sum(1)
-    counted = scheduled_samples(torch.tensor(counts), steps * batches_per_step, batch_size)
+    counted = batch_samples(torch.tensor(counts), steps, batch_size, batches_per_step)
 
-    # Assert
-    assert counted.tolist() == ran.tolist()
-    per_draw = batch_samples(torch.tensor(counts), steps, batch_size, batches_per_step)
-    assert per_draw.tolist() == (table >= 0).sum((1, 3)).tolist()   # each draw of a step
+    # Assert: in all, and for each draw of a step
+    assert counted.sum(1).tolist() == ran.tolist()
+    assert counted.tolist() == (table >= 0).sum((1, 3)).tolist()
 
 
 def _job(objective, batches_per_step):
