@@ -106,3 +106,16 @@ def test_write_replaces_only_its_own_section(tables, tmp_path):
     tables.write(out, "<!-- benchmarks/results_tables.py: y begin -->\nY\n"
                       "<!-- benchmarks/results_tables.py: y end -->", "y")
     assert out.read_text().startswith(f"before\n{begin}\nnew\n{end}\nafter\n\n<!-- ")
+
+
+def test_a_run_stopped_before_the_report_reads_the_seeds_and_the_kept_tuning(tables, run):
+    import shutil
+
+    shutil.rmtree(run / "report")
+    (run / "seed-1" / "ditto" / "tuning.json").write_text(json.dumps({
+        "seeds": [100, 101], "entries": {"ditto": {"chosen": {"lam": 0.1}, "points": [
+            {"values": {"lam": 0.1}, "scores": {"100": 0.5, "101": 0.7}, "mean": 0.6}]}}}))
+    text = tables.section(SPEC, run, "abc1234")
+    assert "**Reported seeds** 0, 1; **tuning seeds** 100, 101" in text
+    assert line(text, "| ditto |").startswith("| ditto | lam **0.1**;")
+    assert line(text, "| ditto | lam 0.1 |") == "| ditto | lam 0.1 | 50.0 | 70.0 | 60.0 | ✓ |"
