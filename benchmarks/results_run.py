@@ -11,6 +11,10 @@ seed's collected results) and `report/`, as `<results>/latest` of `pflpipe run` 
 benchmarks/results_tables.py reads either.
 
     python benchmarks/results_run.py specs/results-digits.yaml /tmp/runs/digits [--set PATH=VALUE]
+
+With `--part tuning:SEED` or `--part seed:SEED` one process runs one tuning or reported seed
+(several at once on a loaded machine); a plain run afterwards reuses every scored grid point,
+tuning seed and collected seed already in the folder and writes the report.
 """
 
 import argparse
@@ -61,21 +65,31 @@ def warm_start(spec: Spec, seed: int, work: Path) -> tuple[Path, Path, Path]:
     return part, ckpt, res
 
 
-def tuning(spec: Spec, work: Path) -> Path:
-    """The tuning seeds' grid points and the tune stage; returns the choice's directory."""
-    per_seed = []
-    for seed in spec.tuning.seeds:
-        base = work / f"tuning-{seed}"
-        part, ckpt, _ = warm_start(spec, seed, base)
-        scored = []
-        for i, item in enumerate(tuning_items(spec)):
-            out = base / f"point-{i:03d}"
+def tuning_seed(spec: Spec, seed: int, work: Path) -> Path:
+    """One tuning seed's grid points and its tune; a point already scored is not rerun."""
+    base = work / f"tuning-{seed}"
+    part, ckpt, _ = warm_start(spec, seed, base)
+    scored = []
+    for i, item in enumerate(tuning_items(spec)):
+        out = base / f"point-{i:03d}"
+        if not (out / layout.POINT_JSON).is_file():
             timed(f"tune_point {item['label']} {item['values']} seed {seed}", tune_point.run,
                   Spec.model_validate_json(item["spec_json"]), seed, item["label"],
                   json.loads(item["values"]), part, ckpt, out)
-            scored.append(out)
-        tune.run(scoped(spec, "tune"), scored, base / "tune")
-        per_seed.append(base / "tune")
+        scored.append(out)
+    tune.run(scoped(spec, "tune"), scored, base / "tune")
+    return base / "tune"
+
+
+def tuning(spec: Spec, work: Path) -> Path:
+    """The tuning seeds' grid points and the tune stage; returns the choice's directory.
+
+    A tuning seed whose choice is already in `work` (a `--part tuning:SEED` run) is reused.
+    """
+    per_seed = [work / f"tuning-{s}" / "tune" for s in spec.tuning.seeds]
+    for seed, done in zip(spec.tuning.seeds, per_seed, strict=True):
+        if not (done / layout.TUNING_JSON).is_file():
+            tuning_seed(spec, seed, work)
     tune.run(scoped(spec, "tune"), per_seed, work / "tune")
     return work / "tune"
 
@@ -113,6 +127,9 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                         help="override a spec setting, as pflpipe run --set")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--part", help="only 'tuning:SEED' (one tuning seed's points) or "
+                        "'seed:SEED' (one reported seed, tuning done); a later full run reuses "
+                        "what they wrote")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     overrides = {path: yaml.safe_load(text)
@@ -121,8 +138,21 @@ def main() -> None:
     spec = Spec.model_validate({**spec.model_dump(mode="json", by_alias=True),
                                 "tracking": {"enabled": False}})
     work = args.out / "work"
-    chosen = tuning(spec, work) if spec.tuning else None
-    seeds = [one_seed(spec, seed, work, chosen, args.out) for seed in spec.experiment.seeds]
+    kind, _, seed = (args.part or "").partition(":")
+    if kind == "tuning":  # one tuning seed, beside other processes (a loaded machine)
+        tuning_seed(spec, int(seed), work)
+        return
+    chosen = None
+    if spec.tuning:
+        done = kind == "seed" and (work / "tune" / layout.TUNING_JSON).is_file()
+        chosen = work / "tune" if done else tuning(spec, work)
+    if kind == "seed":  # one reported seed, after the tuning
+        one_seed(spec, int(seed), work, chosen, args.out)
+        return
+    seeds = [args.out / layout.seed_folder(s) for s in spec.experiment.seeds]
+    for seed, done in zip(spec.experiment.seeds, seeds, strict=True):
+        if not (done / layout.RESULTS_CSV).is_file():
+            one_seed(spec, seed, work, chosen, args.out)
     evaluate_fairness.run(spec, seeds, args.out / "report", run_info={
         "experiment": spec.experiment.name, "seeds": ", ".join(map(str, spec.experiment.seeds)),
         "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
