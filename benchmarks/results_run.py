@@ -13,8 +13,9 @@ benchmarks/results_tables.py reads either.
     python benchmarks/results_run.py specs/results-digits.yaml /tmp/runs/digits [--set PATH=VALUE]
 
 With `--part tuning:SEED` or `--part seed:SEED` one process runs one tuning or reported seed
-(several at once on a loaded machine); a plain run afterwards reuses every scored grid point,
-tuning seed and collected seed already in the folder and writes the report.
+(several at once; a reported seed's tuned entries wait for every tuning seed's choice); a plain
+run afterwards reuses every scored grid point, tuning seed and collected seed already in the
+folder and writes the report.
 """
 
 import argparse
@@ -94,8 +95,23 @@ def tuning(spec: Spec, work: Path) -> Path:
     return work / "tune"
 
 
-def one_seed(spec: Spec, seed: int, work: Path, chosen: Path | None, out: Path) -> Path:
-    """Every training stage of one reported seed and its collect_results; the collected dir."""
+def waited_choice(spec: Spec, work: Path, name: str) -> Path:
+    """tune over the tuning seeds, once each seed's choice is in `work` (other processes')."""
+    per_seed = [work / f"tuning-{s}" / "tune" for s in spec.tuning.seeds]
+    while not all((d / layout.TUNING_JSON).is_file() for d in per_seed):
+        time.sleep(10)
+    time.sleep(2)  # the last file's writer has finished
+    tune.run(scoped(spec, "tune"), per_seed, work / name)
+    return work / name
+
+
+def one_seed(spec: Spec, seed: int, work: Path, chosen, out: Path) -> Path:
+    """Every training stage of one reported seed and its collect_results; the collected dir.
+
+    The untuned entries train first and the tuned ones after (the order of the pipeline's two
+    loops and of collect_results' inputs); `chosen` is the tune output, or a function that
+    returns it once the tuning is done.
+    """
     base = work / f"seed-{seed}"
     part, ckpt, fedavg = warm_start(spec, seed, base)
     dirs = [fedavg]
@@ -108,9 +124,13 @@ def one_seed(spec: Spec, seed: int, work: Path, chosen: Path | None, out: Path) 
         select_teachers.run(scoped(spec, "select_teachers"), ckpt, teachers)
         timed(f"distill_grid_search seed {seed}", distill_grid_search.run,
               scoped(spec, "distill_grid_search"), seed, part, ckpt, teachers, dirs[-1])
-    for item in personalize_items(spec):
+    items = personalize_items(spec)
+    is_tuned = [bool(spec.tuning and spec.tuning.find(item["label"])) for item in items]
+    for item, tuned in sorted(zip(items, is_tuned, strict=True), key=lambda pair: pair[1]):
         label = item["label"]
-        tuned = chosen if spec.tuning and spec.tuning.find(label) else None
+        if tuned and callable(chosen):
+            chosen = chosen()
+        tuned = chosen if tuned else None
         dirs.append(base / f"entry-{label}")
         timed(f"personalize[{label}] seed {seed}", personalize.run,
               Spec.model_validate_json(item["spec_json"]), seed, label, part, ckpt, dirs[-1],
@@ -142,13 +162,11 @@ def main() -> None:
     if kind == "tuning":  # one tuning seed, beside other processes (a loaded machine)
         tuning_seed(spec, int(seed), work)
         return
-    chosen = None
-    if spec.tuning:
-        done = kind == "seed" and (work / "tune" / layout.TUNING_JSON).is_file()
-        chosen = work / "tune" if done else tuning(spec, work)
-    if kind == "seed":  # one reported seed, after the tuning
-        one_seed(spec, int(seed), work, chosen, args.out)
+    if kind == "seed":  # one reported seed; its tuned entries wait for the tuning seeds
+        chosen = spec.tuning and (lambda: waited_choice(spec, work, f"tune-for-seed-{seed}"))
+        one_seed(spec, int(seed), work, chosen or None, args.out)
         return
+    chosen = tuning(spec, work) if spec.tuning else None
     seeds = [args.out / layout.seed_folder(s) for s in spec.experiment.seeds]
     for seed, done in zip(spec.experiment.seeds, seeds, strict=True):
         if not (done / layout.RESULTS_CSV).is_file():

@@ -93,8 +93,8 @@ def describe(spec, model: str, chosen: dict) -> str:
 
 def ordered(spec, stats: dict) -> list[str]:
     """Models in the order the spec names them: FedAvg, local, PersFL, then its entries."""
-    order = ["fedavg", spec.local_params.display_name, "persfl",
-             *(e.label or e.name for e in spec.personalization)]
+    order = list(dict.fromkeys(["fedavg", spec.local_params.display_name, "persfl",
+                                *(e.label or e.name for e in spec.personalization)]))
     return [m for m in order if m in stats] + sorted(m for m in stats if m not in order)
 
 
