@@ -140,6 +140,16 @@ def one_seed(spec: Spec, seed: int, work: Path, chosen, out: Path) -> Path:
     return collected
 
 
+def report(spec: Spec, seeds: list[int], out: Path) -> None:
+    """evaluate_fairness over the collected seeds `seeds` of the run folder `out`."""
+    evaluate_fairness.run(spec, [out / layout.seed_folder(s) for s in seeds], out / "report",
+                          run_info={"experiment": spec.experiment.name,
+                                    "seeds": ", ".join(map(str, seeds)),
+                                    "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
+                                            f"{spec.partition.n_clients} clients"})
+    print(f"done: {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("spec", type=Path)
@@ -147,9 +157,9 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                         help="override a spec setting, as pflpipe run --set")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--part", help="only 'tuning:SEED' (one tuning seed's points) or "
-                        "'seed:SEED' (one reported seed, tuning done); a later full run reuses "
-                        "what they wrote")
+    parser.add_argument("--part", help="only 'tuning:SEED' (one tuning seed's points), "
+                        "'seed:SEED' (one reported seed) or 'report' (evaluate_fairness over "
+                        "the seeds collected so far); a later full run reuses what they wrote")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     overrides = {path: yaml.safe_load(text)
@@ -162,6 +172,11 @@ def main() -> None:
     if kind == "tuning":  # one tuning seed, beside other processes (a loaded machine)
         tuning_seed(spec, int(seed), work)
         return
+    if kind == "report":  # evaluate_fairness over the seeds collected so far
+        seeds = [s for s in spec.experiment.seeds
+                 if (args.out / layout.seed_folder(s) / layout.RESULTS_CSV).is_file()]
+        report(spec, seeds, args.out)
+        return
     if kind == "seed":  # one reported seed; its tuned entries wait for the tuning seeds
         chosen = spec.tuning and (lambda: waited_choice(spec, work, f"tune-for-seed-{seed}"))
         one_seed(spec, int(seed), work, chosen or None, args.out)
@@ -171,11 +186,7 @@ def main() -> None:
     for seed, done in zip(spec.experiment.seeds, seeds, strict=True):
         if not (done / layout.RESULTS_CSV).is_file():
             one_seed(spec, seed, work, chosen, args.out)
-    evaluate_fairness.run(spec, seeds, args.out / "report", run_info={
-        "experiment": spec.experiment.name, "seeds": ", ".join(map(str, spec.experiment.seeds)),
-        "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
-                f"{spec.partition.n_clients} clients"})
-    print(f"done: {args.out}")
+    report(spec, spec.experiment.seeds, args.out)
 
 
 if __name__ == "__main__":
