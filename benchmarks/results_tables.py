@@ -85,6 +85,8 @@ def describe(spec, model: str, chosen: dict) -> str:
     if model not in entries:
         return "local baseline" if model == spec.local_params.display_name else "PersFL"
     entry = entries[model]
+    if entry.name == "persfl":
+        return "(λ, T) chosen per client on its validation split; teachers: FedAvg's rounds"
     text = setting(entry, chosen.get(model))
     if getattr(entry, "warm_start", "none") != "none":
         text += "; from FedAvg's model (its compute not included)"
