@@ -18,6 +18,11 @@ A **partition directory**: ``manifest.json``, ``clients/client_NNNN.pt``, the la
 A **collected directory** (collect_results, one seed): the results directory of every model by
 name, ``collected.json``, ``sources.json``, ``results.csv`` (all models) and ``partition/``.
 A **report directory**: ``report.json``, ``report.md``, ``report.html``, ``figures/``.
+A **worker task** (a sharded stage's, in a store: `pflpipe.engine.distributed`)::
+
+    task.pkl  [result.pt | error.pkl]  files/<sha256>...
+
+A **results root** (``pflpipe run``): ``runs/<time>-<run>/``, ``latest``, ``logs/``.
 """
 
 import json
@@ -169,3 +174,22 @@ RUNS, LATEST, LOGS, PIPELINE_LOG = "runs", "latest", "logs", "pipeline.log"
 def seed_folder(seed: int) -> str:
     """A seed's folder in a published run (``seed-0``)."""
     return f"seed-{seed}"
+
+
+# ---- a worker task (a sharded stage's workers: `pflpipe.engine.distributed`) --------------
+#: What the workers run (``make`` and its arguments), rank 0's result, a worker's library error.
+WORKER_TASK, WORKER_RESULT, WORKER_ERROR = "task.pkl", "result.pt", "error.pkl"
+#: The folder of the files a task carries, each under its SHA-256.
+WORKER_FILES = "files"
+#: The folder of a stage's worker tasks beside its checkpoints.
+WORKERS = "workers"
+
+
+def worker_task(digest: str) -> str:
+    """Where (under a stage's checkpoint store) the worker task of one digest is kept."""
+    return f"{WORKERS}/{digest}"
+
+
+def worker_file(sha256: str) -> str:
+    """The key of one carried file in a worker task."""
+    return f"{WORKER_FILES}/{sha256}"
