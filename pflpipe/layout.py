@@ -22,7 +22,8 @@ A **worker task** (a sharded stage's, in a store: `pflpipe.engine.distributed`):
 
     task.pkl  [result.pt | error.pkl]  files/<sha256>...
 
-A **results root** (``pflpipe run``): ``runs/<time>-<run>/``, ``latest``, ``logs/``.
+A **results root** (``pflpipe run``): ``runs/<time>-<run>/``, ``latest``, ``logs/``
+(``pipeline.log``, ``events.jsonl``, one ``<task>.log`` per task).
 """
 
 import json
@@ -169,6 +170,13 @@ FIGURES = "figures"
 #: Every published run's folder (``runs/<time>-<run>/``: report/, seed-N/), the link to the
 #: newest one, and the runner's logs (``pipeline.log`` and one file per task).
 RUNS, LATEST, LOGS, PIPELINE_LOG = "runs", "latest", "logs", "pipeline.log"
+#: In logs/: every task's events (`pflpipe.events`), one JSON object a line with its task's title.
+EVENTS_JSONL = "events.jsonl"
+
+
+def task_log(title: str) -> str:
+    """The log file (in logs/) of a task by its title (``personalize_fedper_seed_0.log``)."""
+    return f"{re.sub(r'[^A-Za-z0-9-]+', '_', title).strip('_')}.log"
 
 
 def seed_folder(seed: int) -> str:

@@ -10,6 +10,7 @@ arrives as typed events in its lines (`pflpipe.events`).
 """
 
 import io
+import json
 import re
 import threading
 import time
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe import events
-from pflpipe.layout import PIPELINE_LOG
+from pflpipe.layout import EVENTS_JSONL, PIPELINE_LOG, task_log
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTED = re.compile(r" - INFO - Executing task '([\w-]+)'")
@@ -118,7 +119,8 @@ class TaskLogRouter(io.TextIOBase):
     """A ``sys.stdout`` stand-in that sorts kfp.local's lines into `TaskLog` objects.
 
     Args:
-        log_dir: where ``pipeline.log`` (everything) and one ``<task>.log`` per task go.
+        log_dir: where ``pipeline.log`` (everything), ``events.jsonl`` (every task's events,
+            each with its task's title) and one ``<task>.log`` per task go.
         on_event: called with ("started" | "progress" | "finished" | "cached", TaskLog) from
             the runner's threads ("progress" also once the stage's started event names it).
 
@@ -134,6 +136,7 @@ class TaskLogRouter(io.TextIOBase):
         self._lock = threading.Lock()
         self._local = threading.local()
         self._all = (self.log_dir / PIPELINE_LOG).open("a", encoding="utf-8")
+        self._events = (self.log_dir / EVENTS_JSONL).open("a", encoding="utf-8")
 
     def writable(self) -> bool:
         """Return True: this is an output stream."""
@@ -152,8 +155,9 @@ class TaskLogRouter(io.TextIOBase):
         return [task for task in self.tasks if task.status == "FAILURE"]
 
     def close(self) -> None:
-        """Close the combined log."""
+        """Close the combined log and the events file."""
         self._all.close()
+        self._events.close()
         super().close()
 
     def _line(self, line: str) -> None:
@@ -186,12 +190,17 @@ class TaskLogRouter(io.TextIOBase):
 
     def _collect(self, task: TaskLog, line: str) -> None:
         task.lines.append(line)
-        if (event := events.parse(line)) is not None and task.take(event):
+        if (event := events.parse(line)) is None:
+            return
+        if task.take(event):
             self._on_event("progress", task)
+        with self._lock:
+            self._events.write(json.dumps({"task": task.title, **event}) + "\n")
+            self._events.flush()
 
     def _finish(self, task: TaskLog, status: str) -> None:
         task.status, task.finished = status, time.monotonic()
-        task.path = self.log_dir / f"{re.sub(r'[^A-Za-z0-9-]+', '_', task.title).strip('_')}.log"
+        task.path = self.log_dir / task_log(task.title)
         task.path.write_text("\n".join(task.lines) + "\n", encoding="utf-8")
         self._on_event("finished", task)
 

@@ -60,6 +60,9 @@ def test_router_sorts_lines_by_task_and_takes_who_it_is_from_its_started_event(t
     assert seen == [("started", "partition_data"), ("finished", "partition_data"),
                     ("started", "personalize"), ("progress", title), ("finished", title)]
     assert router.tasks[1].shard == 1
+    assert [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()] \
+        == [{"task": title, "event": "started", "stage": "personalize", "seed": 3,
+             "label": "fedper", "shard": "1"}]
     assert (tmp_path / "personalize_fedper_shard_1_seed_3.log").is_file()
     assert "hello" in (tmp_path / "partition_data.log").read_text()
     assert "Executing task" in (tmp_path / "pipeline.log").read_text()
