@@ -195,7 +195,7 @@ class TaskLogRouter(io.TextIOBase):
         if task.take(event):
             self._on_event("progress", task)
         with self._lock:
-            self._events.write(json.dumps({"task": task.title, **event}) + "\n")
+            self._events.write(json.dumps({"task": task.title, **event}, ensure_ascii=False) + "\n")
             self._events.flush()
 
     def _finish(self, task: TaskLog, status: str) -> None:
