@@ -135,9 +135,9 @@ def test_torchrun_workers_given_only_an_s3_uri_write_the_local_run_result(local_
     # Assert: rank 0 wrote a progress event per round into its log, and the result: the local
     # run's numbers
     assert done.returncode == 0, done.stderr[-3000:]
-    progress = [e for e in map(events.parse, done.stdout.splitlines()) if e is not None]
-    assert [(e["event"], e["round"], e["rounds"]) for e in progress] == [
-        ("progress", 1, 2), ("progress", 2, 2)]
+    progress = [e for e in map(events.parse, done.stdout.splitlines())
+                if e is not None and e["event"] == "progress"]
+    assert [(e["round"], e["rounds"]) for e in progress] == [(1, 2), (2, 2)]
     assert task.exists(WORKER_RESULT)
     _assert_same(local, distributed.read_result(task))
 
