@@ -131,6 +131,21 @@ def diagnostics(history: Iterable[dict]) -> dict[str, dict[str, tuple[list, list
                 for k, rs in sorted(cols.items())} for m, cols in values.items()}
 
 
+def diagnostics_last(series: dict[str, dict[str, tuple[list, list]]]) -> list[list[str]]:
+    """One row per model and diagnostic column: its last recorded round and value there.
+
+    >>> diagnostics_last({"flow": {"diag.to_global.0": ([1, 2], [0.5, 0.25])}})
+    [['flow', 'to_global.0', '2', '0.25']]
+    """
+    return [[model, column[len(DIAGNOSTIC_PREFIX):], str(rounds[-1]), f"{mean[-1]:.4g}"]
+            for model, columns in series.items() for column, (rounds, mean) in columns.items()
+            if rounds]
+
+
+#: The header of the report's table of `diagnostics_last`.
+DIAGNOSTICS_HEADER = ["model", "diagnostic", "last round", "mean over clients and seeds"]
+
+
 def accuracy_vs_samples_png(history: list[dict], split: str, models: list[str]) -> bytes:
     """One line per model: mean `split` accuracy against the samples processed so far."""
     from matplotlib.figure import Figure

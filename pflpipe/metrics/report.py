@@ -230,7 +230,11 @@ class Report:
                 ("p", "What each algorithm's mechanism did per round (its `diagnostics` hooks, "
                       f"{layout.HISTORY_CSV} columns diag.*), mean over the round's clients and "
                       "the seeds; "
-                      "PersFL's choices per client (teacher round, λ, T) beside them."),
+                      "PersFL's choices per client (teacher round, λ, T) beside them. The "
+                      "table gives each diagnostic's value at its last recorded round (a "
+                      "vector's entry i as name.i: Flow's routed layer k)."),
+                *([("table", compute.DIAGNOSTICS_HEADER, compute.diagnostics_last(series))]
+                  if series else []),
                 *(("figure", _diagnostic_figure(m), f"{m}: diagnostics over rounds.")
                   for m in series),
                 *(("figure", name, caption) for name, caption in chosen)]
