@@ -15,12 +15,16 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 def train_members(specs_json: str, members: Output[Model], summary: Output[Markdown],
                   resume: str = "all"):
     """Train every seed of the grouped stages as members (resume: all, unfinished, none)."""
-    import json
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.spec import Spec
-    from pflpipe.stages import train_members as stage
+    with events.stage("train_members"):
+        import json
+        from pathlib import Path
 
-    specs = {name: Spec.model_validate(data) for name, data in json.loads(specs_json).items()}
-    result = stage.run(specs, Path(members.path), resume=resume, progress=True)
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.spec import Spec
+        from pflpipe.stages import train_members as stage
+
+        specs = {name: Spec.model_validate(data)
+                 for name, data in json.loads(specs_json).items()}
+        result = stage.run(specs, Path(members.path), resume=resume, progress=True)
+        Path(summary.path).write_text(result.to_markdown())

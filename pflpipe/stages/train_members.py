@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pflpipe import layout
 from pflpipe.errors import DataError
+from pflpipe.events import notice
 from pflpipe.stages import partition_data, personalize, train_local, warm_start_fedavg
-from pflpipe.stages.notice import note
 
 STAGE = "train_members"
 
@@ -119,7 +119,7 @@ def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
             else:
                 raise DataError("it starts from the warm start, which trained per seed")
         except DataError as err:
-            note(f"{name} trains per seed: {err}")
+            notice(f"{name} trains per seed: {err}")
             result.per_seed[name] = str(err)
             continue
         result.grouped.append(name)
