@@ -79,9 +79,14 @@ def cross_entropy(output: Tensor, target: Tensor) -> Tensor:
     """Per-sample cross-entropy, F.cross_entropy(..., reduction="none") to the bit.
 
     Under vmap, F.cross_entropy runs a Python decomposition (and imports sympy, a second of a
-    stage's start-up); log_softmax and gather have native batching rules.
+    stage's start-up); log_softmax and where have native batching rules. The target's term is
+    picked with a mask, not `gather`: a compiled step would fix the member count at the one it
+    first saw under gather's batching rule (one graph per count). A sum of one term and zeros
+    is that term exactly, and so is its gradient.
     """
-    return -torch.log_softmax(output, -1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    log_probs = torch.log_softmax(output, -1)
+    classes = torch.arange(output.shape[-1], device=output.device)
+    return -torch.where(classes == target.unsqueeze(-1), log_probs, 0.0).sum(-1)
 
 
 def sub_batch(batch: Batch, index: int) -> Batch:
