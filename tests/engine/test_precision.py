@@ -1,5 +1,7 @@
 """engine.precision: the spec field, bfloat16 forward passes with float32 training state."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -93,3 +95,5 @@ def test_precision_sets_cuda_tf32_only_for_tf32_and_the_setup_applies_it(ds3, tm
         spec.model_copy(update={"engine": spec.engine.model_copy(update={"precision": "fp32"})}))
     bf16 = spec.model_copy(update={"engine": spec.engine.model_copy(update={"precision": "bf16"})})
     assert common.engine_key(bf16)["precision"] == "bf16"
+    partition = Path(spec.storage.path).parent / "partition"   # the ds3 fixture's
+    assert common.setup(bf16, 0, partition).ctx.precision == "bf16"
