@@ -6,12 +6,13 @@ PFLPIPE_TEST_COMPILE=1.
 """
 
 import logging
+import re
 
 import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from pflpipe.engine.compiled import CompiledTrainer, bucket
+from pflpipe.engine.compiled import CompiledTrainer, bucket, compile_options
 from pflpipe.engine.data import member_seed
 from pflpipe.engine.optim import OptimizerConfig, StackedOptimizer
 from pflpipe.engine.trainer import BatchedTrainer, Job, SequentialTrainer
@@ -66,18 +67,27 @@ def test_compiled_steps_equal_sequential_and_leave_padded_members_untouched(ds3)
 def test_skewed_step_counts_compile_one_graph_and_equal_sequential(ds3):
     job = _job(ds3, _counting_objective, steps=SKEWED)
     ctx = ds3[1].ctx
-    graphs = counters["stats"]["unique_graphs"]
+    graphs, notes = counters["stats"]["unique_graphs"], []
 
-    compiled = CompiledTrainer(ctx).train(job)
+    compiled = CompiledTrainer(ctx, on_compile=notes.append).train(job)
     sequential = SequentialTrainer(ctx).train(job)
 
     # one graph for every member count (none when an earlier test's serves: dynamo's cache)
     assert counters["stats"]["unique_graphs"] - graphs <= 1
+    assert len(notes) == counters["stats"]["unique_graphs"] - graphs   # its cost is told
+    assert all(re.fullmatch(r"engine.compile: compiled the step of _counting_objective \(9 "
+                            rf"members, {ds3[1].device.type}\) in \d+\.\d s", n)
+               for n in notes)   # 9: the members of the step that compiled (one takes none)
     assert compiled.state["seen"]["steps"].tolist() == SKEWED.float().tolist()
     assert _max_diff(compiled.state, sequential.state) < 1e-5
     assert torch.allclose(compiled.loss, sequential.loss, atol=1e-5)
     untouched = {k: v[4] for k, v in compiled.state["model"].items()}  # 0 steps
     assert all(torch.equal(untouched[k], ds3[1].init[k]) for k in untouched)
+
+
+def test_cuda_graphs_only_on_cuda():
+    assert compile_options(torch.device("cuda")) == {"mode": "reduce-overhead"}
+    assert compile_options(torch.device("cpu")) == {}
 
 
 def test_a_lone_last_member_steps_beside_one_padded_member():
