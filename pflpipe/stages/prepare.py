@@ -102,7 +102,7 @@ def setup(spec, seed: int, partition_dir: Path, shard: int | None = None) -> Set
     precision.use(spec.engine.precision)
     init = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
     compiled = spec.engine.mode == "batched" and use_compile(spec, data, device)
-    trainer = make_trainer(spec.engine.mode, ctx, spec.engine.max_members, compiled, note)
+    trainer = make_trainer(spec.engine.mode, ctx, spec.engine.max_members, compiled, notice)
     return Setup(data, ctx, trainer, init, head_keys(model, spec.model), partition.content_hash,
                  device, compiled)
 
