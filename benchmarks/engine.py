@@ -3,7 +3,7 @@ minimal plain PyTorch loop, on the same work, side by side with ratios.
 
     python benchmarks/engine.py [--rounds 3] [--clients 10 100 1000] [--model mlp|cnn]
                                 [--device cpu|cuda|all] [--threads N] [--clock wall|cpu]
-                                [--no-compile] [--no-sequential]
+                                [--no-compile] [--no-sequential] [--precision fp32|bf16]
 
 The work: the thesis's MNIST DNN (784 → 100 → 10; `--model cnn`: the CIFAR-10 CNN on 3×32×32
 inputs) on a synthetic pool of MNIST's size (70,000 samples) split IID over the clients, 60 % of
@@ -16,10 +16,13 @@ its shuffled samples, add its weighted parameters.
 Each variant runs one round first (for the compiled engine this includes compiling, or loading
 compiled graphs from the disk cache), then `--rounds` rounds timed. The table gives the plain
 loop's rounds per second and every variant's speed as a multiple of it, and the first round's
-extra seconds of the compiled engine.
+extra seconds of the compiled engine (the first-compile cost). `--precision bf16` runs the
+engine's forward passes in bfloat16 (`engine.precision`) and the plain loop's under
+`torch.autocast`.
 """
 
 import argparse
+import os
 import time
 
 import torch
@@ -61,7 +64,7 @@ def new_model(name: str, device: torch.device) -> torch.nn.Module:
 def engine_rounds(trainer_factory, data, model_name: str, rounds: int, device) -> tuple:
     """(first round's seconds, rounds per second after it) of FedAvg on the engine."""
     model = new_model(model_name, device)
-    ctx = Context(model)
+    ctx = Context(model, precision=CLOCK["precision"])
     init = {k: v.detach().clone() for k, v in model.state_dict().items()}
     algorithm = FedAvg(None, head=frozenset(), lr=LR, local_epochs=1)
 
@@ -92,7 +95,10 @@ def plain_rounds(data, model_name: str, rounds: int, device) -> tuple:
                 for start in range(0, len(y), BATCH):
                     batch = order[start:start + BATCH]
                     optimizer.zero_grad()
-                    F.cross_entropy(model(x[batch]), y[batch]).backward()
+                    with torch.autocast(device.type, torch.bfloat16,
+                                        enabled=CLOCK["precision"] == "bf16"):
+                        output = model(x[batch])
+                    F.cross_entropy(output.float(), y[batch]).backward()
                     optimizer.step()
                 with torch.no_grad():
                     for key, value in model.state_dict().items():
@@ -114,8 +120,9 @@ def plain_evaluate(model, state, data) -> None:
             F.cross_entropy(output, y).item(), (output.argmax(1) == y).float().mean().item()
 
 
-#: What `_timed` reads: wall-clock seconds, or this process's CPU seconds (`--clock cpu`).
-CLOCK = {"clock": time.perf_counter}
+#: What `_timed` reads: wall-clock seconds, or this process's CPU seconds (`--clock cpu`); and
+#: the precision of the forward passes (`--precision`).
+CLOCK = {"clock": time.perf_counter, "precision": "fp32"}
 
 
 def _timed(run, rounds: int, device) -> tuple[float, float]:
@@ -146,6 +153,9 @@ def main() -> None:
                         help="cpu: this process's CPU time, for a busy machine (with --threads 1;"
                         " not for CUDA; compiling in worker processes is not counted)")
     parser.add_argument("--no-compile", action="store_true", help="skip the compiled engine")
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                        help="bf16: forward passes in bfloat16 (engine.precision; the plain "
+                        "loop under torch.autocast)")
     parser.add_argument("--no-sequential", action="store_true",
                         help="skip the SequentialTrainer (slow at 1,000 clients)")
     args = parser.parse_args()
@@ -153,12 +163,14 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     if args.clock == "cpu":
         CLOCK["clock"] = time.process_time
+    CLOCK["precision"] = args.precision
     devices = [torch.device("cpu")] if args.device != "cuda" else []
     if args.device in ("cuda", "all") and torch.cuda.is_available():
         devices.append(torch.device("cuda"))
     gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ", no CUDA device"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads{gpu}; "
-          f"model {args.model}, {args.rounds} timed rounds, {args.clock} clock")
+          f"model {args.model}, {args.precision}, {args.rounds} timed rounds, {args.clock} "
+          f"clock, load average {os.getloadavg()[0]:.1f}")
     print(f"{'device':6} {'clients':>7} {'plain r/s':>10} {'sequential':>11} {'batched':>8} "
           f"{'compiled':>9} {'compile s':>10}")
     for device in devices:

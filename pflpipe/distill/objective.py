@@ -1,5 +1,7 @@
 """PersFL's distillation objectives (thesis eq. 4.2 and 6.1), for one student."""
 
+import functools
+
 from torch import Tensor
 from torch.nn import functional as F
 
@@ -43,11 +45,13 @@ def distillation_terms(student: Tensor, teacher: Tensor, labels: Tensor, lam: Te
     return (1 - lam) * hard + lam * temperature**2 * soft
 
 
+@functools.cache
 def distill_objective(objective: str):
     """The engine objective of one student.
 
     hp carries its λ ("lam") and T ("temperature"); the batch carries the teacher's logits, computed
-    once per client ("teacher_logits").
+    once per client ("teacher_logits"). One function per objective name: the grid's job and the
+    chosen students' history share one compiled step (`engine.compile`).
     """
     def one_student(state, batch, shared, hp, ctx):
         student = ctx.forward(state["model"], batch["x"])

@@ -6,11 +6,12 @@ gather the members' mini-batches, the vmapped objective and its gradient
 bookkeeping — traced by ``torch.compile`` into one graph (``fullgraph=True``), so a step costs one
 call instead of hundreds of small eager operations.
 
-- **Buckets.** ``vmap`` fixes the number of members a graph steps. Members finish at different
-  steps, so a step of ``k`` active members runs the graph of the next *bucket* — ``k`` rounded up
-  to a power of two, at most the job's member count — and leaves the padded members'
-  parameters untouched (they step at learning rate 0 with gradient 0). A job compiles at most
-  ⌈log₂ M⌉ + 1 graphs; with equal clients, one.
+- **Skewed clients.** Members finish at different steps: a step of ``k`` active members runs
+  on exactly those ``k`` (the member dimension of the graph is dynamic, so one graph serves
+  every ``k``), never on members padded up to a fixed size — a round of very unequal clients
+  costs their real steps, and compiles once. A lone last member steps beside one padded member
+  (the compiler would specialise a size-1 dimension into a second graph); a padded member steps
+  at learning rate 0 with gradient 0 and keeps its parameters.
 - **Cache.** Compiled graphs are kept on disk (inductor's FX graph and AOTAutograd caches) in
   ``$TORCHINDUCTOR_CACHE_DIR`` when set, else in ``~/.cache/pflpipe/torch-compile``
   (``$XDG_CACHE_HOME/pflpipe/torch-compile``), which every stage process shares, and later runs
@@ -23,11 +24,14 @@ call instead of hundreds of small eager operations.
 
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch._dynamo.utils import counters
 from torch.func import grad, vmap
 
 from pflpipe.engine.noise import step_keys
@@ -66,12 +70,18 @@ def cache_dir() -> Path:
 
 
 def bucket(k: int, members: int) -> int:
-    """The member count a step of `k` active members runs with: a power of two, ≤ `members`.
+    """The member count a step of `k` active members runs with: `k`, at least 2 (≤ `members`).
 
-    >>> [bucket(k, 10) for k in (10, 9, 8, 5, 3, 1)]
-    [10, 10, 8, 8, 4, 1]
+    The member dimension of the step's graph is dynamic, so one graph serves every count; the
+    compiler specialises a dimension of size 1, so a lone last member steps with one padded
+    member beside it rather than compile a second graph.
+
+    >>> [bucket(k, 10) for k in (10, 9, 3, 2, 1)]
+    [10, 9, 3, 2, 2]
+    >>> bucket(1, 1)
+    1
     """
-    return min(members, 1 << (k - 1).bit_length())
+    return min(members, max(k, 2))
 
 
 @dataclass
@@ -91,29 +101,57 @@ class Steps:
 
     def args(self, job: Job, step: int, b: int, step_id: Tensor) -> tuple:
         """The step function's arguments for step `step`: views of the first `b` members."""
-        return ({g: {key: t[:b] for key, t in group.items()} for g, group in self.state.items()},
+        args = ({g: {key: t[:b] for key, t in group.items()} for g, group in self.state.items()},
                 [{name: t[:b] for name, t in buffer.items()} for buffer in self.buffers],
                 [lr[:b] for lr in self.lrs], {name: v[:b] for name, v in self.hp.items()},
                 job.shared, job.data, self.index[step, :b], self.clients[:b],
                 self.noise[step, :b], self.total[:b], self.bad[:b], self.active[step, :b],
                 step_id)
+        for tensor in _member_tensors(args):
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
+        return args
+
+
+def _member_tensors(args: tuple) -> list[Tensor]:
+    """The tensors of `Steps.args` whose first dimension is the member's."""
+    state, buffers, lrs, hp, _shared, _data, *per_member, _step_id = args
+    return [*(t for group in state.values() for t in group.values()),
+            *(t for buffer in buffers for t in buffer.values()), *lrs, *hp.values(), *per_member]
+
+
+def compile_options(device: torch.device) -> dict:
+    """`torch.compile`'s options on `device`: CUDA graphs on CUDA ("reduce-overhead").
+
+    A small model's step on a GPU costs the launch of its kernels, not their arithmetic: a CUDA
+    graph replays the step's kernels in one launch. Inductor records one graph per member count
+    and runs a step without one (logging why) where it cannot record it. Not measured on a GPU
+    here (docs/performance.md).
+    """
+    return {"mode": "reduce-overhead"} if device.type == "cuda" else {}
 
 
 class CompiledTrainer(BatchedTrainer):
-    """The BatchedTrainer with each step one compiled graph (per objective, job layout, bucket)."""
+    """The BatchedTrainer with each step one compiled graph (per objective and job layout).
 
-    def __init__(self, ctx: Context, max_members: int | None = None):
+    `on_compile(text)` is told what each compilation cost (a stage notes it); `compile_seconds`
+    sums those costs.
+    """
+
+    def __init__(self, ctx: Context, max_members: int | None = None,
+                 on_compile: Callable[[str], None] | None = None):
         super().__init__(ctx, max_members)
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir()))
         self._steps: dict[tuple, tuple] = {}   # key -> (eager step, compiled step or None)
+        self.on_compile, self.compile_seconds = on_compile, 0.0
 
     def _train(self, job: Job) -> TrainResult:
         if job.then:   # updates that follow on the same batch (Flow): the eager step has them
             return super()._train(job)
-        key = (job.objective, job.train, job.batches_per_step, job.optimizer)
+        device = job.data.x.device
+        key = (job.objective, job.train, job.batches_per_step, job.optimizer, device.type)
         if key not in self._steps:
-            fn = _step_fn(self.ctx, *key)
-            self._steps[key] = fn, torch.compile(fn, fullgraph=True, dynamic=False)
+            fn = _step_fn(self.ctx, *key[:-1])
+            self._steps[key] = fn, torch.compile(fn, fullgraph=True, **compile_options(device))
         eager, compiled = self._steps[key]
         if compiled is None:
             return super()._train(job)
@@ -135,6 +173,7 @@ class CompiledTrainer(BatchedTrainer):
 
     def _compiled(self, key: tuple, compiled, args: tuple):
         """Run a compiled step; None (and logged, and remembered) when it does not compile."""
+        graphs, start = counters["stats"]["unique_graphs"], time.perf_counter()
         try:
             with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
                                             accumulated_recompile_limit=RECOMPILE_LIMIT):
@@ -145,7 +184,18 @@ class CompiledTrainer(BatchedTrainer):
                         _name(key[0]), reason)
             self._steps[key] = self._steps[key][0], None
             return None
+        if counters["stats"]["unique_graphs"] > graphs:   # this call compiled (or loaded) a graph
+            self._compiled_in(key, time.perf_counter() - start, len(args[6]))
         return compiled
+
+    def _compiled_in(self, key: tuple, seconds: float, members: int) -> None:
+        """Log (and tell `on_compile`) what compiling the step of `key` cost."""
+        self.compile_seconds += seconds
+        text = (f"engine.compile: compiled the step of {_name(key[0])} ({members} members, "
+                f"{key[-1]}) in {seconds:.1f} s")
+        log.info(text)
+        if self.on_compile is not None:
+            self.on_compile(text)
 
 
 def _prepare(job: Job, order: Tensor, sorted_steps: Tensor) -> Steps:

@@ -24,6 +24,7 @@ from torch.func import functional_call, vmap
 from pflpipe.engine.data import SplitData, schedule, write_schedule
 from pflpipe.engine.noise import normal, step_keys
 from pflpipe.engine.optim import OptimizerConfig, StackedOptimizer
+from pflpipe.engine.precision import Precision, cast, compute_dtype
 from pflpipe.engine.tree import Tree, member, select, tree_map
 
 log = logging.getLogger(__name__)
@@ -39,14 +40,22 @@ class Context:
     model: nn.Module
     task: str = "classification"
     modules: dict[str, nn.Module] = field(default_factory=dict)  # an algorithm's extra networks
+    precision: Precision = "fp32"   # engine.precision: "bf16" runs forward passes in bfloat16
 
     def forward(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
-        """Model output for inputs `x` with parameters `params`."""
-        return functional_call(self.model, params, (x,))
+        """Model output for inputs `x` with parameters `params` (float32 under any precision)."""
+        dtype = compute_dtype(self.precision)
+        if dtype is None:
+            return functional_call(self.model, params, (x,))
+        return functional_call(self.model, cast(params, dtype), (cast(x, dtype),)).float()
 
     def call(self, name: str, params: dict[str, Tensor], *args: Tensor) -> Tensor:
         """Output of the extra network `name` (an algorithm's `modules`) with `params`."""
-        return functional_call(self.modules[name], params, args)
+        dtype = compute_dtype(self.precision)
+        if dtype is None:
+            return functional_call(self.modules[name], params, args)
+        return functional_call(self.modules[name], cast(params, dtype),
+                               tuple(cast(a, dtype) for a in args)).float()
 
     def normal(self, key: Tensor, shape: tuple[int, ...], salt: int = 0) -> Tensor:
         """Standard normal noise from a member's `key` (``batch["key"]`` in objectives)."""
@@ -79,9 +88,14 @@ def cross_entropy(output: Tensor, target: Tensor) -> Tensor:
     """Per-sample cross-entropy, F.cross_entropy(..., reduction="none") to the bit.
 
     Under vmap, F.cross_entropy runs a Python decomposition (and imports sympy, a second of a
-    stage's start-up); log_softmax and gather have native batching rules.
+    stage's start-up); log_softmax and where have native batching rules. The target's term is
+    picked with a mask, not `gather`: a compiled step would fix the member count at the one it
+    first saw under gather's batching rule (one graph per count). A sum of one term and zeros
+    is that term exactly, and so is its gradient.
     """
-    return -torch.log_softmax(output, -1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    log_probs = torch.log_softmax(output, -1)
+    classes = torch.arange(output.shape[-1], device=output.device)
+    return -torch.where(classes == target.unsqueeze(-1), log_probs, 0.0).sum(-1)
 
 
 def sub_batch(batch: Batch, index: int) -> Batch:
@@ -358,10 +372,14 @@ def _plain_batch(local: Tensor, x: Tensor, y: Tensor, extra: dict[str, Tensor],
     return batch
 
 
-def make_trainer(mode: str, ctx: Context, max_members: int | None = None, compile: bool = False):
-    """The trainer the spec's `engine.mode` names (`compile`: the batched one's steps compiled)."""
+def make_trainer(mode: str, ctx: Context, max_members: int | None = None, compile: bool = False,
+                 on_compile: Callable[[str], None] | None = None):
+    """The trainer the spec's `engine.mode` names (`compile`: the batched one's steps compiled).
+
+    `on_compile(text)` hears what each compilation of a step cost.
+    """
     if mode == "batched" and compile:
         from pflpipe.engine.compiled import CompiledTrainer
 
-        return CompiledTrainer(ctx, max_members)
+        return CompiledTrainer(ctx, max_members, on_compile)
     return (BatchedTrainer if mode == "batched" else SequentialTrainer)(ctx, max_members)

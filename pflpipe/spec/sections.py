@@ -388,6 +388,15 @@ class Engine(Section):
         "least 20,000 on CPU, 5,000 on CUDA; docs/performance.md). A step that does not "
         "compile runs eagerly, with a logged reason. Batched mode only.",
     )
+    precision: Literal["fp32", "tf32", "bf16"] = Field(
+        "fp32",
+        description="Arithmetic of training and scoring. fp32: IEEE float32 throughout. tf32: "
+        "float32 tensors with CUDA matrix products and convolutions in TensorFloat-32 (Ampere "
+        "or newer; on a CPU the same as fp32). bf16: mixed precision: forward passes in "
+        "bfloat16 (parameters and inputs cast as torch.autocast casts them for linear and "
+        "convolution layers), parameters, gradients, optimizer state and losses in float32; "
+        "on CPUs and GPUs. Its effect on accuracy: docs/performance.md.",
+    )
     threads: int | None = Field(
         None, ge=1, le=1024,
         description="torch CPU threads of every stage's process. When omitted: under `pflpipe "

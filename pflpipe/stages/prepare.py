@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from pflpipe.engine import distributed
+from pflpipe.engine import distributed, precision
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig
 from pflpipe.engine.trainer import Context, make_trainer
@@ -98,10 +98,13 @@ def setup(spec, seed: int, partition_dir: Path, shard: int | None = None) -> Set
     model = build_model(spec.model, partition.input_shape, n_outputs, seed)
     ctx = (GaussianLikelihood(model.to(device), sigma_sq=spec.dataset.sigma_sq)
            if spec.dataset.name == "gaussian" else Context(model.to(device), partition.task))
+    ctx.precision = spec.engine.precision
+    precision.use(spec.engine.precision)
     init = {k: v.detach().clone() for k, v in ctx.model.state_dict().items()}
     compiled = spec.engine.mode == "batched" and use_compile(spec, data, device)
-    return Setup(data, ctx, make_trainer(spec.engine.mode, ctx, spec.engine.max_members, compiled),
-                 init, head_keys(model, spec.model), partition.content_hash, device, compiled)
+    trainer = make_trainer(spec.engine.mode, ctx, spec.engine.max_members, compiled, notice)
+    return Setup(data, ctx, trainer, init, head_keys(model, spec.model), partition.content_hash,
+                 device, compiled)
 
 
 def client_shards(counts: torch.Tensor, shards: int) -> list[int]:
@@ -157,4 +160,6 @@ def engine_key(spec, s: Setup | None = None) -> dict:
            "device": str(device_of(spec.engine))}
     if s is not None and s.compiled:
         key["compile"] = True
+    if spec.engine.precision != "fp32":
+        key["precision"] = spec.engine.precision
     return key

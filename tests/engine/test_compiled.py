@@ -6,11 +6,13 @@ PFLPIPE_TEST_COMPILE=1.
 """
 
 import logging
+import re
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
-from pflpipe.engine.compiled import CompiledTrainer
+from pflpipe.engine.compiled import CompiledTrainer, bucket, compile_options
 from pflpipe.engine.data import member_seed
 from pflpipe.engine.optim import OptimizerConfig, StackedOptimizer
 from pflpipe.engine.trainer import BatchedTrainer, Job, SequentialTrainer
@@ -18,9 +20,11 @@ from pflpipe.engine.tree import broadcast
 from pflpipe.spec import SpecError, parse_spec
 from pflpipe.stages import common
 
-#: 9 members take both steps, in the graph of bucket 10: the member with no step is padded in.
+#: 9 members take both steps; the member with no step is never stepped.
 #: One graph only: compiling one costs ~20 s of CPU (more graphs: PFLPIPE_TEST_COMPILE=1).
 STEPS = torch.tensor([2, 2, 2, 0, 2, 2, 2, 2, 2, 2])
+#: ds3-like skew: 10, 9, 8, 6, 4, 3 and 1 members active over the steps (the last one padded).
+SKEWED = torch.tensor([7, 1, 3, 2, 0, 5, 4, 3, 1, 2])
 
 
 def _counting_objective(state, batch, shared, hp, ctx):
@@ -58,6 +62,37 @@ def test_compiled_steps_equal_sequential_and_leave_padded_members_untouched(ds3)
     untouched = {k: v[3] for k, v in compiled.state["model"].items()}  # 0 steps, padded in
     assert all(torch.equal(untouched[k], ds3[1].init[k]) for k in untouched)
     assert compiled.bad_step.tolist() == [-1] * job.members
+
+
+def test_skewed_step_counts_compile_one_graph_and_equal_sequential(ds3):
+    job = _job(ds3, _counting_objective, steps=SKEWED)
+    ctx = ds3[1].ctx
+    graphs, notes = counters["stats"]["unique_graphs"], []
+
+    compiled = CompiledTrainer(ctx, on_compile=notes.append).train(job)
+    sequential = SequentialTrainer(ctx).train(job)
+
+    # one graph for every member count (none when an earlier test's serves: dynamo's cache)
+    assert counters["stats"]["unique_graphs"] - graphs <= 1
+    assert len(notes) == counters["stats"]["unique_graphs"] - graphs   # its cost is told
+    assert all(re.fullmatch(r"engine.compile: compiled the step of _counting_objective \(9 "
+                            rf"members, {ds3[1].device.type}\) in \d+\.\d s", n)
+               for n in notes)   # 9: the members of the step that compiled (one takes none)
+    assert compiled.state["seen"]["steps"].tolist() == SKEWED.float().tolist()
+    assert _max_diff(compiled.state, sequential.state) < 1e-5
+    assert torch.allclose(compiled.loss, sequential.loss, atol=1e-5)
+    untouched = {k: v[4] for k, v in compiled.state["model"].items()}  # 0 steps
+    assert all(torch.equal(untouched[k], ds3[1].init[k]) for k in untouched)
+
+
+def test_cuda_graphs_only_on_cuda():
+    assert compile_options(torch.device("cuda")) == {"mode": "reduce-overhead"}
+    assert compile_options(torch.device("cpu")) == {}
+
+
+def test_a_lone_last_member_steps_beside_one_padded_member():
+    assert [bucket(k, 10) for k in (10, 7, 2, 1)] == [10, 7, 2, 2]
+    assert bucket(1, 1) == 1
 
 
 def _breaking_objective(state, batch, shared, hp, ctx):
