@@ -56,7 +56,7 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
             run.log_model(template, "fedavg-global")
         models = {path.stem: _load(path) for path in layout.client_model_files(results_dir)}
         log_clients(run, stage, model, results, history, extra, models or None,
-                           seed=seed if several else None, template=template)
+                    seed=seed if several else None, template=template)
 
 
 def _settings(spec, model: str, results_dir: Path | None = None) -> dict:
