@@ -19,15 +19,19 @@ def collect_results(spec_json: str, seed: int, partition: Input[Dataset],
                     persfl: Input[Model] = None, personalized: Input[list[Model]] = None,
                     tuned: Input[list[Model]] = None):
     """Copy each results directory under `results/<model>/`; concatenate their tables."""
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.spec import Spec
-    from pflpipe.stages import collect_results as stage
+    with events.stage("collect_results", seed=seed):
+        from pathlib import Path
 
-    spec = Spec.model_validate_json(spec_json)
-    inputs = [a for a in (fedavg, local, persfl, *(personalized or []), *(tuned or []))
-              if a is not None]
-    result = stage.run(spec, seed, [Path(a.path) for a in inputs], Path(results.path),
-                       partition_dir=Path(partition.path), checkpoints_dir=Path(checkpoints.path))
-    metrics.metadata.update(result.metrics())
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.spec import Spec
+        from pflpipe.stages import collect_results as stage
+
+        spec = Spec.model_validate_json(spec_json)
+        inputs = [a for a in (fedavg, local, persfl, *(personalized or []), *(tuned or []))
+                  if a is not None]
+        result = stage.run(spec, seed, [Path(a.path) for a in inputs], Path(results.path),
+                           partition_dir=Path(partition.path),
+                           checkpoints_dir=Path(checkpoints.path))
+        metrics.metadata.update(result.metrics())
+        Path(summary.path).write_text(result.to_markdown())
