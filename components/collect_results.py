@@ -1,9 +1,9 @@
-"""Component `collect_results`: gather one seed's results directories into one; track them.
+"""Component `collect_results`: gather one seed's results directories into one.
 
 The personalize loop is nested in the seeds loop, and KFP fans in one loop level at a time (the
 local runner cannot pass a `dsl.Collected` of a nested loop), so each seed's results meet here and
-`evaluate_fairness` collects one directory per seed. The training stages are cached and take no
-MLflow run id, so this task, which runs every time, logs them into the parent run.
+`evaluate_fairness` collects one directory per seed, and logs them into MLflow: this task imports
+neither mlflow nor torch (docs/performance.md, start-up).
 """
 
 from kfp import dsl
@@ -13,13 +13,12 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 
 
 @dsl.component(base_image=PFLPIPE_IMAGE, install_kfp_package=False)
-def collect_results(spec_json: str, seed: int, tracking_uri: str, experiment: str,
-                    parent_run_id: str, partition: Input[Dataset], checkpoints: Input[Model],
-                    fedavg: Input[Model], results: Output[Model], metrics: Output[Metrics],
-                    summary: Output[Markdown], local: Input[Model] = None,
+def collect_results(spec_json: str, seed: int, partition: Input[Dataset],
+                    checkpoints: Input[Model], fedavg: Input[Model], results: Output[Model],
+                    metrics: Output[Metrics], summary: Output[Markdown], local: Input[Model] = None,
                     persfl: Input[Model] = None, personalized: Input[list[Model]] = None,
                     tuned: Input[list[Model]] = None):
-    """Copy each results directory under `results/<model>/`; concatenate and track them."""
+    """Copy each results directory under `results/<model>/`; concatenate their tables."""
     from pflpipe import events
 
     with events.stage("collect_results", seed=seed):
@@ -27,14 +26,12 @@ def collect_results(spec_json: str, seed: int, tracking_uri: str, experiment: st
 
         from pflpipe.spec import Spec
         from pflpipe.stages import collect_results as stage
-        from pflpipe.tracking import parent_tracker
 
         spec = Spec.model_validate_json(spec_json)
-        tracker = parent_tracker(spec.tracking, tracking_uri, parent_run_id, experiment)
         inputs = [a for a in (fedavg, local, persfl, *(personalized or []), *(tuned or []))
                   if a is not None]
         result = stage.run(spec, seed, [Path(a.path) for a in inputs], Path(results.path),
                            partition_dir=Path(partition.path),
-                           checkpoints_dir=Path(checkpoints.path), tracker=tracker)
+                           checkpoints_dir=Path(checkpoints.path))
         metrics.metadata.update(result.metrics())
         Path(summary.path).write_text(result.to_markdown())

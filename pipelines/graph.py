@@ -24,9 +24,10 @@ With `engine.shards` = N, train_local and distill_grid_search are each a loop of
 client shard, followed by merge_shards (`pflpipe.stages.shards`); a personalize entry whose clients
 train alone (fedavg_ft) is N items of the personalize loop, and collect_results merges them.
 Every task but collect_results and evaluate_fairness is cached on the spec settings it reads
-(`pflpipe.pipelines.cache`); those two track into MLflow. Loop bodies receive only loop items
-(a personalize task's label, scoped spec and client shard), constants (the spec as JSON) and
-pipeline parameters (the tracking settings), never a parameter output of a task outside the loop:
+(`pflpipe.pipelines.cache`); evaluate_fairness, the one task that tracks, logs every seed into
+MLflow. Loop bodies receive only loop items (a personalize task's label, scoped spec and client
+shard), constants (the spec as JSON) and pipeline parameters (`resume`), never a parameter
+output of a task outside the loop:
 kfp.local replaces such a value with the loop item (docs/kfp-local.md). Artifacts cross loop
 boundaries unharmed.
 """
@@ -131,7 +132,7 @@ def build_pipeline(spec: Spec):
         with dsl.ParallelFor(spec.experiment.seeds, name="for each seed",
                              parallelism=seeds_at_once) as seed:
             collect = _seed_tasks(spec, seed, spec_json, scoped, (entries, labels_at_once),
-                                  tracking, "all" if members else resume, chosen, members)
+                                  "all" if members else resume, chosen, members)
         report = configure(evaluate_fairness(
             spec_json=spec_json, results=dsl.Collected(collect.outputs["results"]),
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, **tracking), spec, "evaluate_fairness")
@@ -176,8 +177,7 @@ def _warm_start(spec: Spec, seed, scoped: dict[str, str], resume, members=None):
 
 
 def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
-                personalizing: tuple[list[dict], int], tracking: dict, resume, chosen=None,
-                members=None):
+                personalizing: tuple[list[dict], int], resume, chosen=None, members=None):
     """The tasks of one seed: the training stages, then collect_results (returned).
 
     `personalizing` holds the personalize loop's items and its parallelism; `chosen`, the tune
@@ -213,7 +213,7 @@ def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
         gathered[key] = dsl.Collected(personal.outputs["results"])
     return configure(collect_results(
         spec_json=spec_json, seed=seed, partition=partition, checkpoints=checkpoints,
-        **gathered, **tracking), spec, "collect_results")
+        **gathered), spec, "collect_results")
 
 
 def _sharded(spec: Spec, at_once: int, component, stage: str, inputs: dict):

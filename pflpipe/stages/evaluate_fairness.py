@@ -10,8 +10,11 @@ links (`context`).
 import json
 import logging
 import math
+import multiprocessing
 import os
 import re
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,10 +67,13 @@ def results_tables(results_dirs: list[Path]) -> list[Path]:
 
 
 def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NULL_TRACKER,
-        run_info: dict[str, str] | None = None) -> ReportResult:
+        run_info: dict[str, str] | None = None,
+        alongside: Callable[[], None] | None = None) -> ReportResult:
     """Evaluate the results of `results_dirs` and write the fairness report into `out_dir`.
 
-    `run_info` is shown first in the report (spec hash, MLflow run, ...).
+    `run_info` is shown first in the report (spec hash, MLflow run, ...). `alongside` (the
+    pipeline's tracking of every seed) runs while another process draws the report
+    (`_write_beside`); the report is then logged on `tracker`.
     """
     from pflpipe.metrics import read_table
     from pflpipe.metrics.report import build_report, write_report
@@ -80,7 +86,8 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
                           global_=evaluation.baselines.global_, selection=evaluation.selection,
                           metrics=tuple(evaluation.metrics), validation="val" in table.splits,
                           context=context(spec, list(map(Path, results_dirs)), run_info or {}))
-    files = write_report(report, Path(out_dir))
+    files = (write_report(report, Path(out_dir)) if alongside is None
+             else _write_beside(report, Path(out_dir), alongside))
     log.info("evaluate_fairness: %s", report.answers())
     if report.compute_warning():
         from pflpipe.events import warning
@@ -114,10 +121,11 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
                     experiment: str, parent_run_id: str, kfp_run_id: str = "") -> ReportResult:
     """`run` as the pipeline's last task: into the given parent run, or one it opens.
 
-    With no parent run id (a pipeline uploaded and started in the KFP UI) and a tracking URI (the
-    pipeline parameter, the spec's or $MLFLOW_TRACKING_URI), this task opens the parent run
-    (tagged ``kfp_run_id``), logs every seed's results into it (`collect_results` could not)
-    and finishes it.
+    The training stages are cached and take no run id, and `collect_results` tracks nothing (so
+    that neither mlflow nor torch is imported by a task per seed), so this task logs every seed's
+    results (`collect_results.track`), then the report. With no parent run id (a pipeline
+    uploaded and started in the KFP UI) and a tracking URI (the pipeline parameter, the spec's or
+    $MLFLOW_TRACKING_URI), it opens the parent run (tagged ``kfp_run_id``) and finishes it.
     """
     from pflpipe.stages import collect_results
     from pflpipe.tracking import open_parent_run, parent_tracker
@@ -134,9 +142,12 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
         else {}
     info |= {"KFP run": kfp_run_id} if kfp_run_id else {}
     try:
-        for directory in results_dirs if opened else ():
-            collect_results.track(spec, Path(directory), tracker)
-        result = run(spec, results_dirs, out_dir, tracker=tracker, run_info=info)
+        def track_seeds() -> None:
+            for directory in results_dirs:
+                collect_results.track(spec, Path(directory), tracker)
+
+        result = run(spec, results_dirs, out_dir, tracker=tracker, run_info=info,
+                     alongside=None if tracker is NULL_TRACKER else track_seeds)
     except BaseException:
         if opened:
             opened.finish("FAILED")
@@ -144,6 +155,60 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
     if opened:
         opened.finish()
     return result
+
+
+def _write_beside(report, out_dir: Path, alongside: Callable[[], None]):
+    """`write_report(report, out_dir)` in a forked process while `alongside()` runs here.
+
+    Drawing the figures (matplotlib) and tracking the seeds (mlflow, torch) share nothing and
+    take seconds each, and kfp.local runs this task alone: the second core would idle. The
+    child inherits the report (nothing is pickled but the written paths), writes the same
+    files, and sends back the paths or its exception, raised here once `alongside` is done.
+    """
+    from pflpipe.metrics.report import write_report
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        files = write_report(report, out_dir)
+        alongside()
+        return files
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    sys.stdout.flush()  # the child must not write this process's buffered output again
+    sys.stderr.flush()
+    child = context.Process(target=_draw, args=(report, out_dir, send), daemon=True,
+                            name="evaluate_fairness figures")
+    child.start()
+    send.close()
+    try:
+        alongside()
+    finally:
+        try:
+            outcome, value = receive.recv()
+        except EOFError:
+            outcome, value = "error", RuntimeError(
+                f"the process drawing the report into {out_dir} died without an answer")
+        child.join()
+    if outcome == "error":
+        raise value
+    return value
+
+
+def _draw(report, out_dir: Path, send) -> None:
+    """The child of `_write_beside`: write the report, send ("ok", paths) or ("error", err)."""
+    import pickle
+
+    from pflpipe.metrics.report import write_report
+
+    try:
+        send.send(("ok", write_report(report, out_dir)))
+    except BaseException as err:  # every failure goes back to the parent
+        try:
+            pickle.loads(pickle.dumps(err))  # the parent must be able to rebuild it
+        except Exception:
+            err = RuntimeError(f"{type(err).__name__}: {err}")
+        send.send(("error", err))
+    finally:
+        send.close()
 
 
 def context(spec, results_dirs: list[Path], run_info: dict[str, str]):

@@ -15,7 +15,9 @@ from pathlib import Path
 import torch
 
 from pflpipe import layout
-from pflpipe.stages import common, tune
+from pflpipe.stages import tune
+from pflpipe.stages.progress import log_clients
+from pflpipe.stages.tables import read_csv
 from pflpipe.tracking import NULL_TRACKER, Tracker, vocabulary
 
 #: Stage of each model that is not trained by `personalize`.
@@ -32,7 +34,7 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
     if tracker is NULL_TRACKER:
         return
     results_dir = Path(results_dir)
-    results, history = (common.read_csv(results_dir / name)
+    results, history = (read_csv(results_dir / name)
                         for name in (layout.RESULTS_CSV, layout.HISTORY_CSV))
     model = results[0]["model"]
     stage = STAGES.get(model, "personalize")
@@ -43,7 +45,7 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
     with tracker.child(vocabulary.run_name(model, seed=seed if several else None), tags) as run:
         run.log_params({"seed": seed, **_settings(spec, model, results_dir)})
         if stage == "distill_grid_search":
-            chosen = {int(r["client"]): r for r in common.read_csv(results_dir / layout.CHOSEN_CSV)}
+            chosen = {int(r["client"]): r for r in read_csv(results_dir / layout.CHOSEN_CSV)}
             extra = lambda client: _teacher_and_pair(chosen[client])  # noqa: E731
             for name, folder in PERSFL_ARTIFACTS.items():
                 if (results_dir / name).is_file():
@@ -53,8 +55,8 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
             template.load_state_dict(_load(best))
             run.log_model(template, "fedavg-global")
         models = {path.stem: _load(path) for path in layout.client_model_files(results_dir)}
-        common.log_clients(run, stage, model, results, history, extra, models or None,
-                           seed=seed if several else None, template=template)
+        log_clients(run, stage, model, results, history, extra, models or None,
+                    seed=seed if several else None, template=template)
 
 
 def _settings(spec, model: str, results_dir: Path | None = None) -> dict:

@@ -5,6 +5,10 @@ The chain tracks into an MLflow sqlite file of the test; the parent run is opene
 """
 
 import json
+import multiprocessing
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -23,10 +27,12 @@ from pflpipe.components.train_local import train_local
 from pflpipe.components.tune import tune
 from pflpipe.components.tune_point import tune_point
 from pflpipe.components.warm_start_fedavg import warm_start_fedavg
+from pflpipe.errors import DataError, TrackingError
 from pflpipe.pipelines import build_pipeline
 from pflpipe.pipelines.cache import scoped_spec_json
 from pflpipe.spec import Spec, parse_spec
 from pflpipe.stages import common
+from pflpipe.stages import evaluate_fairness as evaluate_stage
 from pflpipe.tracking import open_parent_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,8 +97,7 @@ def chain(tmp_path_factory):
     collect_results.python_func(spec_json=full, seed=0, partition=a["partition"],
                                 checkpoints=a["checkpoints"], fedavg=a["fedavg"],
                                 local=a["local"], persfl=a["persfl"], personalized=[a["fedper"]],
-                                results=a["seed0"], metrics=a["metrics"], summary=md["seed0"],
-                                **track)
+                                results=a["seed0"], metrics=a["metrics"], summary=md["seed0"])
     evaluate_fairness.python_func(spec_json=full, results=[a["seed0"]], report=a["report"],
                                   html=a["html"], summary=md["report"], kfp_run_id="run-1",
                                   **track)
@@ -148,6 +153,35 @@ def test_collect_results_gathers_every_model_of_the_seed(chain):
         sum(personalized) / N_CLIENTS)
 
 
+def test_collect_results_task_imports_neither_mlflow_nor_torch(chain, tmp_path):
+    """One task per seed: it copies and concatenates; evaluate_fairness tracks every seed, so
+    the seed's task pays for neither import (docs/performance.md, start-up)."""
+    (tmp_path / "spec.json").write_text(chain["spec"].model_dump_json(by_alias=True))
+    artifacts = {"partition": "Dataset", "checkpoints": "Model", "fedavg": "Model",
+                 "local": "Model", "persfl": "Model"}
+    code = f"""
+import sys
+from pathlib import Path
+from kfp import dsl
+from pflpipe.components.collect_results import collect_results
+a = {{name: getattr(dsl, kind)(name=name, uri=str(Path({str(chain["partition"].parent)!r}) / name))
+     for name, kind in {artifacts!r}.items()}}
+out = {{name: kind(name=name, uri=str(Path({str(tmp_path)!r}) / name)) for name, kind in
+       [("seed0", dsl.Model), ("metrics", dsl.Metrics), ("summary", dsl.Markdown)]}}
+collect_results.python_func(
+    spec_json=Path({str(tmp_path / "spec.json")!r}).read_text(), seed=0,
+    personalized=[dsl.Model(name="fedper", uri=str(Path(a["fedavg"].path).parent / "fedper"))],
+    results=out["seed0"], metrics=out["metrics"], summary=out["summary"], **a)
+print(sorted(m for m in ("mlflow", "torch") if m in sys.modules))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "seed0" / "results.csv").read_bytes() == (
+        chain["seed0"] / "results.csv").read_bytes()
+
+
 def test_evaluate_fairness_writes_the_report_and_an_html_artifact(chain):
     assert {p.name for p in chain["report"].iterdir()} >= {"report.json", "report.md",
                                                           "report.html", "figures"}
@@ -155,13 +189,58 @@ def test_evaluate_fairness_writes_the_report_and_an_html_artifact(chain):
     assert json.loads((chain["report"] / "report.json").read_text())["best"]
 
 
+def test_evaluate_fairness_draws_the_same_report_in_a_process_beside_the_tracking(chain, tmp_path):
+    ran = []
+
+    evaluate_stage.run(chain["spec"], [chain["seed0"]], tmp_path / "beside",
+                       alongside=lambda: ran.append(os.getpid()))
+    evaluate_stage.run(chain["spec"], [chain["seed0"]], tmp_path / "inline")
+
+    assert ran == [os.getpid()]  # `alongside` (the tracking) runs in this process
+    files = sorted(p.relative_to(tmp_path / "inline") for p in (tmp_path / "inline").rglob("*")
+                   if p.is_file())
+    assert len([f for f in files if f.suffix == ".png"]) >= 4
+    assert files == sorted(p.relative_to(tmp_path / "beside")
+                           for p in (tmp_path / "beside").rglob("*") if p.is_file())
+    for name in files:
+        assert (tmp_path / "beside" / name).read_bytes() == (tmp_path / "inline" / name
+                                                             ).read_bytes(), name
+    assert not multiprocessing.active_children()
+
+
+def test_a_failure_drawing_the_report_is_raised_once_the_tracking_is_done(chain, tmp_path,
+                                                                         monkeypatch):
+    import pflpipe.metrics.report
+
+    def broken(report, out_dir):
+        raise DataError(f"no room for the figures in {out_dir}")
+
+    monkeypatch.setattr(pflpipe.metrics.report, "write_report", broken)
+    ran = []
+    with pytest.raises(DataError, match="no room for the figures in .*/report"):
+        evaluate_stage.run(chain["spec"], [chain["seed0"]], tmp_path / "report",
+                           alongside=lambda: ran.append(1))
+    assert ran == [1] and not multiprocessing.active_children()
+
+
+def test_a_failure_of_the_tracking_is_raised_after_the_drawing_ends(chain, tmp_path):
+    def store_gone():
+        raise TrackingError("MLflow log_batch at sqlite:///x.db failed: disk I/O error")
+
+    with pytest.raises(TrackingError, match="disk I/O error"):
+        evaluate_stage.run(chain["spec"], [chain["seed0"]], tmp_path / "report",
+                           alongside=store_gone)
+    assert (tmp_path / "report" / "report.html").is_file()  # the child finished, then the raise
+    assert not multiprocessing.active_children()
+
+
 def test_evaluate_fairness_names_each_seeds_directory_in_its_report_metadata(chain):
     # The pipeline's output (the report artifact) names the seed directories the CLI publishes
     assert chain["report_artifact"].metadata["seed_dirs"] == {"0": str(chain["seed0"])}
 
 
-def test_collect_results_logs_a_run_per_algorithm_under_the_parent(chain):
-    """The training stages take no run id (they are cached); collect_results logs them."""
+def test_evaluate_fairness_logs_a_run_per_algorithm_under_the_parent(chain):
+    """The training stages take no run id (they are cached); evaluate_fairness logs each seed."""
     client = mlflow.MlflowClient(chain["parent"].tracking_uri)
     runs = client.search_runs([chain["parent"].experiment_id],
                               f"tags.mlflow.parentRunId = '{chain['parent'].run_id}'")
@@ -174,7 +253,7 @@ def test_collect_results_logs_a_run_per_algorithm_under_the_parent(chain):
         (chain["partition"] / "manifest.json").read_text())["content_hash"]
 
 
-def test_collect_results_logs_the_cached_warm_start_with_round_histories(chain):
+def test_evaluate_fairness_logs_the_cached_warm_start_with_round_histories(chain):
     client = mlflow.MlflowClient(chain["parent"].tracking_uri)
     (warm,) = client.search_runs([chain["parent"].experiment_id],
                                  f"tags.mlflow.parentRunId = '{chain['parent'].run_id}' and "
