@@ -38,8 +38,8 @@ hook                defines                                                     
 ``schedule``        each client's steps and learning rate of a phase [C]         epochs × batches
 ``aggregate``       how the server combines payloads                             mean weighted n_k/n
 ``server_step``     new global values and server state from the round's client   `aggregate` of the
-                    states (any group) and sample counts; the one server rule:   payloads
-                    ``federation.server_optimizer`` applies only to FedAvg's
+                    states (any group) and sample counts; the one server rule    payloads
+                    (``federation.server_optimizer`` is refused beside an own)
 ``server_diagnostics`` what the server step did, per client [C, ...] (recorded)  none
 ==================  ===========================================================  ==================
 
