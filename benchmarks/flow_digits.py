@@ -4,7 +4,8 @@ Runs specs/flow-digits.yaml (digits, 100 clients, Dirichlet(0.1), 10 clients per
 stage in-process, exactly as the pipeline chains them: partition_data → warm_start_fedavg →
 train_local → personalize (one entry per algorithm), then evaluates the results tables with
 `pflpipe.metrics.generalization` and prints one Markdown table: per model GA, PA and the % of
-clients whose PA beats GA, mean ± std over seeds; and Flow's PA under soft routing (Table 8).
+clients whose PA beats GA, mean ± std over seeds; Flow's PA under soft routing (Table 8); and
+the engine's compute from results.csv (local steps and samples, summed over clients).
 For every Flow entry it also prints what the router did: per routed layer, the mean π_g and the
 share of test instances that hard routing sends to the global copy (each client's saved
 best-validation model on its own test split, pooled over clients), mean over seeds.
@@ -131,15 +132,37 @@ def table(rows: list[dict], selection: str) -> str:
             return "—"
         return f"{scale * mean:.2f}" + ("" if std is None else f" ± {scale * std:.2f}")
 
-    lines = ["| model | GA % | PA % | PA > GA (% clients) | PA, soft routing % |",
-             "|---|---:|---:|---:|---:|"]
+    spent = compute(rows, selection)
+    lines = ["| model | GA % | PA % | PA > GA (% clients) | PA, soft routing % | local steps | "
+             "samples (fwd+bwd) |", "|---|---:|---:|---:|---:|---:|---:|"]
     for model, c in comparisons.items():
         pa_soft = soft_pa.get(model)
+        steps, samples = spent.get(model, ("—", "—"))
         lines.append(f"| {model} | {cell(c.mean['GA'], c.std['GA'])} | "
                      f"{cell(c.mean['PA'], c.std['PA'])} | "
                      f"{cell(c.mean['beats_global'], c.std['beats_global'], 1.0)} | "
-                     f"{cell(pa_soft.mean['PA'], pa_soft.std['PA']) if pa_soft else '—'} |")
+                     f"{cell(pa_soft.mean['PA'], pa_soft.std['PA']) if pa_soft else '—'} | "
+                     f"{steps} | {samples} |")
     return "\n".join(lines)
+
+
+def compute(rows: list[dict], selection: str) -> dict[str, tuple[str, str]]:
+    """Per model: local steps and samples of results.csv, summed over clients, mean over seeds.
+
+    Counted by the engine during training (its test rows of `selection` carry each client's
+    totals over the rounds); a model whose rows carry none is left out.
+    """
+    sums: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        if (row["split"] != "test" or row["scope"] or row["selection"] != selection
+                or row.get("steps") in (None, "")):
+            continue
+        seeds = sums.setdefault(row["model"], {})
+        totals = seeds.setdefault(row["seed"], [0.0, 0.0])
+        totals[0] += float(row["steps"])
+        totals[1] += float(row["samples"])
+    return {model: tuple(f"{sum(t[i] for t in seeds.values()) / len(seeds):,.0f}"
+                         for i in (0, 1)) for model, seeds in sums.items()}
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ writes between "Executing task" and "finished" are that task's. `TaskLogRouter` 
 """
 
 import io
+import json
 import re
 import threading
 import time
@@ -27,6 +28,8 @@ RUNNER_ERROR = re.compile(r" - ERROR - (.+)$")
 SEED = re.compile(r'^\s*"seed": (\d+),?$')
 LABEL = re.compile(r'^\s*"label": "([^"]+)",?$')
 SHARD = re.compile(r'^\s*"shard": "?(\d+)"?,?$')  # an int, or a personalize item's string
+#: A tune_point task's grid point: its `values` parameter, a JSON object as a JSON string.
+VALUES = re.compile(r'^\s*"values": ("(?:[^"\\]|\\.)*"),?$')
 #: `pflpipe.stages.common.PROGRESS`, printed by a training stage after each round.
 PROGRESS = re.compile(r"^\s*pflpipe progress: round (\d+)/(\d+)")
 #: `pflpipe.stages.notice.NOTE`: what a stage did beyond running (threads, resume, reuse).
@@ -49,14 +52,21 @@ class TaskLog:
     seed: int | None = None
     label: str | None = None
     shard: int | None = None         # the client shard a sharded stage's task trains
+    point: str | None = None         # a tune_point task's grid point, e.g. "lam=1.0"
     path: Path | None = None         # the task's log file, once written
     progress: tuple[int, int] | None = None  # (round, rounds) of the latest progress line
     notes: list[str] = field(default_factory=list)  # the stage's notes, in order
 
     @property
     def title(self) -> str:
-        """E.g. ``personalize[fedper] · seed 0``, ``personalize[fedavg_ft, shard 1] · seed 0``."""
+        """E.g. ``personalize[fedper] · seed 0``, ``personalize[fedavg_ft, shard 1] · seed 0``.
+
+        A tune_point task's names its grid point (``tune_point[ditto, lam=1.0] · seed 7``), so
+        the points of one entry and seed log to files of their own.
+        """
         what = [self.label] if self.label else []
+        if self.point:
+            what.append(self.point)
         if self.shard is not None:
             what.append(f"shard {self.shard}")
         name = f"{self.stage}[{', '.join(what)}]" if what else self.stage
@@ -173,6 +183,8 @@ class TaskLogRouter(io.TextIOBase):
             task.label = match.group(1)
         if task.shard is None and (match := SHARD.match(line)):
             task.shard = int(match.group(1))
+        if task.point is None and (match := VALUES.match(line)):
+            task.point = point_name(match.group(1))
         if match := PROGRESS.match(line):
             task.progress = (int(match.group(1)), int(match.group(2)))
             self._on_event("progress", task)
@@ -184,6 +196,16 @@ class TaskLogRouter(io.TextIOBase):
         task.path = self.log_dir / f"{re.sub(r'[^A-Za-z0-9-]+', '_', task.title).strip('_')}.log"
         task.path.write_text("\n".join(task.lines) + "\n", encoding="utf-8")
         self._on_event("finished", task)
+
+
+def point_name(printed: str) -> str:
+    r"""A grid point's name from its printed `values` parameter (a JSON string of a JSON object).
+
+    >>> point_name('"{\\"lam\\": 1.0, \\"lr\\": 0.05}"')
+    'lam=1.0, lr=0.05'
+    """
+    values = json.loads(json.loads(printed))
+    return ", ".join(f"{name}={json.dumps(value)}" for name, value in values.items())
 
 
 def _stage(task_name: str) -> str:

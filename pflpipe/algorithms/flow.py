@@ -11,7 +11,7 @@ input z (Eq. 3). Each round, on a fresh split of its training samples, a client
      CE(w_p(x)) + λ·mean_k −log(π_g^k(x)² + ε) (Eq. 4) and a step of the global layers
      (Eq. 5), the other groups fixed: by default on the global model's own CE, as the reference
      code (``global_update: standalone``); ``routed`` trains them on CE(w_p(x)), our reading
-     of the paper's text, which routed no instance to them on digits (docs/results.md).
+     of the paper's text, which starved them on digits (GA 28 %; docs/results.md).
 The server averages the global layers and ψ (weights n_k / n). Training routes softly; the
 personalized model is scored with hard routing (per layer the larger probability, ties to
 global; both branches are computed and masked) and, as the view ``soft``, with soft routing

@@ -10,9 +10,11 @@ import torch
 from torch import Tensor
 
 from pflpipe.distill.objective import distill_objective
+from pflpipe.engine.accounting import job_compute
 from pflpipe.engine.data import FederatedData, SplitData, member_seed, steps_for_epochs
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.optim import OptimizerConfig
+from pflpipe.engine.records import TRAINING
 from pflpipe.engine.trainer import Context, Job
 from pflpipe.engine.tree import Group
 from pflpipe.errors import DivergenceError
@@ -46,6 +48,25 @@ class GridResult:
     grid: list[dict]       # client, lam, temperature, {split}_loss, {split}_accuracy
     chosen: list[dict]     # the same, for the pair each client chose
     params: Group          # chosen students [C, ...]
+    steps: Tensor | None = None     # [C] optimizer steps of all the client's students
+    samples: Tensor | None = None   # [C] samples they processed (`accounting.job_compute`)
+
+    def epoch_compute(self, rows: list[dict], epochs: int, first_client: int = 0) -> list[dict]:
+        """Put an epoch's share of the grid's compute on the train rows of `chosen_history`.
+
+        The grid's compute is PersFL's training: every student of the client's grid counts.
+        Every epoch of the grid trains alike, so epochs 1 … E each get 1/E of it (nothing is
+        sent or received).
+        """
+        out = []
+        for row in rows:
+            if row["split"] == "train" and row["round"] > 0 and self.steps is not None:
+                c = row["client"] - first_client
+                row = {**row, **dict(zip(TRAINING, (int(self.steps[c]) // epochs,
+                                                    int(self.samples[c]) // epochs, 0, 0),
+                                         strict=True))}
+            out.append(row)
+        return out
 
 
 @torch.no_grad()
@@ -77,7 +98,9 @@ def run_grid(ctx: Context, trainer, data: FederatedData, teachers: Group, config
              **{name: float(values[m]) for name, values in scores.items()}}
             for m, c in enumerate(clients.tolist())]
     chosen = [grid[int(m)] for m in chosen_index]
-    return GridResult(grid, chosen, {k: v[chosen_index] for k, v in students.items()})
+    steps, samples = job_compute(ctx, job)
+    return GridResult(grid, chosen, {k: v[chosen_index] for k, v in students.items()},
+                      steps.view(n_clients, -1).sum(1), samples.view(n_clients, -1).sum(1))
 
 
 def _job(ctx: Context, data: FederatedData, teachers: Group, clients: Tensor,

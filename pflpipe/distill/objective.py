@@ -31,10 +31,16 @@ def distillation_loss(student: Tensor, teacher: Tensor, labels: Tensor, mask: Te
     ...                               torch.tensor(1.0))), 4)          # CE = log(1 + e^-2)
     0.1269
     """
+    per_sample = distillation_terms(student, teacher, labels, lam, temperature, objective)
+    return (per_sample * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def distillation_terms(student: Tensor, teacher: Tensor, labels: Tensor, lam: Tensor,
+                       temperature: Tensor, objective: str = "kl") -> Tensor:
+    """Per-sample (1 − λ)·CE(y, A(x)) + λ·T²·soft(O(x), A(x); T) [B]."""
     hard = cross_entropy(student, labels)
     soft = soft_loss(student, teacher, temperature, objective)
-    per_sample = (1 - lam) * hard + lam * temperature**2 * soft
-    return (per_sample * mask).sum() / mask.sum().clamp_min(1.0)
+    return (1 - lam) * hard + lam * temperature**2 * soft
 
 
 def distill_objective(objective: str):
@@ -45,7 +51,7 @@ def distill_objective(objective: str):
     """
     def one_student(state, batch, shared, hp, ctx):
         student = ctx.forward(state["model"], batch["x"])
-        return distillation_loss(student, batch["teacher_logits"], batch["y"], batch["mask"],
-                                 hp["lam"], hp["temperature"], objective)
+        return ctx.mean(distillation_terms(student, batch["teacher_logits"], batch["y"],
+                                           hp["lam"], hp["temperature"], objective), batch)
 
     return one_student

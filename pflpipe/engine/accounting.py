@@ -2,46 +2,39 @@
 
 - ``steps``: the optimizer updates of every training phase, from the step counts the trainer ran
   (after the algorithm's `schedule`); a phase whose steps also run `then` updates counts each;
-- ``samples``: the real (unpadded) samples of those updates' mini-batches, from the schedule both
-  trainers draw (`scheduled_samples`), once per update: a sample through an objective's forward
-  and backward pass. Passes an objective makes inside itself (pFedMe's inner steps, Monte-Carlo
-  draws) are not multiplied in;
+- ``samples``: the samples processed: for every update of every step, each network pass its
+  objective makes over one of the step's mini-batches counts that mini-batch's real (unpadded)
+  samples once — a pass is a forward pass and the backward pass of its gradient, and ends in
+  `Context.mean` (the task loss, PersFL's distillation loss). So FedAvg counts each mini-batch
+  once, pFedMe K times (its K inner steps), an objective averaging K Monte-Carlo draws K times,
+  APFL twice (three times with adaptive α), Per-FedAvg each of its 2 or 3 mini-batches (the
+  Hessian-free variant's third twice). The passes are measured (`passes`), the mini-batches'
+  real samples come from the schedule both trainers draw (`batch_samples`);
 - ``bytes_sent``: what the server step read of a client's state: its ``model`` payload keys
   (`is_payload`) and every other group it read (SCAFFOLD's Δc_i, pFedVEM's τ_j and head mean);
 - ``bytes_received``: what a client is handed each round: the global model's keys the server step
   maintains (the ones it returns) and the server state the client hooks are given (SCAFFOLD's c,
-  Flow's router).
+  Flow's router);
+- ``adaptation_steps``, ``adaptation_samples``: the same two counts of the training done before
+  scoring (`eval_phases`: Per-FedAvg's adaptation, Flow's re-personalization), at every
+  evaluation, on the evaluation's ``test`` records.
 
-Training done before scoring (`eval_phases`) is not counted.
+Forward-only passes (scoring, a teacher's logits) are not counted.
 """
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 
 import torch
 from torch import Tensor
 from torch.func import vmap
 
 from pflpipe.engine.data import SplitData
+from pflpipe.engine.noise import step_keys
 from pflpipe.engine.protocol import AlgorithmProtocol, Round, overridden
-from pflpipe.engine.records import diagnostic_column
-from pflpipe.engine.trainer import gather
-from pflpipe.engine.tree import Tree
-
-
-def scheduled_samples(counts: Tensor, batches: Tensor, batch_size: int) -> Tensor:
-    """Real samples in each member's first `batches` mini-batches of its schedule [M].
-
-    An epoch of n samples is ⌈n / B⌉ batches holding n samples (the last one short); one batch
-    holds all n when n ≤ B (`pflpipe.engine.data.write_schedule`).
-
-    >>> scheduled_samples(torch.tensor([10, 10, 3, 0]), torch.tensor([3, 5, 2, 4]), 4)
-    tensor([10, 18,  6,  0])
-    """
-    counts, batches = counts.long().cpu(), batches.long().cpu()
-    per_epoch = (counts + batch_size - 1) // batch_size
-    epochs = batches // per_epoch.clamp_min(1)
-    rest = batches - epochs * per_epoch.clamp_min(1)
-    return torch.where(counts > 0, epochs * counts + torch.minimum(rest * batch_size, counts), 0)
+from pflpipe.engine.records import ADAPTATION, diagnostic_column
+from pflpipe.engine.trainer import Context, Job, gather
+from pflpipe.engine.tree import Tree, member
 
 
 def member_bytes(group: Mapping[str, Tensor], keys: Iterable[str] | None = None) -> int:
@@ -91,6 +84,85 @@ class Reads(dict):
         return super().values()
 
 
+def batch_samples(counts: Tensor, steps: Tensor, batch_size: int, batches_per_step: int = 1
+                  ) -> Tensor:
+    """Real samples of each member's j-th mini-batch of a step, summed over its steps [M, bps].
+
+    Batch b of the schedule (step b // bps, draw b % bps) holds B samples but the last of each
+    epoch, which holds n − (⌈n / B⌉ − 1)·B (`pflpipe.engine.data.write_schedule`).
+
+    >>> batch_samples(torch.tensor([10, 3]), torch.tensor([2, 1]), 4, 2).tolist()
+    [[6, 8], [3, 3]]
+    >>> batch_samples(torch.tensor([10, 10, 3, 0]), torch.tensor([3, 5, 2, 4]), 4).flatten()
+    tensor([10, 18,  6,  0])
+    """
+    counts, steps = counts.long().cpu(), steps.long().cpu()
+    per_epoch = ((counts + batch_size - 1) // batch_size).clamp_min(1)[:, None, None]
+    last = (counts[:, None, None] - (per_epoch - 1) * batch_size)
+    step = torch.arange(int(steps.max()) if len(steps) else 0)[None, :, None]
+    batch = step * batches_per_step + torch.arange(batches_per_step)[None, None, :]
+    size = torch.where(batch % per_epoch == per_epoch - 1, last, batch_size)
+    size = torch.where(step < steps[:, None, None], size, 0).sum(1)
+    return torch.where(counts[:, None] > 0, size, 0)
+
+
+@dataclass
+class _Counting(Context):
+    """A context that notes the real samples of every `mean` an objective takes."""
+
+    seen: list[int] = field(default_factory=list)
+
+    def mean(self, per_sample: Tensor, batch) -> Tensor:
+        """The context's mean; notes how many real samples it averaged."""
+        self.seen.append(int(batch["mask"].sum()))
+        return super().mean(per_sample, batch)
+
+
+def passes(ctx: Context, job: Job) -> list[list[int]]:
+    """Per update of a step (`Job.updates`): its network passes over each mini-batch [U][bps].
+
+    Measured, not declared: each update's objective runs once, for member 0, on a probe step
+    whose j-th mini-batch holds 2^j real samples; every `Context.mean` it takes is one pass over
+    the mini-batches whose sizes sum to the samples it averaged (so a loss must average whole
+    mini-batches, as every objective does). Objectives branch on no tensor value, so every step
+    of every member makes the same passes.
+    """
+    draws = job.batches_per_step
+    if not job.members or not len(job.data.y):
+        return [[0] * draws for _ in job.updates]
+    device = job.data.x.device
+    local = torch.full((1, draws, 2 ** (draws - 1)), -1, dtype=torch.long)
+    for j in range(draws):
+        local[0, j, :2 ** j] = 0
+    batch = {k: v[0] for k, v in gather(job.data, local.to(device), job.clients[:1].to(device),
+                                        draws).items()}
+    batch["key"] = step_keys(job.seeds[:1], 1).to(device)[0, 0]
+    state, hp = member(job.state, 0), {name: value[0] for name, value in job.hp.items()}
+    counting = _Counting(**{f.name: getattr(ctx, f.name) for f in fields(Context)})
+    out = []
+    for objective, _ in job.updates:
+        counting.seen.clear()
+        objective(state, batch, job.shared, hp, counting)
+        if any(not 0 < n < 2 ** draws for n in counting.seen):
+            raise RuntimeError(f"{getattr(objective, '__name__', objective)}: a loss averaged "
+                               "samples that are no union of the step's mini-batches (none, or "
+                               "more); the engine cannot count its passes")
+        out.append([sum(n >> j & 1 for n in counting.seen) for j in range(draws)])
+    return out
+
+
+def job_compute(ctx: Context, job: Job) -> tuple[Tensor, Tensor]:
+    """The optimizer updates [M] and the samples processed [M] of a training job."""
+    if job.samples is None:
+        counts = job.data.counts.cpu()[job.clients.cpu()]
+    else:
+        counts = torch.tensor([len(s) for s in job.samples], dtype=torch.long)
+    steps = job.steps.long().cpu()
+    per_batch = batch_samples(counts, steps, job.batch_size, job.batches_per_step)
+    made = torch.tensor(passes(ctx, job), dtype=torch.long).reshape(-1, job.batches_per_step)
+    return steps * len(job.updates), (per_batch @ made.T).sum(1)
+
+
 class Tally:
     """The steps and samples of a round's clients [C], added phase by phase."""
 
@@ -98,12 +170,20 @@ class Tally:
         self.steps = torch.zeros(members, dtype=torch.long)
         self.samples = torch.zeros(members, dtype=torch.long)
 
-    def add(self, steps: Tensor, counts: Tensor, batch_size: int, batches_per_step: int,
-            updates: int) -> None:
-        """Count a phase: each member's `steps` over `counts` samples, `updates` per step."""
-        steps = steps.long().cpu()
-        self.steps += steps * updates
-        self.samples += scheduled_samples(counts, steps * batches_per_step, batch_size) * updates
+    def add(self, ctx: Context, job: Job) -> None:
+        """Count a phase's training job (`job_compute`)."""
+        steps, samples = job_compute(ctx, job)
+        self.steps += steps
+        self.samples += samples
+
+
+def mark_adaptation(rows: list[dict], clients: Tensor, tally: Tally) -> None:
+    """Put the training done before an evaluation's scoring on its ``test`` records."""
+    position = {c: i for i, c in enumerate(clients.tolist())}
+    for row in rows:
+        if row["split"] == "test":
+            i = position[row["client"]]
+            row.update(zip(ADAPTATION, (int(tally.steps[i]), int(tally.samples[i])), strict=True))
 
 
 def sent_bytes(state: Tree, groups: Iterable[str], is_payload) -> int:

@@ -264,7 +264,7 @@ class Federation:
         result = self.trainer.train(job)
         self._check_finite(result, clients, round_idx, phase, lr)
         if tally is not None:
-            tally.add(job.steps, counts, batch_size, phase.batches_per_step, len(job.updates))
+            tally.add(self.ctx, job)
         return result.state, result.loss
 
     def _part(self, round_idx: int, client: int, n: int, part: tuple[float, float]) -> Tensor:
@@ -298,13 +298,18 @@ class Federation:
         algo, full = self.algorithm, len(clients) == self.n_clients
         state = snap["state"] if full else select(snap["state"], clients)
         shared = {"global": snap["global"], "server": snap["server"]}
-        if algo.eval_phases():
+        adaptation = accounting.Tally(len(clients)) if algo.eval_phases() else None
+        if adaptation is not None:
             state = vmap(algo.receive, in_dims=(None, 0, None))(snap["global"], state, shared)
             info = self._info(snap, round_idx, clients, state)
             for phase_idx, phase in enumerate(algo.eval_phases()):
-                state, _ = self._train(state, info, phase, _EVAL_PHASES + phase_idx, shared)
+                state, _ = self._train(state, info, phase, _EVAL_PHASES + phase_idx, shared,
+                                       adaptation)
         models = vmap(algo.scored, in_dims=(0, None))(state, shared)
+        first_row = len(snap["rows"])
         scores = self._scores(snap, round_idx, clients, models, shared)
+        if adaptation is not None:
+            accounting.mark_adaptation(snap["rows"][first_row:], clients, adaptation)
         self._track(snap, scores, models, clients)
         if full:
             self._early_stop(snap, scores)

@@ -6,10 +6,14 @@ history.csv; a client's compute summed over its rounds goes into results.csv. Th
 tracking vocabulary and the stages read these names from here.
 """
 
-#: Compute of one client in one round (history.csv) or over its whole run (results.csv):
-#: optimizer steps, samples through an objective (forward and backward; a sample counts once per
-#: update of a step), and bytes uploaded and downloaded.
-COMPUTE = ("steps", "samples", "bytes_sent", "bytes_received")
+#: Compute of one client in one round (history.csv) or over its whole run (results.csv), defined
+#: in docs/contracts.md ("Compute") and `pflpipe.engine.accounting`: local training's optimizer
+#: steps and samples processed (a sample counts once per network pass over it: forward and
+#: backward), bytes uploaded and downloaded, and the steps and samples of the training done
+#: before scoring (evaluation-time adaptation, on an evaluation's test rows).
+TRAINING = ("steps", "samples", "bytes_sent", "bytes_received")
+ADAPTATION = ("adaptation_steps", "adaptation_samples")
+COMPUTE = (*TRAINING, *ADAPTATION)
 #: history.csv column of a diagnostic ``name`` of an algorithm (``diag.tau``; a vector's entry i
 #: is ``diag.name.i``); the same name is its MLflow metric.
 DIAGNOSTIC_PREFIX = "diag."

@@ -58,6 +58,15 @@ class Context:
             per_sample = (output.squeeze(-1) - batch["y"]) ** 2
         else:
             per_sample = cross_entropy(output, batch["y"])
+        return self.mean(per_sample, batch)
+
+    def mean(self, per_sample: Tensor, batch: Batch) -> Tensor:
+        """Mean of per-sample losses [B] over the batch's real samples.
+
+        Every network pass an objective takes over a mini-batch ends here (`loss`, PersFL's
+        distillation loss): the engine counts the samples processed from these calls
+        (`pflpipe.engine.accounting.passes`).
+        """
         mask = batch["mask"]
         return (per_sample * mask).sum() / mask.sum().clamp_min(1.0)
 

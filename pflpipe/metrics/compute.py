@@ -28,12 +28,13 @@ def totals(history: Iterable[dict]) -> dict[str, dict[str, float]]:
     """
     sums: dict[str, dict[str, dict[str, float]]] = {}
     for row in history:
-        if row.get("split") != "train" or row.get(MATCHED_ON) in (None, ""):
+        counted = {name: float(row[name]) for name in COMPUTE if row.get(name) not in (None, "")}
+        if not counted:
             continue
         seed = sums.setdefault(row["model"], {}).setdefault(str(row.get("seed", "")),
                                                             dict.fromkeys(COMPUTE, 0.0))
-        for name in COMPUTE:
-            seed[name] += float(row[name])
+        for name, value in counted.items():
+            seed[name] += value
     return {model: {name: sum(s[name] for s in seeds.values()) / len(seeds) for name in COMPUTE}
             for model, seeds in sums.items()}
 
@@ -71,11 +72,12 @@ def table_rows(compute: dict[str, dict[str, float]], models: Sequence[str]) -> l
                 default=0.0)
     return [[m, f"{compute[m]['steps']:,.0f}", f"{compute[m]['samples']:,.0f}",
              f"{compute[m]['bytes_sent'] / 1e6:,.3f}", f"{compute[m]['bytes_received'] / 1e6:,.3f}",
-             _ratio(compute[m][MATCHED_ON], least) if least else "–"] for m in shown]
+             _ratio(compute[m][MATCHED_ON], least) if least else "–",
+             f"{compute[m]['adaptation_samples']:,.0f}"] for m in shown]
 
 
 TABLE_HEADER = ["model", "local steps", "samples (fwd+bwd)", "MB sent", "MB received",
-                "samples / least"]
+                "samples / least", "adaptation samples"]
 
 
 def accuracy_vs_samples(history: Iterable[dict], split: str) -> dict[str, tuple[list, list]]:
@@ -129,6 +131,21 @@ def diagnostics(history: Iterable[dict]) -> dict[str, dict[str, tuple[list, list
                     int(row["round"]), []).append(float(value))
     return {m: {k: (sorted(rs), [sum(rs[r]) / len(rs[r]) for r in sorted(rs)])
                 for k, rs in sorted(cols.items())} for m, cols in values.items()}
+
+
+def diagnostics_last(series: dict[str, dict[str, tuple[list, list]]]) -> list[list[str]]:
+    """One row per model and diagnostic column: its last recorded round and value there.
+
+    >>> diagnostics_last({"flow": {"diag.to_global.0": ([1, 2], [0.5, 0.25])}})
+    [['flow', 'to_global.0', '2', '0.25']]
+    """
+    return [[model, column[len(DIAGNOSTIC_PREFIX):], str(rounds[-1]), f"{mean[-1]:.4g}"]
+            for model, columns in series.items() for column, (rounds, mean) in columns.items()
+            if rounds]
+
+
+#: The header of the report's table of `diagnostics_last`.
+DIAGNOSTICS_HEADER = ["model", "diagnostic", "last round", "mean over clients and seeds"]
 
 
 def accuracy_vs_samples_png(history: list[dict], split: str, models: list[str]) -> bytes:

@@ -206,13 +206,16 @@ class Report:
         warning = self.compute_warning()
         return [("h2", "Compute"),
                 ("p", "What each model cost, counted by the engine from what it ran: local "
-                      "optimizer steps, samples through an objective (forward and backward; "
-                      "passes an objective makes inside itself, pFedMe's inner steps or "
-                      "Monte-Carlo draws, are not multiplied in), bytes uploaded and downloaded; "
-                      "summed over clients and rounds, mean over seeds. Training before scoring "
-                      "(Per-FedAvg's adaptation) and PersFL's distillation are not counted. A "
-                      "model started from the FedAvg warm start also cost the warm start's "
-                      "compute (its row 'fedavg')."),
+                      "optimizer steps; samples processed, a sample counted once per network "
+                      "pass over it (forward and backward: pFedMe's K inner steps count it K "
+                      "times, K Monte-Carlo draws K times; PersFL's training is every student "
+                      "of its distillation grid); bytes uploaded and downloaded; summed over "
+                      "clients and rounds, mean over seeds. Models are matched on samples. "
+                      "Adaptation samples: the training before scoring (Per-FedAvg's "
+                      "adaptation, Flow's re-personalization) at every evaluation, not "
+                      "matched. Scoring, PersFL's teacher selection and its teachers' logits "
+                      "are forward passes only and not counted. A model started from the FedAvg "
+                      "warm start also cost the warm start's compute (its row 'fedavg')."),
                 *([("p", f"**Warning.** {warning}")] if warning else []),
                 ("table", compute.TABLE_HEADER,
                  compute.table_rows(totals, list(self.primary.models))),
@@ -229,7 +232,11 @@ class Report:
                 ("p", "What each algorithm's mechanism did per round (its `diagnostics` hooks, "
                       f"{layout.HISTORY_CSV} columns diag.*), mean over the round's clients and "
                       "the seeds; "
-                      "PersFL's choices per client (teacher round, λ, T) beside them."),
+                      "PersFL's choices per client (teacher round, λ, T) beside them. The "
+                      "table gives each diagnostic's value at its last recorded round (a "
+                      "vector's entry i as name.i: Flow's routed layer k)."),
+                *([("table", compute.DIAGNOSTICS_HEADER, compute.diagnostics_last(series))]
+                  if series else []),
                 *(("figure", _diagnostic_figure(m), f"{m}: diagnostics over rounds.")
                   for m in series),
                 *(("figure", name, caption) for name, caption in chosen)]

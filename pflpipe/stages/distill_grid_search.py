@@ -94,8 +94,9 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
                             selection_split, s.has_validation)
     out = Path(results_dir)
     models = common.client_models(grid.params, s.data.first_client)
-    history = common.history_rows(
-        chosen_history(s.ctx, s.trainer, s.data, params, config, grid.chosen), model, seed)
+    history = common.history_rows(grid.epoch_compute(
+        chosen_history(s.ctx, s.trainer, s.data, params, config, grid.chosen), config.epochs,
+        s.data.first_client), model, seed)
     common.write_results(out, results, history, models, summary.to_markdown())
     common.write_csv(out / layout.GRID_CSV, GRID_FIELDS, grid.grid)
     common.write_csv(out / layout.CHOSEN_CSV, CHOSEN_FIELDS, list(chosen))

@@ -83,20 +83,24 @@ def history_rows(rows: list[dict], model: str, seed: int) -> list[dict]:
 
 
 def compute_totals(history: list[dict]) -> dict[int, dict[str, int]]:
-    """Each client's compute summed over its history's rounds (`records.COMPUTE`).
+    """Each client's compute summed over its history's rows (`records.COMPUTE`).
 
-    >>> compute_totals([{"client": 1, "steps": 2, "samples": 8, "bytes_sent": 4,
-    ...                  "bytes_received": 4}, {"client": 1, "steps": 3, "samples": 9,
-    ...                  "bytes_sent": 4, "bytes_received": 4}, {"client": 1, "loss": 0.5}])
-    {1: {'steps': 5, 'samples': 17, 'bytes_sent': 8, 'bytes_received': 8}}
+    A count a row lacks (training on train rows, adaptation on test rows) adds nothing.
+
+    >>> totals = compute_totals([{"client": 1, "steps": 2, "samples": 8, "bytes_sent": 4,
+    ...     "bytes_received": 4}, {"client": 1, "steps": 3, "samples": 9, "bytes_sent": 4,
+    ...     "bytes_received": 4}, {"client": 1, "loss": 0.5, "adaptation_samples": 6}])
+    >>> totals[1]["samples"], totals[1]["bytes_sent"], totals[1]["adaptation_samples"]
+    (17, 8, 6)
     """
     totals: dict[int, dict[str, int]] = {}
     for row in history:
-        if row.get("steps") in (None, ""):
+        counted = {name: int(row[name]) for name in COMPUTE if row.get(name) not in (None, "")}
+        if not counted:
             continue
         total = totals.setdefault(int(row["client"]), dict.fromkeys(COMPUTE, 0))
-        for name in COMPUTE:
-            total[name] += int(row[name])
+        for name, value in counted.items():
+            total[name] += value
     return totals
 
 

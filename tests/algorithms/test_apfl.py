@@ -98,7 +98,8 @@ def test_apfl_adaptive_round_matches_hand_computed_steps(line_ctx, clients, fede
     assert torch.allclose(result.state["alpha"]["value"], torch.tensor([0.224875]))
     (row,) = [r for r in result.rows if r["split"] == "train"]   # the diagnostic: α
     assert row["diag.alpha"] == pytest.approx(0.224875)
-    assert (row["steps"], row["samples"]) == (2, 2)   # 2 steps on the one sample
+    # 2 steps on the one sample, 3 passes each: f(w), f(v̄) and adaptive α's ∇f(v̄)
+    assert (row["steps"], row["samples"]) == (2, 6)
     mixed = 0.224875 * 0.091875 + (1 - 0.224875) * 0.36
     assert torch.allclose(result.last["val_loss"], torch.tensor([(mixed - 1) ** 2]))
 

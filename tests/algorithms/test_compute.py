@@ -9,7 +9,7 @@ import json
 import pytest
 from mlflow import MlflowClient
 
-from pflpipe.spec.algorithms import FedPerParams, PFedMeParams, PFedVemParams
+from pflpipe.spec.algorithms import FedPerParams, PerFedAvgParams, PFedMeParams, PFedVemParams
 from pflpipe.stages import (
     collect_results,
     common,
@@ -20,7 +20,7 @@ from pflpipe.stages import (
 )
 from pflpipe.tracking import open_parent_run
 
-MODELS = ("fedavg", "local", "pfedvem", "pfedme", "fedper")
+MODELS = ("fedavg", "local", "pfedvem", "pfedme", "fedper", "per_fedavg")
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +30,14 @@ def run(digits_ds3, tmp_path_factory):
     spec = spec.model_copy(update={
         "personalization": [PFedVemParams(name="pfedvem", rounds=2),
                             PFedMeParams(name="pfedme", rounds=2, client_fraction=0.1),
-                            FedPerParams(name="fedper", rounds=2)],
+                            FedPerParams(name="fedper", rounds=2),
+                            PerFedAvgParams(name="per_fedavg", rounds=2)],
         "tracking": spec.tracking.model_copy(update={
             "enabled": True, "uri": f"sqlite:///{work}/mlflow.db"})})
     partition = root / "partition"
     warm_start_fedavg.run(spec, 0, partition, work / "checkpoints", work / "fedavg")
     train_local.run(spec, 0, partition, work / "local")
-    for label in ("pfedvem", "pfedme", "fedper"):
+    for label in ("pfedvem", "pfedme", "fedper", "per_fedavg"):
         personalize.run(spec, 0, label, partition, work / "checkpoints", work / label)
     parent = open_parent_run(spec)
     collect_results.run(spec, 0, [work / m for m in MODELS], work / "collected",
@@ -66,6 +67,17 @@ def test_results_csv_holds_each_clients_compute_summed_over_its_rounds(run, digi
     pfedme = [int(r["samples"]) for r in results if r["model"] == "pfedme"
               and r["selection"] == "best_val" and r["split"] == "test" and not r["scope"]]
     assert sum(1 for v in pfedme if v) <= 2
+    # what each trained client-round processed, from the passes the engine measured: pFedMe's
+    # K inner steps over each sample of its epoch, pFedVEM's K draws in each of its head_steps
+    # full-batch E-steps and in its base epoch (mini-batches of 16 cover every sample once)
+    me, vem = PFedMeParams(name="pfedme"), PFedVemParams(name="pfedvem")
+    per_round = {"pfedme": me.inner_steps, "pfedvem": vem.mc_samples * (vem.head_steps + 1),
+                 "fedper": 1}
+    for model, passes in per_round.items():
+        trained = [h for h in common.read_csv(work / model / "history.csv")
+                   if h["split"] == "train"]
+        assert trained and all(int(h["samples"]) == passes * counts[int(h["client"])]
+                               for h in trained), model
     # the local baseline sends nothing; FedPer sends its base only, less than FedAvg's model
     sent = {m: max(int(r["bytes_sent"]) for r in results if r["model"] == m) for m in MODELS}
     assert sent["local"] == 0 and 0 < sent["fedper"] < sent["fedavg"]
@@ -90,6 +102,13 @@ def test_mlflow_runs_carry_compute_per_algorithm_and_per_client(run):
     history = client.get_metric_history(clients[0].info.run_id, "compute.samples")
     assert [m.step for m in history] == [1, 2]
     assert "diag.tau" in clients[0].data.metrics
+    adapted = sum(int(r["adaptation_samples"]) for r in results if r["model"] == "per_fedavg"
+                  and r["selection"] == "best_val" and r["split"] == "test" and not r["scope"])
+    assert algorithm["per_fedavg"].data.metrics["compute.all_clients.adaptation_samples"] == adapted
+    (per_fedavg,) = [r for r in runs if r.data.tags.get("algorithm") == "per_fedavg"
+                     and r.data.tags.get("client_id") == "0"]
+    steps = client.get_metric_history(per_fedavg.info.run_id, "compute.adaptation_steps")
+    assert sorted((m.step, m.value) for m in steps) == [(0, 1.0), (1, 1.0), (2, 1.0)]
 
 
 def test_report_shows_compute_per_model_and_warns_of_pfedvem_against_pfedme(run):
@@ -101,6 +120,14 @@ def test_report_shows_compute_per_model_and_warns_of_pfedvem_against_pfedme(run)
     assert "pfedvem processed" in warning and "fedper processed" in warning
     markdown = (work / "report" / "report.md").read_text()
     assert "## Compute" in markdown and "**Warning.** Unequal compute" in markdown
+    # Per-FedAvg adapts every client before each of its 3 evaluations (one step of 16 samples
+    # at most): its adaptation column; the others adapt nothing
+    results = common.read_csv(work / "collected" / "results.csv")
+    adapted = sum(int(r["adaptation_samples"]) for r in results if r["model"] == "per_fedavg"
+                  and r["selection"] == "best_val" and r["split"] == "test" and not r["scope"])
+    assert report["compute"]["per_fedavg"]["adaptation_samples"] == adapted > 0
+    assert report["compute"]["pfedvem"]["adaptation_samples"] == 0
+    assert "adaptation samples |" in markdown and f"| {adapted:,} |" in markdown
     assert "## Mechanism diagnostics" in markdown
     assert (work / "report" / "figures" / "accuracy_vs_samples.png").is_file()
     assert (work / "report" / "figures" / "diagnostics_pfedvem.png").is_file()

@@ -86,8 +86,8 @@ def test_pfedme_round_matches_the_papers_client_and_server_updates(line_ctx, cli
     # the diagnostic ‖θ̃ − w‖ against the round's starting global w = 0.5
     assert [r["diag.personal_distance"] for r in rows] == pytest.approx(
         [abs(e[1] - 0.5) for e in expected], abs=1e-6)
-    # two full-batch steps: 2 and 4 samples (the inner steps are not multiplied in)
-    assert [(r["steps"], r["samples"]) for r in rows] == [(2, 2), (2, 4)]
+    # two full-batch steps, each K = 3 inner passes over the batch: 2·3·1 and 2·3·2 samples
+    assert [(r["steps"], r["samples"]) for r in rows] == [(2, 6), (2, 12)]
 
 
 def test_pfedme_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, on_both_trainers,

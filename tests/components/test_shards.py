@@ -128,6 +128,22 @@ def test_merged_persfl_keeps_its_figures(stages):
     assert [c["client"] for c in summaries["persfl"].chosen] == list(range(5))
 
 
+def test_persfl_counts_every_student_of_its_grid_as_its_training(stages):
+    # 2 λ × 2 T students × 2 epochs = 8 passes over a client's data per client; the local
+    # baseline's 3 epochs are 3: so 3·persfl = 8·local, client by client, sharded or not
+    work, _, _ = stages
+    for suffix in ("", "-merged"):
+        samples = {model: {r["client"]: int(r["samples"]) for r in common.read_csv(
+            work / f"{model}{suffix}" / "results.csv")} for model in ("persfl", "local")}
+        assert samples["persfl"].keys() == samples["local"].keys()
+        assert all(3 * samples["persfl"][c] == 8 * samples["local"][c] > 0
+                   for c in samples["local"])
+    epochs = [r for r in common.read_csv(work / "persfl" / "history.csv")
+              if r["split"] == "train" and r["client"] == "0"]
+    assert [(r["round"], r["samples"]) for r in epochs] == [
+        ("0", ""), ("1", str(samples["persfl"]["0"] // 2)), ("2", str(samples["persfl"]["0"] // 2))]
+
+
 def test_collect_results_merges_a_models_shards_into_its_unsharded_directory(stages, tmp_path):
     work, spec, _ = stages
     whole = collect_results.run(spec, 0, [work / "fedavg", work / "fedavg_ft"], tmp_path / "whole")

@@ -202,3 +202,24 @@ def test_a_run_puts_back_the_print_that_kfp_local_swaps_per_task(tmp_path):
         assert builtins.print is not before   # what kfp.local leaves behind
 
     assert builtins.print is before
+
+
+def test_tune_point_tasks_of_one_entry_and_seed_log_to_a_file_per_grid_point(tmp_path):
+    """Two grid points of ditto on tuning seed 7: two titles, two log files, none overwritten."""
+    def point(values: str) -> tuple[str, ...]:
+        return ('[KFP Executor INFO]: Got executor_input:', '{', '    "inputs": {',
+                '        "parameterValues": {', f'            "values": "{values}",',
+                '            "label": "ditto",', '            "seed": 7', '        }', '    }',
+                '}', f"trained {values}")
+
+    router = TaskLogRouter(tmp_path, lambda kind, task: None)
+
+    for values in ('{\\"lam\\": 1.0}', '{\\"lam\\": 0.1}'):
+        router.write(started("tune-point") + task_output(*point(values)))
+        router.write(finished("tune-point"))
+    router.close()
+
+    assert [t.title for t in router.tasks] == ["tune_point[ditto, lam=1.0] · seed 7",
+                                               "tune_point[ditto, lam=0.1] · seed 7"]
+    first, second = (t.path.read_text() for t in router.tasks)
+    assert first != second and 'trained {\\"lam\\": 1.0}' in first

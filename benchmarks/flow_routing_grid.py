@@ -1,0 +1,101 @@
+"""Where Flow's hard routing sends instances, per routed layer, over a grid of its settings.
+
+Chooses Flow's defaults (docs/results.md, "Flow after issue 27"): for every grid point and seed
+it trains Flow alone on digits with Dirichlet(α) label skew (no FedAvg, no baselines), scores
+once after the last round (each client re-creates its personalized model first, as Flow does
+before scoring) and prints one JSON line: the mean validation PA and GA over clients, and per
+routed layer the share of each split's instances hard-routed to global (π_g ≥ 0.5), the mean
+π_g, its standard deviation over instances and the number of clients whose own share is
+strictly inside 5-95 %. Run it on tuning seeds only (never the reported ones).
+
+    python benchmarks/flow_routing_grid.py --seeds 100 101 102 103 \\
+        --lam 0.1 0.01 0.001 0.0001 --momentum 0 0.9
+
+Defaults: 20 clients, α = 0.1, 60 rounds, half the clients per round, 3 local epochs, batch 20,
+lr 0.05, Eq. 5 `standalone` (`--global-update routed` for the paper-text reading).
+"""
+
+import argparse
+import itertools
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from pflpipe.algorithms.flow import Flow, routing_shares
+from pflpipe.engine.federation import Federation, Plan
+from pflpipe.engine.optim import OptimizerConfig
+from pflpipe.engine.trainer import BatchedTrainer
+from pflpipe.spec import parse_spec
+from pflpipe.spec.algorithms import FlowParams
+from pflpipe.stages import common, partition_data
+
+
+def shares(federation: Federation, result, split) -> dict[str, list[float]]:
+    """Per routed layer over `split`'s instances of every client (its last scored router)."""
+    pis, per_client = [], []
+    for client in range(split.n_clients):
+        x, _ = split.client(client)
+        router = {k: v[client] for k, v in result.last_model["router"].items()}
+        with torch.no_grad():
+            pi = Flow.route(router, x, federation.ctx)
+        pis.append(pi)
+        per_client.append(routing_shares(pi)["to_global"])
+    pooled, clients = routing_shares(torch.cat(pis)), torch.stack(per_client)
+    return {"to_global": [round(100 * v, 1) for v in pooled["to_global"].tolist()],
+            "pi_global": [round(100 * v, 1) for v in pooled["pi_global"].tolist()],
+            "pi_sd": [round(100 * v, 1) for v in torch.cat(pis).std(0).tolist()],
+            "mixed_clients": ((clients > 0.05) & (clients < 0.95)).sum(0).tolist()}
+
+
+def run_point(s, seed: int, args, lam: float, momentum: float) -> dict:
+    """Train one grid point on one seed; its scores and routing."""
+    start = time.perf_counter()
+    flow = Flow(FlowParams(name="flow", lam=lam, global_update=args.global_update),
+                head=s.head, lr=args.lr, local_epochs=args.epochs)
+    plan = Plan(rounds=args.rounds, local_epochs=args.epochs, batch_size=args.batch_size,
+                lr=args.lr, seed=seed, client_fraction=args.client_fraction,
+                eval_every=args.rounds, optimizer=OptimizerConfig(momentum=momentum))
+    federation = Federation(flow, s.ctx, s.data, BatchedTrainer(s.ctx), plan)
+    result = federation.run(s.init)
+    return {"seed": seed, "lam": lam, "momentum": momentum,
+            "val_PA": round(100 * result.last["val_accuracy"].nanmean().item(), 1),
+            "val_GA": round(100 * result.last["global_val_accuracy"].nanmean().item(), 1),
+            **{f"{name}_{key}": value for name in ("val", "test")
+               for key, value in shares(federation, result, getattr(s.data, name)).items()},
+            "seconds": round(time.perf_counter() - start)}
+
+
+def main() -> None:
+    """Print one JSON line per seed and grid point."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[100, 101])
+    parser.add_argument("--lam", type=float, nargs="+", default=[0.1, 0.01, 0.001, 0.0001])
+    parser.add_argument("--momentum", type=float, nargs="+", default=[0.0, 0.9])
+    parser.add_argument("--global-update", default="standalone", choices=("standalone", "routed"))
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--alpha", type=float, default=0.1)
+    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--client-fraction", type=float, default=0.5)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=20)
+    parser.add_argument("--lr", type=float, default=0.05)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    root = Path(tempfile.mkdtemp(prefix="flow-routing-"))
+    for seed in args.seeds:
+        spec = parse_spec(
+            f"experiment: {{name: flow-routing}}\ndataset: {{name: digits}}\n"
+            f"partition: {{strategy: dirichlet, n_clients: {args.clients}, alpha: {args.alpha}}}\n"
+            f"tracking: {{enabled: false}}\nengine: {{threads: 1}}\n"
+            f"storage: {{kind: local, path: {root / 'store'}}}\n")
+        partition_data.run(spec, seed, root / f"partition-{seed}")
+        s = common.setup(spec, seed, root / f"partition-{seed}")
+        for lam, momentum in itertools.product(args.lam, args.momentum):
+            print(json.dumps(run_point(s, seed, args, lam, momentum)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
