@@ -20,18 +20,21 @@ def collect_results(spec_json: str, seed: int, tracking_uri: str, experiment: st
                     persfl: Input[Model] = None, personalized: Input[list[Model]] = None,
                     tuned: Input[list[Model]] = None):
     """Copy each results directory under `results/<model>/`; concatenate and track them."""
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.spec import Spec
-    from pflpipe.stages import collect_results as stage
-    from pflpipe.tracking import parent_tracker
+    with events.stage("collect_results", seed=seed):
+        from pathlib import Path
 
-    spec = Spec.model_validate_json(spec_json)
-    tracker = parent_tracker(spec.tracking, tracking_uri, parent_run_id, experiment)
-    inputs = [a for a in (fedavg, local, persfl, *(personalized or []), *(tuned or []))
-              if a is not None]
-    result = stage.run(spec, seed, [Path(a.path) for a in inputs], Path(results.path),
-                       partition_dir=Path(partition.path), checkpoints_dir=Path(checkpoints.path),
-                       tracker=tracker)
-    metrics.metadata.update(result.metrics())
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.spec import Spec
+        from pflpipe.stages import collect_results as stage
+        from pflpipe.tracking import parent_tracker
+
+        spec = Spec.model_validate_json(spec_json)
+        tracker = parent_tracker(spec.tracking, tracking_uri, parent_run_id, experiment)
+        inputs = [a for a in (fedavg, local, persfl, *(personalized or []), *(tuned or []))
+                  if a is not None]
+        result = stage.run(spec, seed, [Path(a.path) for a in inputs], Path(results.path),
+                           partition_dir=Path(partition.path),
+                           checkpoints_dir=Path(checkpoints.path), tracker=tracker)
+        metrics.metadata.update(result.metrics())
+        Path(summary.path).write_text(result.to_markdown())

@@ -18,13 +18,16 @@ def distill_grid_search(spec_json: str, seed: int, partition: Input[Dataset],
 
     `shard` ≥ 0: only that client shard of `engine.shards` (merged by `merge_shards`).
     """
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.spec import Spec
-    from pflpipe.stages import distill_grid_search as stage
+    with events.stage("distill_grid_search", seed=seed, shard=None if shard < 0 else shard):
+        from pathlib import Path
 
-    spec = Spec.model_validate_json(spec_json)
-    result = stage.run(spec, seed, Path(partition.path), Path(checkpoints.path),
-                       Path(teachers.path), Path(results.path),
-                       shard=None if shard < 0 else shard)
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.spec import Spec
+        from pflpipe.stages import distill_grid_search as stage
+
+        spec = Spec.model_validate_json(spec_json)
+        result = stage.run(spec, seed, Path(partition.path), Path(checkpoints.path),
+                           Path(teachers.path), Path(results.path),
+                           shard=None if shard < 0 else shard)
+        Path(summary.path).write_text(result.to_markdown())

@@ -15,17 +15,20 @@ def evaluate_fairness(spec_json: str, tracking_uri: str, experiment: str, parent
                       kfp_run_id: str, results: Input[list[Model]], report: Output[Artifact],
                       html: Output[HTML], summary: Output[Markdown]):
     """Evaluate every seed's results; write the report and log it on the parent run."""
-    import shutil
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.layout import REPORT_HTML
-    from pflpipe.spec import Spec
-    from pflpipe.stages import evaluate_fairness as stage
+    with events.stage("evaluate_fairness"):
+        import shutil
+        from pathlib import Path
 
-    spec = Spec.model_validate_json(spec_json)
-    result = stage.run_in_pipeline(
-        spec, [Path(r.path) for r in results], Path(report.path), tracking_uri=tracking_uri,
-        experiment=experiment, parent_run_id=parent_run_id, kfp_run_id=kfp_run_id)
-    shutil.copyfile(Path(report.path) / REPORT_HTML, html.path)
-    report.metadata["seed_dirs"] = {str(s): str(d) for s, d in result.seed_dirs.items()}
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.layout import REPORT_HTML
+        from pflpipe.spec import Spec
+        from pflpipe.stages import evaluate_fairness as stage
+
+        spec = Spec.model_validate_json(spec_json)
+        result = stage.run_in_pipeline(
+            spec, [Path(r.path) for r in results], Path(report.path), tracking_uri=tracking_uri,
+            experiment=experiment, parent_run_id=parent_run_id, kfp_run_id=kfp_run_id)
+        shutil.copyfile(Path(report.path) / REPORT_HTML, html.path)
+        report.metadata["seed_dirs"] = {str(s): str(d) for s, d in result.seed_dirs.items()}
+        Path(summary.path).write_text(result.to_markdown())

@@ -14,9 +14,12 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 @dsl.component(base_image=PFLPIPE_IMAGE, install_kfp_package=False)
 def merge_shards(shards: Input[list[Model]], results: Output[Model], summary: Output[Markdown]):
     """Merge every shard's results directory into `results`."""
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.stages import shards as stage
+    with events.stage("merge_shards"):
+        from pathlib import Path
 
-    result = stage.merge([Path(shard.path) for shard in shards], Path(results.path))
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.stages import shards as stage
+
+        result = stage.merge([Path(shard.path) for shard in shards], Path(results.path))
+        Path(summary.path).write_text(result.to_markdown())

@@ -18,11 +18,14 @@ def partition_data(spec_json: str, seed: int, partition: Output[Dataset],
 
     With `resume` "all", a partition `pflpipe split` wrote for the same inputs is reused.
     """
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.spec import Spec
-    from pflpipe.stages import partition_data as stage
+    with events.stage("partition_data", seed=seed):
+        from pathlib import Path
 
-    spec = Spec.model_validate_json(spec_json)
-    result = stage.run(spec, seed, Path(partition.path), reuse_split=resume == "all")
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.spec import Spec
+        from pflpipe.stages import partition_data as stage
+
+        spec = Spec.model_validate_json(spec_json)
+        result = stage.run(spec, seed, Path(partition.path), reuse_split=resume == "all")
+        Path(summary.path).write_text(result.to_markdown())

@@ -21,14 +21,17 @@ def personalize(spec_json: str, seed: int, label: str, partition: Input[Dataset]
     alone; `collect_results` merges the shards); "": every client. `tuning`: the tune
     stage's choice, for a tuned entry.
     """
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.spec import Spec
-    from pflpipe.stages import personalize as stage
+    with events.stage("personalize", seed=seed, label=label, shard=shard):
+        from pathlib import Path
 
-    spec = Spec.model_validate_json(spec_json)
-    result = stage.run(spec, seed, label, Path(partition.path), Path(checkpoints.path),
-                       Path(results.path), progress=True, resume=resume,
-                       shard=int(shard) if shard else None,
-                       tuning_dir=Path(tuning.path) if tuning else None)
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.spec import Spec
+        from pflpipe.stages import personalize as stage
+
+        spec = Spec.model_validate_json(spec_json)
+        result = stage.run(spec, seed, label, Path(partition.path), Path(checkpoints.path),
+                           Path(results.path), progress=True, resume=resume,
+                           shard=int(shard) if shard else None,
+                           tuning_dir=Path(tuning.path) if tuning else None)
+        Path(summary.path).write_text(result.to_markdown())

@@ -14,11 +14,14 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 def select_teachers(spec_json: str, seed: int, checkpoints: Input[Model],
                     teachers: Output[Dataset], summary: Output[Markdown]):
     """Pick each client's teacher round from the warm start's per-round validation scores."""
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.spec import Spec
-    from pflpipe.stages import select_teachers as stage
+    with events.stage("select_teachers", seed=seed):
+        from pathlib import Path
 
-    spec = Spec.model_validate_json(spec_json)
-    result = stage.run(spec, Path(checkpoints.path), Path(teachers.path))
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.spec import Spec
+        from pflpipe.stages import select_teachers as stage
+
+        spec = Spec.model_validate_json(spec_json)
+        result = stage.run(spec, Path(checkpoints.path), Path(teachers.path))
+        Path(summary.path).write_text(result.to_markdown())

@@ -17,12 +17,15 @@ def train_local(spec_json: str, seed: int, partition: Input[Dataset], results: O
 
     `shard` ≥ 0: only that client shard of `engine.shards` (merged by `merge_shards`).
     """
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.spec import Spec
-    from pflpipe.stages import train_local as stage
+    with events.stage("train_local", seed=seed, shard=None if shard < 0 else shard):
+        from pathlib import Path
 
-    spec = Spec.model_validate_json(spec_json)
-    result = stage.run(spec, seed, Path(partition.path), Path(results.path), progress=True,
-                       resume=resume, shard=None if shard < 0 else shard)
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.spec import Spec
+        from pflpipe.stages import train_local as stage
+
+        spec = Spec.model_validate_json(spec_json)
+        result = stage.run(spec, seed, Path(partition.path), Path(results.path), progress=True,
+                           resume=resume, shard=None if shard < 0 else shard)
+        Path(summary.path).write_text(result.to_markdown())

@@ -14,13 +14,16 @@ def tune_point(spec_json: str, seed: int, label: str, values: str, partition: In
                checkpoints: Input[Model], results: Output[Model], summary: Output[Markdown],
                resume: str = "all"):
     """Train the entry `label` at the grid point `values` (JSON); score it on validation."""
-    import json
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.spec import Spec
-    from pflpipe.stages import tune_point as stage
+    with events.stage("tune_point", seed=seed, label=label, point=values):
+        import json
+        from pathlib import Path
 
-    spec = Spec.model_validate_json(spec_json)
-    result = stage.run(spec, seed, label, json.loads(values), Path(partition.path),
-                       Path(checkpoints.path), Path(results.path), progress=True, resume=resume)
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.spec import Spec
+        from pflpipe.stages import tune_point as stage
+
+        spec = Spec.model_validate_json(spec_json)
+        result = stage.run(spec, seed, label, json.loads(values), Path(partition.path),
+                           Path(checkpoints.path), Path(results.path), progress=True, resume=resume)
+        Path(summary.path).write_text(result.to_markdown())

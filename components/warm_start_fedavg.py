@@ -16,12 +16,15 @@ def warm_start_fedavg(spec_json: str, seed: int, partition: Input[Dataset],
                       checkpoints: Output[Model], results: Output[Model],
                       summary: Output[Markdown], resume: str = "all"):
     """Run (or resume: all, unfinished, none) FedAvg; write the checkpoint and results dirs."""
-    from pathlib import Path
+    from pflpipe import events
 
-    from pflpipe.spec import Spec
-    from pflpipe.stages import warm_start_fedavg as stage
+    with events.stage("warm_start_fedavg", seed=seed):
+        from pathlib import Path
 
-    spec = Spec.model_validate_json(spec_json)
-    result = stage.run(spec, seed, Path(partition.path), Path(checkpoints.path),
-                       Path(results.path), progress=True, resume=resume)
-    Path(summary.path).write_text(result.to_markdown())
+        from pflpipe.spec import Spec
+        from pflpipe.stages import warm_start_fedavg as stage
+
+        spec = Spec.model_validate_json(spec_json)
+        result = stage.run(spec, seed, Path(partition.path), Path(checkpoints.path),
+                           Path(results.path), progress=True, resume=resume)
+        Path(summary.path).write_text(result.to_markdown())

@@ -75,7 +75,8 @@ def compile(spec: "Spec | str | Path", output: "str | Path | None" = None,  # no
     from pflpipe.pipelines.compile import compile_pipeline
 
     resolved = load_spec(spec, **overrides)
-    return compile_pipeline(resolved, Path(output or f"{resolved.experiment.name}.yaml"))
+    return compile_pipeline(resolved,
+                            Path(output or layout.compiled_pipeline(resolved.experiment.name)))
 
 
 @dataclass(frozen=True)

@@ -40,3 +40,8 @@ class StorageError(PflpipeError):
 
 class TrackingError(PflpipeError):
     """The tracking server or store refused or failed a request, or a value looked like a secret."""
+
+
+#: The errors that mean the user's input (the spec, a data file) is wrong: the CLI exits 2, and
+#: a stage's error event says ``bad_input`` (`pflpipe.events`).
+BAD_INPUT = (SpecError, DataError)

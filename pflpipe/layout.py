@@ -18,6 +18,16 @@ A **partition directory**: ``manifest.json``, ``clients/client_NNNN.pt``, the la
 A **collected directory** (collect_results, one seed): the results directory of every model by
 name, ``collected.json``, ``sources.json``, ``results.csv`` (all models) and ``partition/``.
 A **report directory**: ``report.json``, ``report.md``, ``report.html``, ``figures/``.
+A **worker task** (a sharded stage's, in a store: `pflpipe.engine.distributed`)::
+
+    task.pkl  [result.pt | error.pkl]  files/<sha256>...
+
+An **export directory** (``pflpipe split --export``: `pflpipe.data.export`, `.reproduce`): the
+format's own files (PFLlib's ``config.json``, Flower's ``partitions.json``, ``indices.npz``), the
+marker ``.pflpipe-export.json`` and the reproduction package (``reproduce.json``,
+``initial_weights.pt``, ``model_script.pt``, ``README.md``, the app's ``pflpipe_fedavg/``).
+A **results root** (``pflpipe run``): ``runs/<time>-<run>/``, ``latest``, ``logs/``
+(``pipeline.log``, ``events.jsonl``, one ``<task>.log`` per task).
 """
 
 import json
@@ -160,12 +170,71 @@ PARTITION = PARTITIONS
 REPORT_JSON, REPORT_MD, REPORT_HTML = "report.json", "report.md", "report.html"
 FIGURES = "figures"
 
+
+def report_figure(kind: str, name: str = "") -> str:
+    """A figure's path in a report directory: ``figures/<kind>[_<name>].png``.
+
+    >>> report_figure("qoi", "test"), report_figure("diagnostics", "flow · paper")
+    ('figures/qoi_test.png', 'figures/diagnostics_flow_paper.png')
+    """
+    stem = f"{kind}_{re.sub(r'[^A-Za-z0-9_-]+', '_', name)}" if name else kind
+    return f"{FIGURES}/{stem}.png"
+
 # ---- a results root (``pflpipe run``: experiment.results_dir) -----------------------------
 #: Every published run's folder (``runs/<time>-<run>/``: report/, seed-N/), the link to the
 #: newest one, and the runner's logs (``pipeline.log`` and one file per task).
 RUNS, LATEST, LOGS, PIPELINE_LOG = "runs", "latest", "logs", "pipeline.log"
+#: In logs/: every task's events (`pflpipe.events`), one JSON object a line with its task's title.
+EVENTS_JSONL = "events.jsonl"
+
+
+def task_log(title: str) -> str:
+    """The log file (in logs/) of a task by its title (``personalize_fedper_seed_0.log``)."""
+    return f"{re.sub(r'[^A-Za-z0-9-]+', '_', title).strip('_')}.log"
 
 
 def seed_folder(seed: int) -> str:
     """A seed's folder in a published run (``seed-0``)."""
     return f"seed-{seed}"
+
+
+# ---- an export directory (`pflpipe split --export`) ----------------------------------------
+#: PFLlib's dataset description; Flower's partition description; the npz format's index file.
+PFLLIB_CONFIG_JSON, FLOWER_PARTITIONS_JSON, EXPORT_INDEX_NPZ = (
+    "config.json", "partitions.json", "indices.npz")
+#: What an export wrote at the top of its directory (a new export replaces exactly that).
+EXPORT_MARKER = ".pflpipe-export.json"
+#: The reproduction package: settings and batch-order rule, the seeded initial model, the
+#: network as TorchScript (when no model code is exported), how to run it.
+REPRODUCE_JSON, INITIAL_WEIGHTS_PT, MODEL_SCRIPT_PT, README_MD = (
+    "reproduce.json", "initial_weights.pt", "model_script.pt", "README.md")
+#: The exported Flower app's project file.
+PYPROJECT_TOML = "pyproject.toml"
+#: What the exported apps write into the directory themselves (their copies of these names live
+#: in the app, `pflpipe/data/flower_app/`, which runs without pflpipe).
+APP_OUTPUTS = ("flower_history.json", "pfllib_history.json")
+
+
+# ---- a compiled pipeline ------------------------------------------------------------------
+def compiled_pipeline(experiment: str) -> str:
+    """The default file of a spec's compiled pipeline (``pflpipe compile``, ``submit``)."""
+    return f"{experiment}.yaml"
+
+
+# ---- a worker task (a sharded stage's workers: `pflpipe.engine.distributed`) --------------
+#: What the workers run (``make`` and its arguments), rank 0's result, a worker's library error.
+WORKER_TASK, WORKER_RESULT, WORKER_ERROR = "task.pkl", "result.pt", "error.pkl"
+#: The folder of the files a task carries, each under its SHA-256.
+WORKER_FILES = "files"
+#: The folder of a stage's worker tasks beside its checkpoints.
+WORKERS = "workers"
+
+
+def worker_task(digest: str) -> str:
+    """Where (under a stage's checkpoint store) the worker task of one digest is kept."""
+    return f"{WORKERS}/{digest}"
+
+
+def worker_file(sha256: str) -> str:
+    """The key of one carried file in a worker task."""
+    return f"{WORKER_FILES}/{sha256}"

@@ -30,8 +30,8 @@ class StageFailed(PflpipeError):
 
     def __init__(self, task: TaskLog, others: tuple[TaskLog, ...] = ()):
         self.task, self.others = task, others
-        #: The stage refused its input (a data file, the spec): the CLI exits 2, not 1.
-        self.bad_input = task.error().startswith(("DataError:", "SpecError:"))
+        #: The stage refused its input (its error event says so): the CLI exits 2, not 1.
+        self.bad_input = task.bad_input
         more = (f"\n  {len(others)} more failed: {', '.join(t.title for t in others)} (logs in "
                 f"{task.path.parent})" if others else "")
         super().__init__(f"stage {task.title} failed:\n{_indent(task.error())}\n"
@@ -90,8 +90,6 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
     report = task.outputs["Output"]
     seeds = {int(seed): Path(path) for seed, path in report.metadata["seed_dirs"].items()}
     return LocalRun(Path(report.path), seeds, tuple(router.tasks))
-
-
 
 
 def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, dict[str, Path]]:

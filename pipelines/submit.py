@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pflpipe.errors import PflpipeError
+from pflpipe.layout import compiled_pipeline
 from pflpipe.pipelines.compile import compile_pipeline
 
 #: Seconds between kfp.Client's health checks of the API server (kfp waits 5 s, five times).
@@ -54,7 +55,7 @@ def submit(spec, *, host: str, experiment: str, arguments: dict[str, str],
     name = spec.experiment.name
     stamp = f"{datetime.now():%Y%m%d-%H%M%S}"
     with tempfile.TemporaryDirectory() as tmp, _quiet() as kfp_log:
-        path = compile_pipeline(spec, Path(tmp) / f"{name}.yaml")
+        path = compile_pipeline(spec, Path(tmp) / compiled_pipeline(name))
         try:
             client = _client(host, namespace)
             pipeline_id = _pipeline_id(client, name, namespace)

@@ -1,10 +1,12 @@
-"""Sort kfp.local's output by task: progress events, one log file per task, a failed stage's error.
+"""Split kfp.local's output by task: one log file per task, and each task's events.
 
 kfp.local prints everything to ``sys.stdout``: its own log lines ("Executing task 'x'", "Task 'x'
 finished with status SUCCESS") and, indented, each task's subprocess output. A task runs in one
 thread from start to finish (ParallelFor iterations run in a thread pool), so the lines a thread
 writes between "Executing task" and "finished" are that task's. `TaskLogRouter` stands in for
-``sys.stdout`` during a run and keeps them apart.
+``sys.stdout`` during a run and keeps them apart. The patterns below read kfp.local's own lines
+only, to split the log; what a stage says (who it is, its rounds, notices, its error's class)
+arrives as typed events in its lines (`pflpipe.events`).
 """
 
 import io
@@ -16,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pflpipe.layout import PIPELINE_LOG
-from pflpipe.stages import notice
+from pflpipe import events
+from pflpipe.layout import EVENTS_JSONL, PIPELINE_LOG, task_log
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTED = re.compile(r" - INFO - Executing task '([\w-]+)'")
@@ -25,18 +27,9 @@ FINISHED = re.compile(r" - (?:INFO|ERROR) - Task '([\w-]+)' finished with status
 CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit")
 #: An error kfp.local itself logs outside any task (e.g. while it stores a loop's outputs).
 RUNNER_ERROR = re.compile(r" - ERROR - (.+)$")
-SEED = re.compile(r'^\s*"seed": (\d+),?$')
-LABEL = re.compile(r'^\s*"label": "([^"]+)",?$')
-SHARD = re.compile(r'^\s*"shard": "?(\d+)"?,?$')  # an int, or a personalize item's string
-#: A tune_point task's grid point: its `values` parameter, a JSON object as a JSON string.
-VALUES = re.compile(r'^\s*"values": ("(?:[^"\\]|\\.)*"),?$')
-#: `pflpipe.stages.common.PROGRESS`, printed by a training stage after each round.
-PROGRESS = re.compile(r"^\s*pflpipe progress: round (\d+)/(\d+)")
-#: `pflpipe.stages.notice.NOTE`: what a stage did beyond running (threads, resume, reuse).
-NOTE = re.compile(rf"^\s*{re.escape(notice.NOTE)}(.+)$")
 TRACEBACK = "Traceback (most recent call last):"
 #: Lines of a subprocess are indented by kfp.local (logging_utils.indented_print); a task in a
-#: loop body may be indented further, so the patterns above allow leading spaces.
+#: loop body may be indented further (`pflpipe.events.parse` allows leading spaces).
 INDENT = "    "
 
 
@@ -54,8 +47,10 @@ class TaskLog:
     shard: int | None = None         # the client shard a sharded stage's task trains
     point: str | None = None         # a tune_point task's grid point, e.g. "lam=1.0"
     path: Path | None = None         # the task's log file, once written
-    progress: tuple[int, int] | None = None  # (round, rounds) of the latest progress line
-    notes: list[str] = field(default_factory=list)  # the stage's notes, in order
+    progress: tuple[int, int] | None = None  # (round, rounds) of the latest progress event
+    notes: list[str] = field(default_factory=list)  # its notices and warnings, in order
+    reused: bool = False             # a notice said all it did was reuse earlier work
+    failure: dict | None = None      # its error event: type, message, bad_input
 
     @property
     def title(self) -> str:
@@ -73,18 +68,41 @@ class TaskLog:
         return name if self.seed is None else f"{name} · seed {self.seed}"
 
     @property
-    def reused(self) -> bool:
-        """Whether the stage only reused earlier work (a partition, finished checkpoints)."""
-        return any(note.startswith("reused") for note in self.notes)
-
-    @property
     def seconds(self) -> float:
         """Wall time so far (or in all)."""
         return (self.finished or time.monotonic()) - self.started
 
+    @property
+    def bad_input(self) -> bool:
+        """Whether the stage refused the user's input (its error event says so): exit code 2."""
+        return bool(self.failure and self.failure.get("bad_input"))
+
     def error(self) -> str:
-        """The exception the task's process ended with, as Python printed it (type: message)."""
+        """The stage's error (``type: message``, from its error event).
+
+        A process that died without one (killed, or failed before its component started) gets
+        the last traceback's lines of its log, or its last lines.
+        """
+        if self.failure:
+            return f"{self.failure.get('type', 'Error')}: {self.failure.get('message', '')}"
         return stage_error(self.lines)
+
+    def take(self, event: dict) -> bool:
+        """Apply one of the stage's events; return whether it is news for the status line."""
+        kind = event["event"]
+        if kind == "started":
+            self.seed, self.label = event.get("seed"), event.get("label")
+            self.shard = int(event["shard"]) if event.get("shard") not in (None, "") else None
+            self.point = point_name(event["point"]) if event.get("point") else None
+        elif kind == "progress":
+            self.progress = (int(event["round"]), int(event["rounds"]))
+        elif kind in ("notice", "warning"):
+            prefix = "warning: " if kind == "warning" else ""
+            self.notes.append(prefix + str(event.get("text", "")))
+            self.reused = self.reused or bool(event.get("reused"))
+        elif kind == "error":
+            self.failure = event
+        return kind in ("started", "progress")
 
 
 def stage_error(lines: list[str]) -> str:
@@ -109,9 +127,10 @@ class TaskLogRouter(io.TextIOBase):
     """A ``sys.stdout`` stand-in that sorts kfp.local's lines into `TaskLog` objects.
 
     Args:
-        log_dir: where ``pipeline.log`` (everything) and one ``<task>.log`` per task go.
+        log_dir: where ``pipeline.log`` (everything), ``events.jsonl`` (every task's events,
+            each with its task's title) and one ``<task>.log`` per task go.
         on_event: called with ("started" | "progress" | "finished" | "cached", TaskLog) from
-            the runner's threads.
+            the runner's threads ("progress" also once the stage's started event names it).
 
     """
 
@@ -125,6 +144,7 @@ class TaskLogRouter(io.TextIOBase):
         self._lock = threading.Lock()
         self._local = threading.local()
         self._all = (self.log_dir / PIPELINE_LOG).open("a", encoding="utf-8")
+        self._events = (self.log_dir / EVENTS_JSONL).open("a", encoding="utf-8")
 
     def writable(self) -> bool:
         """Return True: this is an output stream."""
@@ -143,8 +163,9 @@ class TaskLogRouter(io.TextIOBase):
         return [task for task in self.tasks if task.status == "FAILURE"]
 
     def close(self) -> None:
-        """Close the combined log."""
+        """Close the combined log and the events file."""
         self._all.close()
+        self._events.close()
         super().close()
 
     def _line(self, line: str) -> None:
@@ -177,35 +198,19 @@ class TaskLogRouter(io.TextIOBase):
 
     def _collect(self, task: TaskLog, line: str) -> None:
         task.lines.append(line)
-        if task.seed is None and (match := SEED.match(line)):
-            task.seed = int(match.group(1))
-        if task.label is None and (match := LABEL.match(line)):
-            task.label = match.group(1)
-        if task.shard is None and (match := SHARD.match(line)):
-            task.shard = int(match.group(1))
-        if task.point is None and (match := VALUES.match(line)):
-            task.point = point_name(match.group(1))
-        if match := PROGRESS.match(line):
-            task.progress = (int(match.group(1)), int(match.group(2)))
+        if (event := events.parse(line)) is None:
+            return
+        if task.take(event):
             self._on_event("progress", task)
-        elif match := NOTE.match(line):
-            task.notes.append(match.group(1))
+        with self._lock:
+            self._events.write(json.dumps({"task": task.title, **event}, ensure_ascii=False) + "\n")
+            self._events.flush()
 
     def _finish(self, task: TaskLog, status: str) -> None:
         task.status, task.finished = status, time.monotonic()
-        task.path = self.log_dir / f"{re.sub(r'[^A-Za-z0-9-]+', '_', task.title).strip('_')}.log"
+        task.path = self.log_dir / task_log(task.title)
         task.path.write_text("\n".join(task.lines) + "\n", encoding="utf-8")
         self._on_event("finished", task)
-
-
-def point_name(printed: str) -> str:
-    r"""A grid point's name from its printed `values` parameter (a JSON string of a JSON object).
-
-    >>> point_name('"{\\"lam\\": 1.0, \\"lr\\": 0.05}"')
-    'lam=1.0, lr=0.05'
-    """
-    values = json.loads(json.loads(printed))
-    return ", ".join(f"{name}={json.dumps(value)}" for name, value in values.items())
 
 
 def _stage(task_name: str) -> str:
@@ -215,3 +220,12 @@ def _stage(task_name: str) -> str:
     seeds' partition_data, the tuned entries' personalize); the stage is the component.
     """
     return re.sub(r"-\d+$", "", task_name).replace("-", "_")
+
+
+def point_name(values: str) -> str:
+    """A grid point's name from its `values` parameter (a JSON object).
+
+    >>> point_name('{"lam": 1.0, "lr": 0.05}')
+    'lam=1.0, lr=0.05'
+    """
+    return ", ".join(f"{name}={json.dumps(value)}" for name, value in json.loads(values).items())

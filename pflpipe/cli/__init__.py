@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The shell's code for a writer killed by SIGPIPE (128 + 13), as `yes | head` gives.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit code (the same with --debug, which adds tracebacks)."""
     parser = build_parser()
@@ -68,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; finished rounds and stages are kept on disk", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`pflpipe validate SPEC | head`): stop quietly
+        # Python's recipe: point stdout at devnull so its flush at exit cannot raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except Exception as err:  # noqa: BLE001 - every error becomes a message and an exit code
         if debug:
             traceback.print_exc()

@@ -21,6 +21,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Compile and say what was written."""
+    from pflpipe.layout import compiled_pipeline
     from pflpipe.pipelines.compile import compile_pipeline
     from pflpipe.pipelines.graph import personalize_labels
     from pflpipe.spec import read_spec
@@ -29,7 +30,7 @@ def run(args) -> int:
 
     # Credentials never go into the IR: the pods get MLFLOW_TRACKING_USERNAME/PASSWORD.
     spec = without_credentials(read_spec(args.spec, parse_assignments(args.set)))
-    path = compile_pipeline(spec, args.output or Path(f"{spec.experiment.name}.yaml"))
+    path = compile_pipeline(spec, args.output or Path(compiled_pipeline(spec.experiment.name)))
     labels = personalize_labels(spec)
     print(f"{path}: pipeline {spec.experiment.name!r}, seeds {spec.experiment.seeds}, "
           f"personalize {labels or 'none'}, image {spec.resources.image}")

@@ -65,18 +65,22 @@ def run(args) -> int:
 
 def exported(fmt: str, result) -> str:
     """What an export holds (val files only when the partition has a validation split)."""
+    from pflpipe import layout
+
     val = any(client.n_val for client in result.clients)
-    package = "; reproduce.json, initial_weights.pt, pflpipe_fedavg/model.py"
+    package = (f"; {layout.REPRODUCE_JSON}, {layout.INITIAL_WEIGHTS_PT}, "
+               "pflpipe_fedavg/model.py")
+    readme = layout.README_MD
     return {
         "pfllib": "PFLlib layout: train/<k>.npz, test/<k>.npz" + (", val/<k>.npz" if val else "")
-                  + ", config.json" + package + ", pfllib_run.py, README.md (the main.py "
-                  "command)",
+                  + f", {layout.PFLLIB_CONFIG_JSON}" + package
+                  + f", pfllib_run.py, {readme} (the main.py command)",
         "flower": "Flower: partition_<k>/{" + ("train,val,test" if val else "train,test")
-                  + "}.npz, partitions.json" + package
-                  + (", the app (pflpipe_fedavg/, pyproject.toml, README.md)"
+                  + f"}}.npz, {layout.FLOWER_PARTITIONS_JSON}" + package
+                  + (f", the app (pflpipe_fedavg/, {layout.PYPROJECT_TOML}, {readme})"
                      if result.n_classes else " (no app: it covers classification only)"),
         "npz": "row indices; read back with partition: {strategy: predefined, path: "
-               "<DIR>/indices.npz}",
+               f"<DIR>/{layout.EXPORT_INDEX_NPZ}}}",
     }[fmt]
 
 

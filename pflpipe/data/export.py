@@ -27,13 +27,20 @@ from pflpipe.data.artifact import load_partition
 from pflpipe.data.client_split import SPLITS, ClientIndices
 from pflpipe.data.predefined import write_index_file
 from pflpipe.errors import DataError
+from pflpipe.layout import (
+    APP_OUTPUTS,
+    EXPORT_INDEX_NPZ,
+    EXPORT_MARKER,
+    FLOWER_PARTITIONS_JSON,
+    INITIAL_WEIGHTS_PT,
+    MODEL_SCRIPT_PT,
+    PFLLIB_CONFIG_JSON,
+    PYPROJECT_TOML,
+    README_MD,
+    REPRODUCE_JSON,
+)
 
 FORMATS = ("pfllib", "flower", "npz")
-INDEX_FILE = "indices.npz"
-#: Lists what an export wrote at the top of its directory (so a new export replaces exactly it).
-MARKER = ".pflpipe-export.json"
-#: What the exported apps themselves write into their directory (kept, never a conflict).
-APP_OUTPUTS = ("flower_history.json", "pfllib_history.json")
 
 
 def export_partition(partition_dir: Path, fmt: str, out_dir: Path, *, spec=None,
@@ -58,7 +65,7 @@ def export_partition(partition_dir: Path, fmt: str, out_dir: Path, *, spec=None,
         files += reproduce.write(out_dir, fmt, spec,
                                  partition.manifest["seed"] if seed is None else seed, partition)
     top = sorted({path.relative_to(out_dir).parts[0] for path in files})
-    _json(out_dir / MARKER, {"format": fmt, "entries": top})
+    _json(out_dir / EXPORT_MARKER, {"format": fmt, "entries": top})
     return files
 
 
@@ -67,12 +74,12 @@ def _clear(out_dir: Path, force: bool) -> None:
     if not out_dir.is_dir():
         return
     ours: set[str] = set()
-    if (out_dir / MARKER).is_file():
+    if (out_dir / EXPORT_MARKER).is_file():
         try:
-            ours = set(json.loads((out_dir / MARKER).read_text(encoding="utf-8"))["entries"])
+            ours = set(json.loads((out_dir / EXPORT_MARKER).read_text(encoding="utf-8"))["entries"])
         except (ValueError, KeyError, TypeError):
             ours = set()
-    present = {entry.name for entry in out_dir.iterdir()} - {MARKER, *APP_OUTPUTS}
+    present = {entry.name for entry in out_dir.iterdir()} - {EXPORT_MARKER, *APP_OUTPUTS}
     foreign = sorted(present - ours)
     if foreign and not force:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
@@ -89,9 +96,9 @@ def _clear(out_dir: Path, force: bool) -> None:
 def _exported_name(name: str) -> bool:
     """Whether an export of any format writes an entry called `name` (replaced under force)."""
     return name.startswith("partition_") or name in {
-        "train", "val", "test", "config.json", "partitions.json", INDEX_FILE, "reproduce.json",
-        "initial_weights.pt", "model_script.pt", "pflpipe_fedavg", "pyproject.toml",
-        "README.md", "pfllib_run.py"}
+        "train", "val", "test", PFLLIB_CONFIG_JSON, FLOWER_PARTITIONS_JSON, EXPORT_INDEX_NPZ,
+        REPRODUCE_JSON, INITIAL_WEIGHTS_PT, MODEL_SCRIPT_PT, "pflpipe_fedavg", PYPROJECT_TOML,
+        README_MD, "pfllib_run.py"}
 
 
 def _pfllib(partition, out_dir: Path) -> list[Path]:
@@ -115,7 +122,7 @@ def _pfllib(partition, out_dir: Path) -> list[Path]:
                                                             axis=0)) if n]
                   for entry in manifest["clients"]] if partition.n_classes else None,
               "pflpipe": _provenance(partition)}
-    files.append(_json(out_dir / "config.json", config))
+    files.append(_json(out_dir / PFLLIB_CONFIG_JSON, config))
     return files
 
 
@@ -130,7 +137,7 @@ def _flower(partition, out_dir: Path) -> list[Path]:
                 continue
             np.savez(directory / f"{split}.npz", x=part.x.numpy(), y=part.y.numpy())
             files.append(directory / f"{split}.npz")
-    files.append(_json(out_dir / "partitions.json", {
+    files.append(_json(out_dir / FLOWER_PARTITIONS_JSON, {
         "num_partitions": partition.n_clients, "n_classes": partition.n_classes,
         "input_shape": list(partition.input_shape), "task": partition.task,
         "pflpipe": _provenance(partition)}))
@@ -140,8 +147,8 @@ def _flower(partition, out_dir: Path) -> list[Path]:
 def _npz(partition, out_dir: Path) -> list[Path]:
     clients = [ClientIndices(**{split: client.split(split).index.numpy() for split in SPLITS})
                for client in partition.clients]
-    write_index_file(out_dir / INDEX_FILE, clients)
-    return [out_dir / INDEX_FILE]
+    write_index_file(out_dir / EXPORT_INDEX_NPZ, clients)
+    return [out_dir / EXPORT_INDEX_NPZ]
 
 
 def _provenance(partition) -> dict:

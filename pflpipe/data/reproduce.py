@@ -23,9 +23,19 @@ from pathlib import Path
 import torch
 
 from pflpipe.errors import DataError
+from pflpipe.layout import (
+    APP_OUTPUTS,
+    INITIAL_WEIGHTS_PT,
+    MODEL_SCRIPT_PT,
+    PYPROJECT_TOML,
+    README_MD,
+    REPRODUCE_JSON,
+)
 
 APP = "pflpipe_fedavg"
-SETTINGS, INITIAL_WEIGHTS, SCRIPTED = "reproduce.json", "initial_weights.pt", "model_script.pt"
+SETTINGS, INITIAL_WEIGHTS, SCRIPTED = REPRODUCE_JSON, INITIAL_WEIGHTS_PT, MODEL_SCRIPT_PT
+#: What the exported Flower app and PFLlib runner write (`flower_app/`).
+FLOWER_HISTORY, PFLLIB_HISTORY = APP_OUTPUTS
 TEMPLATES = Path(__file__).parent / "flower_app"
 BATCH_ORDER = (
     "client k in round r (1-based) trains on torch.Generator().manual_seed(member_seed(seed, 0, "
@@ -54,12 +64,12 @@ def write(out_dir: Path, fmt: str, spec, seed: int, partition) -> list[Path]:
     files.append(_text(app / "__init__.py", '"""pflpipe\'s FedAvg warm start, no pflpipe."""\n'))
     if fmt == "pfllib":
         files += _copy(out_dir, "pfllib_run.py")
-        files.append(_text(out_dir / "README.md", pfllib_readme(spec, seed, partition, weights)))
+        files.append(_text(out_dir / README_MD, pfllib_readme(spec, seed, partition, weights)))
     elif partition.task == "classification":
         files += _flower_app(out_dir, app, spec, partition)
     else:   # task.py trains with cross-entropy and scores accuracy
-        files.append(_text(out_dir / "README.md", "The Flower app covers classification only; "
-                           "reproduce.json still holds pflpipe's settings and batch order.\n"))
+        files.append(_text(out_dir / README_MD, "The Flower app covers classification only; "
+                           f"{SETTINGS} still holds pflpipe's settings and batch order.\n"))
     return files
 
 
@@ -132,11 +142,12 @@ def _model_code(app: Path, out_dir: Path, spec, network, in_shape, n_outputs) ->
 
 def _flower_app(out_dir: Path, app: Path, spec, partition) -> list[Path]:
     files = _copy(app, "client_app.py") + _copy(app, "server_app.py")
-    files.append(_text(out_dir / "pyproject.toml", PYPROJECT.format(
+    files.append(_text(out_dir / PYPROJECT_TOML, PYPROJECT.format(
         name=spec.experiment.name, rounds=spec.federation.rounds,
         root=json.dumps(str(out_dir.resolve())), clients=partition.n_clients)))
-    files.append(_text(out_dir / "README.md", FLOWER_README.format(
-        clients=partition.n_clients, rounds=spec.federation.rounds, app=APP)))
+    files.append(_text(out_dir / README_MD, FLOWER_README.format(
+        clients=partition.n_clients, rounds=spec.federation.rounds, app=APP, settings=SETTINGS,
+        weights=INITIAL_WEIGHTS, pyproject=PYPROJECT_TOML, history=FLOWER_HISTORY)))
     return files
 
 
@@ -176,13 +187,13 @@ FLOWER_README = """\
 # pflpipe's FedAvg warm start as a Flower app
 
 Reproduces pflpipe's per-client FedAvg test accuracies, round by round ({clients} clients,
-{rounds} rounds). `reproduce.json` holds every setting and the batch-order rule;
-`initial_weights.pt` the round-0 weights; `partition_<k>/` client k's data (model inputs).
+{rounds} rounds). `{settings}` holds every setting and the batch-order rule;
+`{weights}` the round-0 weights; `partition_<k>/` client k's data (model inputs).
 
 - With Flower (1.20 or later): `flwr run .` with {clients} SuperNodes (`num-supernodes`; the
-  `local-simulation` federation of pyproject.toml). SuperNode k must hold `partition-id` k (the
+  `local-simulation` federation of {pyproject}). SuperNode k must hold `partition-id` k (the
   simulation's default). The ServerApp prints the last round's table and writes every round's
-  per-client scores to `flower_history.json`. `package-dir` in pyproject.toml is this folder.
+  per-client scores to `{history}`. `package-dir` in {pyproject} is this folder.
 - Without Flower: `python -c "from {app} import task; print(task.table(task.run_in_process('.')))"`
   runs the same client and server code in one process.
 
@@ -211,7 +222,7 @@ python main.py {arguments}
 ```
 
 To train as pflpipe does (the same per-client test accuracies, round by round), run instead, in
-this folder (`pfllib_history.json` gets every round's per-client accuracies):
+this folder (`{PFLLIB_HISTORY}` gets every round's per-client accuracies):
 
 ```
 python pfllib_run.py PATH/TO/PFLlib {arguments}
@@ -219,7 +230,7 @@ python pfllib_run.py PATH/TO/PFLlib {arguments}
 
 PFLlib reads `train/<k>.npz` and `test/<k>.npz` (it ignores `val/`) and prints the
 sample-weighted mean test accuracy over clients after each round (`-eg 1`). What `pfllib_run.py`
-changes, at run time (`reproduce.json` has pflpipe's settings and batch order):
+changes, at run time (`{SETTINGS}` has pflpipe's settings and batch order):
 - **log_softmax**: PFLlib's `DNN` ends in `F.log_softmax`, and its FedAvg splits the model into
   a base (the DNN with `fc` replaced by `nn.Identity`) and a head (`fc`). The log_softmax then
   falls on the 100 hidden features, between `fc1` and the head: the network is
@@ -230,7 +241,7 @@ changes, at run time (`reproduce.json` has pflpipe's settings and batch order):
   28×28 images. pflpipe's keys are {keys}; in PFLlib's split model `base.1.*` is
   `base.fc1.*` and `head.*` stays `head.*`.
 - **initial weights**: PFLlib seeds its own initialisation; the runner loads
-  `initial_weights.pt`.
+  `{INITIAL_WEIGHTS}`.
 - **batch order**: PFLlib's DataLoader shuffles with its own RNG and drops each client's last
   short batch (`drop_last=True`); the runner trains on pflpipe's batches
   (`pflpipe_fedavg/task.py`, `batch_order`).

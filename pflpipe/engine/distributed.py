@@ -50,6 +50,15 @@ from pflpipe.engine.protocol import AlgorithmProtocol
 from pflpipe.engine.trainer import Context, Job, TrainResult, chunk
 from pflpipe.engine.tree import Group, Tree, tree_map
 from pflpipe.errors import DataError, PflpipeError, StorageError, WorkerError
+from pflpipe.events import round_progress
+from pflpipe.layout import (
+    WORKER_ERROR,
+    WORKER_FILES,
+    WORKER_RESULT,
+    WORKER_TASK,
+    worker_file,
+    worker_task,
+)
 from pflpipe.storage import ENDPOINT_ENV, LocalStore, open_uri
 from pflpipe.storage.base import Store
 
@@ -184,7 +193,7 @@ def launch(workers: int, make: Callable[..., Recipe], args: tuple,
             return _launch(workers, make, args, on_round, device, threads, LocalStore(tmp),
                            carry_files=False)
     result = _launch(workers, make, args, on_round, device, threads, task)
-    for key in (_TASK, _RESULT, *task.list(_FILES)):
+    for key in (WORKER_TASK, WORKER_RESULT, *task.list(WORKER_FILES)):
         task.delete(key)
     return result
 
@@ -198,7 +207,7 @@ def task_store(checkpoints: Store, make: Callable[..., Recipe], args: tuple) -> 
     store's URI and, once they are done, takes rank 0's result with `read_result`.
     """
     digest = hashlib.sha256(pickle.dumps((make, args))).hexdigest()[:16]
-    return checkpoints.child(f"workers/{digest}")
+    return checkpoints.child(worker_task(digest))
 
 
 def write_task(task: Store, make: Callable[..., Recipe], args: tuple, *,
@@ -209,12 +218,13 @@ def write_task(task: Store, make: Callable[..., Recipe], args: tuple, *,
     into `task` too, content-addressed under ``files/`` (a file already there is not written
     again), and each worker reads its own copy: workers in other pods need no file of this one.
     """
-    for key in (_RESULT, _ERROR):  # an earlier attempt's, which this one must not report
+    # an earlier attempt's, which this one must not report
+    for key in (WORKER_RESULT, WORKER_ERROR):
         task.delete(key)
     if carry_files:
-        present = set(task.list(_FILES))
+        present = set(task.list(WORKER_FILES))
         args = tuple(_carry(task, arg, present) if isinstance(arg, Path) else arg for arg in args)
-    task.put_bytes(_TASK, pickle.dumps((make, args)))
+    task.put_bytes(WORKER_TASK, pickle.dumps((make, args)))
 
 
 @dataclass(frozen=True)
@@ -235,7 +245,7 @@ def _carry(task: Store, path: Path, present: set[str]) -> _Carried:
     files = []
     for member in members:
         data = member.read_bytes()
-        key = f"{_FILES}/{hashlib.sha256(data).hexdigest()}"
+        key = worker_file(hashlib.sha256(data).hexdigest())
         if key not in present:
             task.put_bytes(key, data)
             present.add(key)
@@ -264,11 +274,11 @@ def _fetch(task: Store, carried: _Carried, into: Path, rank: int) -> Path:
 
 def read_result(task: Store, device: torch.device | None = None) -> FederationResult:
     """Rank 0's result in `task`; the library error a worker left there instead is raised."""
-    if task.exists(_ERROR):
-        raise pickle.loads(task.get_bytes(_ERROR))
-    fields = load_tensors(io.BytesIO(task.get_bytes(_RESULT)),
+    if task.exists(WORKER_ERROR):
+        raise pickle.loads(task.get_bytes(WORKER_ERROR))
+    fields = load_tensors(io.BytesIO(task.get_bytes(WORKER_RESULT)),
                           "the result of the sharded federation", device or torch.device("cpu"),
-                          f"{task.uri}/{_RESULT}")
+                          f"{task.uri}/{WORKER_RESULT}")
     return FederationResult(**fields)
 
 
@@ -306,12 +316,10 @@ def _launch(workers: int, make, args: tuple, on_round, device: torch.device | No
     return read_result(task, device)
 
 
-_TASK, _RESULT, _ERROR, _ROUND = "task.pkl", "result.pt", "error.pkl", "pflpipe-worker round "
-#: The folder of a task's carried files (`write_task`), each under its SHA-256.
-_FILES = "files"
 #: Set by `launch`: rank 0 reports each round as a JSON line ``{"round": r, "rows": [...]}`` on
 #: the pipe whose descriptor `_REPORT_FD` names, and waits for its acknowledgement on stdin.
-#: Without them (a Trainer job's pods) rank 0 prints a line per round for the pod's log and goes on.
+#: Without them (a Trainer job's pods) rank 0 writes a progress event per round into the pod's
+#: log (`pflpipe.events`, what a stage's runner reads) and goes on.
 _ACK, _REPORT_FD = "PFLPIPE_WORKER_ACK", "PFLPIPE_WORKER_REPORT_FD"
 
 
@@ -352,8 +360,8 @@ def _raise_failure(task: Store, codes: list[int | None]) -> None:
     A worker killed by a signal is named before one that exited with an error (its peers fail
     when they lose it).
     """
-    if task.exists(_ERROR):
-        raise pickle.loads(task.get_bytes(_ERROR))
+    if task.exists(WORKER_ERROR):
+        raise pickle.loads(task.get_bytes(WORKER_ERROR))
     failed = sorted((code > 0, rank, code) for rank, code in enumerate(codes) if code)
     _, rank, code = failed[0]
     how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
@@ -367,11 +375,12 @@ def worker(uri: str) -> None:
 
     The task comes from the store at `uri` (`pflpipe.storage.open_uri`: a local folder or an S3
     prefix). Rank 0 reports each round to `launch` on its report pipe and waits for the
-    acknowledgement (started by a Trainer job, it prints a line per round for the pod's log
-    instead), and writes the result there; a library error is written there for the
-    launcher to raise as it is. The files the task carries (`write_task`) are copied into a
-    temporary folder for `make` to read. A task or carried file that cannot be read stops the
-    worker, before it joins the group, with a message naming the URI.
+    acknowledgement (started by a Trainer job, it writes a progress event per round into the
+    pod's log instead: `pflpipe.events`), and writes the result there; a library error is
+    written there for the launcher to raise as it is. The files the task carries
+    (`write_task`) are copied into a temporary folder for `make` to read. A task or carried file
+    that cannot be read stops the worker, before it joins the group, with a message naming the
+    URI.
     """
     rank, workers = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     copies = tempfile.TemporaryDirectory(prefix="pflpipe-worker-")
@@ -385,14 +394,15 @@ def worker(uri: str) -> None:
             recipe = make(*args)
         _check_store(task, recipe)
         torch.set_num_threads(int(os.environ.get("PFLPIPE_WORKER_THREADS", "1")))
-        report = (_report if os.environ.get(_ACK) == "1" else _print_round) if rank == 0 else None
+        report = ((_report if os.environ.get(_ACK) == "1" else round_progress(recipe.plan.rounds))
+                  if rank == 0 else None)
         result = recipe.run(report, cls=ShardedFederation)
         if rank == 0:
             buffer = io.BytesIO()
             torch.save(to_cpu(dataclasses.asdict(result)), buffer)
-            task.put_bytes(_RESULT, buffer.getvalue())
+            task.put_bytes(WORKER_RESULT, buffer.getvalue())
     except PflpipeError as err:
-        task.put_bytes(_ERROR, pickle.dumps(err))
+        task.put_bytes(WORKER_ERROR, pickle.dumps(err))
         sys.exit(1)
     finally:
         dist.destroy_process_group()
@@ -411,10 +421,10 @@ def _read_task(uri: str, rank: int, copies: Path) -> tuple[Store, Callable[..., 
 
     Exit with a message naming `uri` (or the missing file's object) if unreadable.
     """
-    where = f"{uri.rstrip('/')}/{_TASK}"
+    where = f"{uri.rstrip('/')}/{WORKER_TASK}"
     try:
         task = open_uri(uri)
-        make, args = pickle.loads(task.get_bytes(_TASK))
+        make, args = pickle.loads(task.get_bytes(WORKER_TASK))
     except FileNotFoundError:
         sys.exit(f"worker {rank}: no task at {where}; the stage that launches the workers writes "
                  "it before it starts them (is TASK the launcher's URI, and its store this one?)")
@@ -422,10 +432,6 @@ def _read_task(uri: str, rank: int, copies: Path) -> tuple[Store, Callable[..., 
         sys.exit(f"worker {rank}: could not read its task {where}: {err}")
     return task, make, tuple(_fetch(task, arg, copies / str(i), rank)
                              if isinstance(arg, _Carried) else arg for i, arg in enumerate(args))
-
-
-def _print_round(round_idx: int, rows: list[dict]) -> None:
-    print(_ROUND + json.dumps([round_idx, rows]), flush=True)
 
 
 def _report(round_idx: int, rows: list[dict]) -> None:

@@ -30,7 +30,6 @@ Metric values are means over seeds; a null value has its reason in the model's "
 """
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,7 +186,8 @@ class Report:
                    for c in comparisons.values()):
                 out += generalization.blocks(comparisons, name, self.unit)
         out += self._diagnostic_blocks()
-        pictures = [(f"figures/{n}", caption) for n, (_, caption) in self.context.images.items()
+        pictures = [(f"{layout.FIGURES}/{n}", caption)
+                    for n, (_, caption) in self.context.images.items()
                     if n not in self.context.mechanism_images]
         if pictures:
             out += [("h2", "The split"),
@@ -224,7 +224,8 @@ class Report:
 
     def _diagnostic_blocks(self) -> list[tuple]:
         series = compute.diagnostics(self.context.history)
-        chosen = [(f"figures/{n}", caption) for n, (_, caption) in self.context.images.items()
+        chosen = [(f"{layout.FIGURES}/{n}", caption)
+                  for n, (_, caption) in self.context.images.items()
                   if n in self.context.mechanism_images]
         if not series and not chosen:
             return []
@@ -246,11 +247,11 @@ class Report:
         return render.to_markdown(self.blocks(figure_files))
 
 
-COMPUTE_FIGURE = "figures/accuracy_vs_samples.png"
+COMPUTE_FIGURE = layout.report_figure("accuracy_vs_samples")
 
 
 def _diagnostic_figure(model: str) -> str:
-    return f"figures/diagnostics_{re.sub(r'[^A-Za-z0-9_-]+', '_', model)}.png"
+    return layout.report_figure("diagnostics", model)
 
 
 def _split_json(summary: SplitSummary, figure_files: dict[str, str]) -> dict:
@@ -303,11 +304,11 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
     figure_files: dict[str, dict[str, str]] = {}
     history = list(report.context.history)
     for name, summary in report.splits.items():
-        slug = re.sub(r"[^A-Za-z0-9_-]+", "_", name)
-        files = {"clients": f"figures/client_accuracy_{slug}.png",
-                 "qoi": f"figures/qoi_{slug}.png", "fairness": f"figures/fairness_{slug}.png"}
+        files = {"clients": layout.report_figure("client_accuracy", name),
+                 "qoi": layout.report_figure("qoi", name),
+                 "fairness": layout.report_figure("fairness", name)}
         if history and name == report.primary.split:  # the curves of the reported split
-            files["rounds"] = f"figures/accuracy_rounds_{slug}.png"
+            files["rounds"] = layout.report_figure("accuracy_rounds", name)
             images[files["rounds"]] = curves.accuracy_rounds_png(history, name,
                                                                  list(summary.models),
                                                                  report.unit)
@@ -320,7 +321,7 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
             history, report.primary.split, list(report.primary.models))
     for model, series in compute.diagnostics(history).items():
         images[_diagnostic_figure(model)] = compute.diagnostics_png(model, series)
-    images |= {f"figures/{n}": data for n, (data, _) in report.context.images.items()}
+    images |= {f"{layout.FIGURES}/{n}": data for n, (data, _) in report.context.images.items()}
     for relative, data in images.items():
         (out_dir / relative).write_bytes(data)
     paths = ReportFiles(out_dir, out_dir / layout.REPORT_JSON, out_dir / layout.REPORT_MD,

@@ -2,11 +2,13 @@
 
 Each concern has its module: `prepare` (the partition on the engine, the model, context and
 trainer), `rows` (the tables' rows from the engine's scores), `resume` (checkpoints, resuming,
-running the rounds), `results` (writing a results directory) and `progress` (round progress,
-per-client MLflow runs). The file names are `pflpipe.layout`'s. This module re-exports them
-under the names the stages have always used (``common.setup``, ``common.write_results``, ...).
+running the rounds), `results` (writing a results directory) and `progress` (per-client MLflow
+runs); a round's progress event is `pflpipe.events.round_progress`. The file names are
+`pflpipe.layout`'s. This module re-exports them under the names the stages have always used
+(``common.setup``, ``common.write_results``, ...).
 """
 
+from pflpipe.events import round_progress  # noqa: F401
 from pflpipe.layout import (  # noqa: F401
     HISTORY_CSV,
     RESULTS_CSV,
@@ -28,7 +30,7 @@ from pflpipe.stages.prepare import (  # noqa: F401
     use_compile,
     use_threads,
 )
-from pflpipe.stages.progress import PROGRESS, log_clients, round_progress  # noqa: F401
+from pflpipe.stages.progress import log_clients  # noqa: F401
 from pflpipe.stages.results import client_models, write_csv, write_results, write_shard  # noqa: F401
 from pflpipe.stages.resume import (  # noqa: F401
     CHECKPOINT_FORMAT,

@@ -83,9 +83,9 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     files = write_report(report, Path(out_dir))
     log.info("evaluate_fairness: %s", report.answers())
     if report.compute_warning():
-        from pflpipe.stages.notice import note
+        from pflpipe.events import warning
 
-        note(f"warning: {report.compute_warning()}")
+        warning(report.compute_warning())
     tracker.log_params({"evaluation.selection": evaluation.selection,
                         "evaluation.baselines.local": evaluation.baselines.local,
                         "evaluation.baselines.global": evaluation.baselines.global_,

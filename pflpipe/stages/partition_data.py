@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pflpipe import markdown
 from pflpipe.errors import DataError
+from pflpipe.events import notice, warning
 from pflpipe.layout import MANIFEST_JSON
-from pflpipe.stages.notice import note
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 log = logging.getLogger(__name__)
@@ -121,11 +121,11 @@ def run(spec, seed: int, out_dir: Path, *, tracker: Tracker = NULL_TRACKER,
         manifest = write_partition(plan, section, Path(out_dir))
         source = None
     else:
-        note(f"reused the partition of `pflpipe split` in {source}")
+        notice(f"reused the partition of `pflpipe split` in {source}", reused=True)
     result = PartitionResult.from_manifest(Path(out_dir), manifest, reused_from=source)
-    for warning in result.warnings:
-        log.info("%s", warning)
-        note(f"warning: {warning}")
+    for caveat in result.warnings:
+        log.info("%s", caveat)
+        warning(caveat)
     sizes = [client.n for client in result.clients]
     tracker.log_params({"dataset": result.dataset, "strategy": result.strategy,
                         "n_clients": len(result.clients), "seed": seed,

@@ -49,7 +49,7 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
         tuning_dir: Path | None = None) -> PersonalizeResult:
     """Run the personalization entry called `label`; write its results directory.
 
-    With `progress`, a line per round goes to stdout (`common.PROGRESS`, for `pflpipe run`).
+    With `progress`, a progress event per round (`pflpipe.events`, for `pflpipe run`).
     `resume` says which of an earlier run's checkpoints to resume from (`common.RESUME`).
     With `shard` = k, only the clients of the k-th of `engine.shards` client shards train (an
     entry whose clients train alone: `pflpipe.stages.shards` merges the shards' directories).

@@ -16,9 +16,9 @@ from pflpipe.engine.trainer import Context, make_trainer
 from pflpipe.engine.tree import Group
 from pflpipe.engine.two_level import GaussianLikelihood
 from pflpipe.errors import DataError
+from pflpipe.events import notice
 from pflpipe.models import build_model, head_keys
 from pflpipe.models.check import check_model
-from pflpipe.stages.notice import note
 
 
 @dataclass
@@ -55,7 +55,7 @@ def use_threads(engine) -> int:
     if engine.threads:
         torch.set_num_threads(engine.threads)
     count = torch.get_num_threads()
-    note(f"{count} torch thread{'s' if count > 1 else ''}")
+    notice(f"{count} torch thread{'s' if count > 1 else ''}")
     return count
 
 
@@ -90,8 +90,8 @@ def setup(spec, seed: int, partition_dir: Path, shard: int | None = None) -> Set
                             f"{spec.engine.shards}")
         bounds = client_shards(data.train.counts, spec.engine.shards)
         data = data.shard(bounds[shard], bounds[shard + 1])
-        note(f"shard {shard + 1}/{spec.engine.shards}: clients {bounds[shard]}–"
-             f"{bounds[shard + 1] - 1}")
+        notice(f"shard {shard + 1}/{spec.engine.shards}: clients {bounds[shard]}–"
+               f"{bounds[shard + 1] - 1}")
     data = data.to(device)
     n_outputs = partition.n_classes if partition.task == "classification" else 1
     check_model(spec, partition.input_shape, n_outputs, len(data.train.counts))  # names the field
@@ -133,7 +133,7 @@ def use_compile(spec, data: FederatedData, device: torch.device) -> bool:
                      spec.distillation.epochs)
         setting = pays_off(device, epochs * batches)
     if setting:
-        note("compiled steps (engine.compile)")
+        notice("compiled steps (engine.compile)")
     return setting
 
 

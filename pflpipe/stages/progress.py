@@ -1,29 +1,11 @@
-"""What a training stage reports while it runs (its rounds) and what it logs per client."""
+"""What a training stage logs per client (its rounds' progress: `pflpipe.events`)."""
 
-import math
 from collections.abc import Callable
 
 import torch
 
 from pflpipe.layout import client_file
 from pflpipe.tracking import Tracker, vocabulary
-
-#: The line a stage prints after each round; `pflpipe run` shows the latest one of each task.
-PROGRESS = "pflpipe progress: round {round}/{rounds}"
-
-
-def round_progress(rounds: int) -> Callable[[int, list[dict]], None]:
-    """Return an `on_round` callback printing `PROGRESS` (mean validation accuracy too).
-
-    Without a validation split (the engine scores it NaN) the line has no mean.
-    """
-    def on_round(round_idx: int, rows: list[dict]) -> None:
-        accuracy = [r["accuracy"] for r in rows if r["split"] == "val"
-                    and r.get("accuracy") not in (None, "") and not math.isnan(r["accuracy"])]
-        mean = f", mean val accuracy {sum(accuracy) / len(accuracy):.4f}" if accuracy else ""
-        print(PROGRESS.format(round=round_idx, rounds=rounds) + mean, flush=True)
-
-    return on_round
 
 
 def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],

@@ -17,8 +17,8 @@ from pflpipe.engine import checkpoint, distributed
 from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import FederationResult
 from pflpipe.engine.tree import Group
+from pflpipe.events import notice
 from pflpipe.layout import round_file
-from pflpipe.stages.notice import note
 from pflpipe.storage import Store, open_store
 
 #: Version of what the engine checkpoints; a new one never resumes from an older one's files.
@@ -60,12 +60,13 @@ def use_checkpoints(store: Store, resume: str, rounds: int) -> str:
         for name in store.list():
             store.delete(name)
         why = "--fresh" if resume == "none" else "--no-cache recomputes finished stages"
-        note(f"recomputed: discarded the checkpoints of round {done}/{rounds} ({why})")
+        notice(f"recomputed: discarded the checkpoints of round {done}/{rounds} ({why})")
         return "fresh"
     if finished:
-        note(f"reused finished checkpoints (round {done}/{rounds}): nothing trained")
+        notice(f"reused finished checkpoints (round {done}/{rounds}): nothing trained",
+               reused=True)
         return "reused"
-    note(f"resumed from round {done}/{rounds}")
+    notice(f"resumed from round {done}/{rounds}")
     return "resumed"
 
 
@@ -81,8 +82,8 @@ def federate(spec, recipe: Recipe, make: Callable[..., Recipe], args: tuple,
     if workers == 1:
         return recipe.run(on_round)
     threads = max(1, torch.get_num_threads() // workers)
-    note(f"{workers} workers, each training a shard of the clients with {threads} torch "
-         f"thread{'s' if threads > 1 else ''}")
+    notice(f"{workers} workers, each training a shard of the clients with {threads} torch "
+           f"thread{'s' if threads > 1 else ''}")
     return distributed.launch(workers, make, args, on_round, recipe.data.train.x.device, threads)
 
 

@@ -52,7 +52,7 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, results_dir
         progress: bool = False, resume: str = "all") -> WarmStartResult:
     """Run (or resume) FedAvg; write the checkpoint and results directories.
 
-    With `progress` (and no `on_round`), a line per round goes to stdout (`common.PROGRESS`).
+    With `progress` (and no `on_round`), a progress event per round (`pflpipe.events`).
     `resume` says which of an earlier run's checkpoints to resume from (`common.RESUME`).
     """
     recipe = _recipe(spec, seed, partition_dir)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pflpipe import events
 from pflpipe.cli import main
 from pflpipe.metrics.report import NO_VALIDATION
 from pflpipe.spec import read_spec
@@ -93,7 +94,7 @@ def test_threads_and_parallel_tasks_are_set_and_shown(runs):
     assert "task(s) at once × 1 torch thread(s)" in header[1]
     assert "train_local" not in first.stdout
     log = (work / "results" / "logs" / "warm_start_fedavg_seed_0.log").read_text()
-    assert "pflpipe note: 1 torch thread" in log
+    assert {"event": "notice", "text": "1 torch thread"} in map(events.parse, log.splitlines())
 
 
 def test_train_test_only_spec_reports_its_selection_rule(runs):

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from pflpipe import events
 from pflpipe.cli import main
 from pflpipe.data import load_partition, read_manifest
 from pflpipe.spec import read_spec
@@ -161,8 +162,11 @@ def test_warm_start_progress_without_validation_prints_no_nan(tmp_path, capsys):
     warm_start_fedavg.run(read_spec(spec_path), 0, tmp_path / "p", tmp_path / "ck",
                           tmp_path / "r", progress=True)
 
-    lines = [line for line in capsys.readouterr().out.splitlines() if "progress" in line]
-    assert lines == ["pflpipe progress: round 1/2", "pflpipe progress: round 2/2"]
+    out = capsys.readouterr().out
+    progress = [e for e in map(events.parse, out.splitlines()) if e and e["event"] == "progress"]
+    assert progress == [{"event": "progress", "round": 1, "rounds": 2},
+                        {"event": "progress", "round": 2, "rounds": 2}]
+    assert "NaN" not in out
 
 
 def test_validate_preview_agrees_with_run_for_empty_personalization(tmp_path, capsys):

@@ -319,3 +319,16 @@ def test_spec_reference_in_docs_is_generated_from_the_models():
 
     assert (REPO / "docs" / "spec-reference.md").read_text() == markdown_reference(), (
         "docs/spec-reference.md is stale: run `pflpipe schema --markdown > docs/spec-reference.md`")
+
+
+def test_validate_into_a_closed_pipe_stops_quietly_with_sigpipes_code():
+    """`pflpipe validate SPEC | head` where head left first: no 'unexpected BrokenPipeError'."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from pflpipe.cli import main; "
+                             "sys.exit(main(sys.argv[1:]))", "validate",
+                             str(REPO / "specs" / "persfl-digits.yaml")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()   # the reader is gone before the first line is written
+
+    _, err = proc.communicate(timeout=120)
+
+    assert (proc.returncode, err.decode()) == (141, "")

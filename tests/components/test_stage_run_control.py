@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from pflpipe import events
 from pflpipe.metrics.report import NO_VALIDATION
 from pflpipe.spec import parse_spec
 from pflpipe.stages import (
@@ -123,7 +124,8 @@ def warm(tmp_path, capsys):
         capsys.readouterr()
         warm_start_fedavg.run(spec, 0, tmp_path / "partition", tmp_path / name / "checkpoints",
                               tmp_path / name / "fedavg", on_round=on_round, resume=resume)
-        notes = [line for line in capsys.readouterr().out.splitlines() if "pflpipe note" in line]
+        notes = [e["text"] for e in map(events.parse, capsys.readouterr().out.splitlines())
+                 if e is not None and e["event"] == "notice"]
         return common.read_csv(tmp_path / name / "fedavg" / "results.csv"), "\n".join(notes)
     yield run
     torch.set_num_threads(threads)
@@ -139,7 +141,7 @@ def test_resume_continues_an_interrupted_stage_to_the_uninterrupted_result(warm,
     # --no-cache resumes what an earlier run left unfinished
     rows, notes = warm("unfinished", "second")
 
-    assert "pflpipe note: resumed from round 1/3" in notes
+    assert "resumed from round 1/3" in notes
     assert rows == common.read_csv(tmp_path / "straight" / "results.csv")
 
 
@@ -164,4 +166,4 @@ def test_engine_threads_reach_the_stage(warm):
     _, notes = warm("all", "threads")
 
     assert torch.get_num_threads() == 1
-    assert "pflpipe note: 1 torch thread" in notes
+    assert "1 torch thread" in notes.splitlines()

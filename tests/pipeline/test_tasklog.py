@@ -1,7 +1,14 @@
-"""The router that sorts kfp.local's stdout by task, on lines shaped like kfp.local 2.17's."""
+"""The router that sorts kfp.local's stdout by task (lines shaped like kfp.local 2.17's) and
+reads each task's events (`pflpipe.events`)."""
 
+import json
 import threading
 
+import pytest
+
+from pflpipe import events
+from pflpipe.errors import DataError, DivergenceError
+from pflpipe.pipelines.local import StageFailed
 from pflpipe.pipelines.tasklog import TaskLogRouter, stage_error
 
 CYAN, GREEN, RED, RESET = "\x1b[96m", "\x1b[92m", "\x1b[91m", "\x1b[0m"
@@ -25,61 +32,116 @@ EXECUTOR_INPUT = ('[KFP Executor INFO]: Got executor_input:', '{', '    "inputs"
                   '        "parameterValues": {', '            "label": "fedper",',
                   '            "seed": 3,', '            "spec_json": "{\\"seeds\\": [0]}"',
                   '        }', '    }', '}')
-TRACEBACK = ("Traceback (most recent call last):",
-             '  File "/tmp/x/ephemeral_component.py", line 20, in personalize',
-             "    result = stage.run(spec, seed, label)",
-             "pflpipe.errors.DivergenceError: client 7, round 12: loss became NaN",
-             "       Lower federation.lr; checkpoints for rounds 0-11 are intact.")
+
+def event_lines(capsys, *calls) -> list[str]:
+    """What the stage-side calls print: the lines a task's log holds."""
+    capsys.readouterr()
+    for call in calls:
+        call()
+    return capsys.readouterr().out.splitlines()
 
 
-def test_router_sorts_lines_by_task_and_reads_seed_and_label(tmp_path):
-    events = []
-    router = TaskLogRouter(tmp_path, lambda kind, task: events.append((kind, task.title)))
+def started_event(stage: str, **identity) -> str:
+    return events.TAG + json.dumps({"event": "started", "stage": stage, **identity})
+
+
+def test_router_sorts_lines_by_task_and_takes_who_it_is_from_its_started_event(tmp_path):
+    seen = []
+    router = TaskLogRouter(tmp_path, lambda kind, task: seen.append((kind, task.title)))
 
     router.write(started("partition-data") + task_output("[KFP Executor INFO]: hello"))
     router.write(finished("partition-data"))
-    router.write(started("personalize") + task_output(*EXECUTOR_INPUT, *TRACEBACK))
-    router.write(finished("personalize", ok=False))
+    router.write(started("personalize") + task_output(
+        *EXECUTOR_INPUT, started_event("personalize", seed=3, label="fedper", shard="1")))
+    router.write(finished("personalize"))
     router.close()
 
-    assert events == [("started", "partition_data"), ("finished", "partition_data"),
-                      ("started", "personalize"), ("finished", "personalize[fedper] · seed 3")]
-    failed = router.failures()
-    assert [t.title for t in failed] == ["personalize[fedper] · seed 3"]
-    assert failed[0].error() == ("DivergenceError: client 7, round 12: loss became NaN\n"
-                                 "       Lower federation.lr; checkpoints for rounds 0-11 are "
-                                 "intact.")
-    assert failed[0].path == tmp_path / "personalize_fedper_seed_3.log"
+    title = "personalize[fedper, shard 1] · seed 3"
+    assert seen == [("started", "partition_data"), ("finished", "partition_data"),
+                    ("started", "personalize"), ("progress", title), ("finished", title)]
+    assert router.tasks[1].shard == 1
+    assert [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()] \
+        == [{"task": title, "event": "started", "stage": "personalize", "seed": 3,
+             "label": "fedper", "shard": "1"}]
+    assert (tmp_path / "personalize_fedper_shard_1_seed_3.log").is_file()
     assert "hello" in (tmp_path / "partition_data.log").read_text()
     assert "Executing task" in (tmp_path / "pipeline.log").read_text()
 
 
-def test_router_reports_each_round_a_stage_prints(tmp_path, capsys):
-    """The line a training stage prints per round becomes a "progress" event with its round."""
-    from pflpipe.pipelines.tasklog import PROGRESS as PARSED
-    from pflpipe.stages.common import round_progress
+def test_router_reads_nothing_out_of_kfps_printed_parameters(tmp_path):
+    """Without a started event a task is its stage: kfp's executor input is not parsed."""
+    router = TaskLogRouter(tmp_path, lambda kind, task: None)
 
-    round_progress(30)(12, [{"split": "val", "accuracy": 0.5}, {"split": "val", "accuracy": 1.0},
-                            {"split": "test", "accuracy": 0.0}])
-    printed = capsys.readouterr().out.strip()
-    assert printed == "pflpipe progress: round 12/30, mean val accuracy 0.7500"
-    assert PARSED.match(printed)
-    events = []
-    router = TaskLogRouter(tmp_path, lambda kind, task: events.append((kind, task.progress)))
+    router.write(started("personalize") + task_output(*EXECUTOR_INPUT))
+    router.write(finished("personalize"))
 
-    router.write(started("warm-start-fedavg") + task_output(*EXECUTOR_INPUT, printed))
+    assert [(t.title, t.seed, t.label) for t in router.tasks] == [("personalize", None, None)]
+
+
+def test_a_failed_stage_is_its_error_event_not_its_traceback(tmp_path, capsys):
+    """The component's error event gives the class, the message and whether it is bad input."""
+    def fail(error):
+        with pytest.raises(type(error)), events.stage("personalize", seed=3, label="fedper"):
+            raise error
+
+    diverged = DivergenceError("client 7, round 12: loss became NaN\n"
+                               "       Lower federation.lr; checkpoints for rounds 0-11 are "
+                               "intact.", client=7, round_idx=12)
+    lines = {name: event_lines(capsys, lambda e=error: fail(e))
+             for name, error in (("diverged", diverged), ("bad", DataError("no results.csv")))}
+    router = TaskLogRouter(tmp_path, lambda kind, task: None)
+    for name in ("diverged", "bad"):
+        # the traceback's last line names another error: the event, not the text, counts
+        router.write(started("personalize") + task_output(
+            *lines[name], "Traceback (most recent call last):", "KeyError: 'x'"))
+        router.write(finished("personalize", ok=False))
+
+    diverged_task, bad_task = router.failures()
+    assert diverged_task.title == "personalize[fedper] · seed 3"
+    assert diverged_task.error() == ("DivergenceError: client 7, round 12: loss became NaN\n"
+                                     "       Lower federation.lr; checkpoints for rounds 0-11 "
+                                     "are intact.")
+    assert not diverged_task.bad_input and not StageFailed(diverged_task).bad_input
+    assert bad_task.error() == "DataError: no results.csv"
+    assert bad_task.bad_input and StageFailed(bad_task).bad_input
+    assert diverged_task.path == tmp_path / "personalize_fedper_seed_3.log"
+
+
+def test_a_stage_that_died_without_an_error_event_is_its_log_and_never_bad_input(tmp_path):
+    """Killed, or failed before its component started: the log's last traceback; exit 1."""
+    router = TaskLogRouter(tmp_path, lambda kind, task: None)
+    router.write(started("personalize") + task_output(
+        "Traceback (most recent call last):", '  File "x.py", line 1',
+        "pflpipe.errors.DataError: read from a traceback"))
+    router.write(finished("personalize", ok=False))
+
+    [task] = router.failures()
+    assert task.error() == "DataError: read from a traceback"
+    assert not task.bad_input
+
+
+def test_router_reports_each_round_a_stage_reports(tmp_path, capsys):
+    """A training stage's progress event per round reaches the runner with its round."""
+    lines = event_lines(capsys, lambda: events.round_progress(30)(
+        12, [{"split": "val", "accuracy": 0.5}, {"split": "val", "accuracy": 1.0},
+             {"split": "test", "accuracy": 0.0}]))
+    assert [events.parse(line) for line in lines] == [
+        {"event": "progress", "round": 12, "rounds": 30, "mean_val_accuracy": 0.75}]
+    seen = []
+    router = TaskLogRouter(tmp_path, lambda kind, task: seen.append((kind, task.progress)))
+
+    router.write(started("warm-start-fedavg") + task_output(*EXECUTOR_INPUT, *lines))
     router.write(finished("warm-start-fedavg"))
 
-    assert events == [("started", None), ("progress", (12, 30)), ("finished", (12, 30))]
+    assert seen == [("started", None), ("progress", (12, 30)), ("finished", (12, 30))]
 
 
-def test_router_keeps_a_stages_notes_also_when_its_output_is_indented_deeper(tmp_path, capsys):
-    """Notes say what a stage did; a task in a loop body may come indented by 8 spaces."""
-    from pflpipe.stages.notice import note
-
-    note("1 torch thread")
-    note("reused finished checkpoints (round 20/20): nothing trained")
-    printed = capsys.readouterr().out.splitlines()
+def test_router_keeps_a_stages_notices_also_when_its_output_is_indented_deeper(tmp_path, capsys):
+    """Notices say what a stage did; a task in a loop body may come indented by 8 spaces."""
+    printed = event_lines(capsys, lambda: events.notice("1 torch thread"),
+                          lambda: events.notice("reused finished checkpoints (round 20/20): "
+                                                "nothing trained", reused=True),
+                          lambda: events.warning("no validation split"))
     finished_tasks = []
     router = TaskLogRouter(tmp_path, lambda kind, task: kind == "finished"
                            and finished_tasks.append(task))
@@ -92,7 +154,8 @@ def test_router_keeps_a_stages_notes_also_when_its_output_is_indented_deeper(tmp
 
     local, warm = finished_tasks
     assert local.notes == ["1 torch thread",
-                           "reused finished checkpoints (round 20/20): nothing trained"]
+                           "reused finished checkpoints (round 20/20): nothing trained",
+                           "warning: no validation split"]
     assert local.reused and not warm.reused and warm.notes == ["1 torch thread"]
 
 
@@ -105,7 +168,8 @@ def test_router_keeps_concurrent_tasks_apart(tmp_path):
         barrier.wait()
         for i in range(200):  # interleave with the other thread, split writes like print does
             router.write("    ")
-            router.write(f'"label": "{label}",\n' if i == 0 else f"{label} line {i}\n")
+            router.write((started_event("personalize", label=label) if i == 0
+                          else f"{label} line {i}") + "\n")
         barrier.wait()
         router.write(finished("personalize"))
 
@@ -206,20 +270,15 @@ def test_a_run_puts_back_the_print_that_kfp_local_swaps_per_task(tmp_path):
 
 def test_tune_point_tasks_of_one_entry_and_seed_log_to_a_file_per_grid_point(tmp_path):
     """Two grid points of ditto on tuning seed 7: two titles, two log files, none overwritten."""
-    def point(values: str) -> tuple[str, ...]:
-        return ('[KFP Executor INFO]: Got executor_input:', '{', '    "inputs": {',
-                '        "parameterValues": {', f'            "values": "{values}",',
-                '            "label": "ditto",', '            "seed": 7', '        }', '    }',
-                '}', f"trained {values}")
-
     router = TaskLogRouter(tmp_path, lambda kind, task: None)
 
-    for values in ('{\\"lam\\": 1.0}', '{\\"lam\\": 0.1}'):
-        router.write(started("tune-point") + task_output(*point(values)))
+    for values in ('{"lam": 1.0}', '{"lam": 0.1}'):
+        router.write(started("tune-point") + task_output(
+            started_event("tune_point", seed=7, label="ditto", point=values), f"trained {values}"))
         router.write(finished("tune-point"))
     router.close()
 
     assert [t.title for t in router.tasks] == ["tune_point[ditto, lam=1.0] · seed 7",
                                                "tune_point[ditto, lam=0.1] · seed 7"]
     first, second = (t.path.read_text() for t in router.tasks)
-    assert first != second and 'trained {\\"lam\\": 1.0}' in first
+    assert first != second and 'trained {"lam": 1.0}' in first

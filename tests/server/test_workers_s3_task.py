@@ -19,8 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from pflpipe import events
 from pflpipe.engine import distributed
 from pflpipe.errors import DataError, StorageError
+from pflpipe.layout import WORKER_RESULT
 from pflpipe.spec import parse_spec
 from pflpipe.stages import partition_data, personalize, warm_start_fedavg
 from pflpipe.storage import ENDPOINT_ENV
@@ -130,11 +132,13 @@ def test_torchrun_workers_given_only_an_s3_uri_write_the_local_run_result(local_
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "--module", "pflpipe.engine.distributed", task.uri],
         env=env, capture_output=True, text=True, timeout=600)
-    # Assert: rank 0 printed its rounds and wrote the result, the local run's numbers
+    # Assert: rank 0 wrote a progress event per round into its log, and the result: the local
+    # run's numbers
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [line.split()[2] for line in done.stdout.splitlines()
-            if line.startswith("pflpipe-worker round ")] == ["[1,", "[2,"]
-    assert task.exists("result.pt")
+    progress = [e for e in map(events.parse, done.stdout.splitlines())
+                if e is not None and e["event"] == "progress"]
+    assert [(e["round"], e["rounds"]) for e in progress] == [(1, 2), (2, 2)]
+    assert task.exists(WORKER_RESULT)
     _assert_same(local, distributed.read_result(task))
 
 

@@ -1,0 +1,116 @@
+"""What a stage tells its runner: typed events, one JSON object per line of the task's log.
+
+A stage reports what it did as events (docs/contracts.md, "Stage → runner"); the runner never
+reads prose out of a stage's output. Each event is one line of the task's log::
+
+    pflpipe-event {"event": "progress", "round": 3, "rounds": 20, "mean_val_accuracy": 0.81}
+
+========  ===============================================================================
+event     fields
+========  ===============================================================================
+started   ``stage``, and what tells its task apart: ``seed``, ``label``, ``shard`` (if any)
+progress  ``round``, ``rounds`` and, with a validation split, ``mean_val_accuracy``
+notice    ``text``: what the stage did beyond running (threads, a resumed round);
+          ``reused``: true when that is all it did (finished checkpoints, a split's partition)
+warning   ``text``: a result to read with care (a compute mismatch, a partition's caveat)
+result    the stage finished and wrote its outputs: ``stage``
+error     the stage failed: ``type`` (the exception's class), ``message``, ``bad_input``
+          (true for `pflpipe.errors.BAD_INPUT`: the user's spec or data, exit code 2)
+========  ===============================================================================
+
+The channel is the task's log because it is the one thing of a task that every runner reads
+while the task runs: kfp.local's SubprocessRunner hands each task's output to
+`pflpipe.pipelines.tasklog` line by line, and on a cluster the pod's log is what the KFP UI,
+``kubectl logs`` and the log archive keep (the runner cannot read the pod's files). A file would
+need a per-task name both sides know, and kfp.local gives a task none that is not one of its
+folders or an input that would enter the task's cache key. Outside a runner the lines are plain
+output. `parse` reads a line back; `stage` wraps a component's body (started, result, error).
+"""
+
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from pflpipe.errors import BAD_INPUT
+
+#: What starts an event's line (after any indentation a runner adds).
+TAG = "pflpipe-event "
+KINDS = ("started", "progress", "notice", "warning", "result", "error")
+
+
+def emit(kind: str, **fields) -> None:
+    """Write one event to the task's log (stdout), flushed at once."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown event {kind!r}; one of {', '.join(KINDS)}")
+    line = TAG + json.dumps({"event": kind, **fields}, allow_nan=False, default=str)
+    print(line, file=sys.stdout, flush=True)
+
+
+def parse(line: str) -> dict | None:
+    """The event a log line holds, or None for any other line.
+
+    >>> parse('    pflpipe-event {"event": "notice", "text": "1 torch thread"}')
+    {'event': 'notice', 'text': '1 torch thread'}
+    >>> parse("pflpipe-event not json"), parse("a line of the stage's own output")
+    (None, None)
+    """
+    text = line.lstrip()
+    if not text.startswith(TAG):
+        return None
+    try:
+        event = json.loads(text[len(TAG):])
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and event.get("event") in KINDS else None
+
+
+def progress(round_idx: int, rounds: int, mean_val_accuracy: float | None = None) -> None:
+    """A finished round (`mean_val_accuracy` left out when None or NaN)."""
+    extra = ({} if mean_val_accuracy is None or math.isnan(mean_val_accuracy)
+             else {"mean_val_accuracy": round(float(mean_val_accuracy), 4)})
+    emit("progress", round=int(round_idx), rounds=int(rounds), **extra)
+
+
+def round_progress(rounds: int) -> Callable[[int, list[dict]], None]:
+    """An engine `on_round` callback: a progress event with the mean validation accuracy.
+
+    Rows are the engine's per-client scores of the round; without a validation split (scored
+    NaN) the event has no mean.
+    """
+    def on_round(round_idx: int, rows: list[dict]) -> None:
+        accuracy = [r["accuracy"] for r in rows if r["split"] == "val"
+                    and r.get("accuracy") not in (None, "") and not math.isnan(r["accuracy"])]
+        progress(round_idx, rounds, sum(accuracy) / len(accuracy) if accuracy else None)
+
+    return on_round
+
+
+def notice(text: str, *, reused: bool = False) -> None:
+    """What the stage did beyond running; `reused`: all it did was reuse earlier work."""
+    emit("notice", text=text, **({"reused": True} if reused else {}))
+
+
+def warning(text: str) -> None:
+    """A caveat about the stage's result."""
+    emit("warning", text=text)
+
+
+@contextmanager
+def stage(name: str, **identity) -> Iterator[None]:
+    """Report a stage: started on entry, then a result, or an error (its class) if it raised.
+
+    `identity`: seed, label, shard... (None and "" left out). A component's body::
+
+        with events.stage("personalize", seed=seed, label=label, shard=shard):
+            ...
+    """
+    emit("started", stage=name, **{k: v for k, v in identity.items() if v not in (None, "")})
+    try:
+        yield
+    except BaseException as err:
+        emit("error", type=type(err).__name__, message=str(err),
+             bad_input=isinstance(err, BAD_INPUT))
+        raise
+    emit("result", stage=name)
