@@ -22,7 +22,7 @@ class Ditto(Algorithm[DittoParams]):
 
     def phases(self):
         """FedAvg's local epochs on w, then `personal_epochs` on v."""
-        return (Phase(), Phase(train=("personal",), objective="personal_objective",
+        return (Phase(), Phase(train=("personal",), objective=self.personal_objective,
                                epochs=self.params.personal_epochs))
 
     def diagnostics(self, state, shared, batch, ctx):

@@ -24,16 +24,11 @@ class FedRep(Algorithm[FedRepParams]):
         """Only base keys are sent; the head stays with the client."""
         return key not in self.head
 
-    def receive(self, global_params, previous, shared=None):
-        """The global base in ``model``, the client's own head in ``head``."""
-        base = {k: v for k, v in global_params.items() if self.is_payload(k)}
-        return {"model": base, "head": previous["head"]}
-
     def phases(self):
         """The head's epochs (base frozen), then the base's (head frozen)."""
-        return (Phase(train=("head",), objective="joint_objective",
+        return (Phase(train=("head",), objective=self.joint_objective,
                       epochs=self.params.head_epochs),
-                Phase(objective="joint_objective"))
+                Phase(objective=self.joint_objective))
 
     def joint_objective(self, state, batch, shared, hp, ctx):
         """The task loss of the base with the client's head."""

@@ -117,18 +117,17 @@ class Flow(Algorithm[FlowParams]):
                              f"has {k} routed layers: give {k - 1}, or omit it")
         return {"router": Router(features, list(widths))}
 
-    def receive(self, global_params, previous, shared=None):
-        """Global and local copies both start at the received global model (stateless)."""
-        return {"model": dict(global_params), "local": dict(global_params),
-                "router": dict(shared["server"]["router"])}
+    def fresh(self, state, shared):
+        """The local copy starts at the received global model (stateless), ψ at the server's."""
+        return {"local": dict(state["model"]), "router": dict(shared["server"]["router"])}
 
     def phases(self):
         """Local fine-tuning on the first part, then routing/global steps on the second."""
         p = self.params
-        return (Phase(train=("local",), objective="local_objective", epochs=p.local_epochs_first,
+        return (Phase(train=("local",), epochs=p.local_epochs_first,
                       part=(0.0, p.split)),
-                Phase(train=("router",), objective="router_objective", part=(p.split, 1.0),
-                      then=(("global_objective", ("model",)),)))
+                Phase(train=("router",), objective=self.router_objective, part=(p.split, 1.0),
+                      then=((self.global_objective, ("model",)),)))
 
     def eval_phases(self):
         """Re-create the personalized model before scoring (nothing is sent)."""

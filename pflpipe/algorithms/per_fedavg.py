@@ -12,6 +12,7 @@ default to the entry's lr.
 import torch
 
 from pflpipe.algorithms.base import Algorithm, Phase, register
+from pflpipe.engine.protocol import task_objective
 from pflpipe.engine.trainer import sub_batch
 from pflpipe.spec.algorithms.per_fedavg import PerFedAvgParams
 
@@ -31,7 +32,7 @@ class PerFedAvg(Algorithm[PerFedAvgParams]):
 
     def eval_phases(self):
         """Adaptation from the global model before scoring."""
-        return (Phase(objective="task_objective", steps=self.params.adapt_steps,
+        return (Phase(objective=task_objective, steps=self.params.adapt_steps,
                       lr=self._alpha),)
 
     def local_objective(self, state, batch, shared, hp, ctx):

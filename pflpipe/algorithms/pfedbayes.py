@@ -40,10 +40,9 @@ class PFedBayes(Algorithm[PFedBayesParams]):
         return {"personal": dict(global_params),
                 "personal_spread": bayesian.constant_spread(global_params, self.params.init_std)}
 
-    def receive(self, global_params, previous, shared=None):
-        """A copy of q_v (mean and spread) and the kept q_θ."""
-        return {"model": dict(global_params), "spread": shared["server"]["spread"],
-                **{group: previous[group] for group in self.kept}}
+    def fresh(self, state, shared):
+        """The spread of the copy of q_v (its mean is ``model``)."""
+        return {"spread": shared["server"]["spread"]}
 
     def phases(self):
         """Local epochs of full-batch steps on q_θ and the copy of q_v together."""

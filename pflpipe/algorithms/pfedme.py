@@ -23,9 +23,9 @@ class PFedMe(Algorithm[PFedMeParams]):
 
     predict_with = "personal"
 
-    def receive(self, global_params, previous, shared=None):
-        """W and θ both start the round at the global model."""
-        return {"model": dict(global_params), "personal": dict(global_params)}
+    def fresh(self, state, shared):
+        """θ starts the round at the global model, as w does."""
+        return {"personal": dict(state["model"])}
 
     def local_objective(self, state, batch, shared, hp, ctx):
         """λ/2 ‖w − sg(θ̃)‖², whose gradient λ(w − θ̃) is the envelope's; θ̃ is kept."""

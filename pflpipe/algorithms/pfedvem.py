@@ -45,12 +45,10 @@ class PFedVem(Algorithm[PFedVemParams]):
         """The base is averaged as in FedAvg; the head's mean reaches the server via τ."""
         return key not in self.head
 
-    def receive(self, global_params, previous, shared=None):
-        """The global base, the kept posterior and its confidence τ_j against the received w."""
-        base = {k: v for k, v in global_params.items() if self.is_payload(k)}
-        tau = self.confidence(previous["mean"], previous["spread"], self._head(global_params))
-        return {"model": base, "mean": previous["mean"], "spread": previous["spread"],
-                "tau": {"value": tau}}
+    def fresh(self, state, shared):
+        """The confidence τ_j of the kept posterior against the received w."""
+        tau = self.confidence(state["mean"], state["spread"], self._head(shared["global"]))
+        return {"tau": {"value": tau}}
 
     def confidence(self, mean, spread, w):
         """τ = d / (tr Σ + ‖μ − w‖²), or one term of it (`confidence`); computed in float64."""
@@ -73,9 +71,9 @@ class PFedVem(Algorithm[PFedVemParams]):
     def phases(self):
         """The E-step on the head (full batch), then FedAvg's local epochs on the base."""
         p = self.params
-        return (Phase(train=("mean", "spread"), objective="elbo_objective", steps=p.head_steps,
+        return (Phase(train=("mean", "spread"), objective=self.elbo_objective, steps=p.head_steps,
                       lr=p.head_lr, full_batch=True),
-                Phase(objective="base_objective"))
+                Phase(objective=self.base_objective))
 
     def elbo_objective(self, state, batch, shared, hp, ctx):
         """−ELBO = (1/K) Σ_k Σ_i ℓ_i(w_k) + KL(q ‖ N(w, τ⁻¹ I)) on the client's whole data."""

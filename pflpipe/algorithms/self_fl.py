@@ -32,6 +32,8 @@ def _spread(group, mean):
 class SelfFL(Algorithm[SelfFLParams]):
     """Leave-one-out start, uncertainty-driven local steps and precision-weighted aggregation."""
 
+    kept = ("uncertainty",)   # the Welford accumulator over the client's personal models
+
     @property
     def _source(self) -> str:
         """The group whose spread estimates the variances (Alg. 2: the local optimum)."""
@@ -59,7 +61,7 @@ class SelfFL(Algorithm[SelfFLParams]):
 
     def schedule(self, round, phase, steps, lr):
         """ℓ_m of Eqn. 8 in the main phase (`local_steps`), capped by `max_local_steps`."""
-        if self.params.steps == "fixed" or phase.objective != "local_objective":
+        if self.params.steps == "fixed" or "model" not in phase.train:
             return steps, lr
         ell, ready = self._steps(round, lr, False)
         return torch.where(ready.cpu(), ell.cpu(), steps), lr
@@ -150,20 +152,16 @@ class SelfFL(Algorithm[SelfFLParams]):
                                 **{f"mean.{k}": torch.zeros_like(v)
                                    for k, v in global_params.items()}}}
 
-    def receive(self, global_params, previous, shared=None):
-        """The start of the round; Alg. 2's local optimum starts there too."""
-        state = super().receive(global_params, previous, shared)
-        state["uncertainty"] = previous["uncertainty"]
-        if self.params.augmented:
-            state["optimum"] = dict(state["model"])
-        return state
+    def fresh(self, state, shared):
+        """Alg. 2's local optimum starts the round where the personal model does."""
+        return {"optimum": dict(state["model"])} if self.params.augmented else {}
 
     def phases(self):
         """ℓ_m steps (Alg. 2: on the local optimum too, then `augmented_epochs` more on it)."""
         if not self.params.augmented:
             return (Phase(),)
         return (Phase(train=("model", "optimum")),
-                Phase(train=("optimum",), objective="optimum_objective",
+                Phase(train=("optimum",), objective=self.optimum_objective,
                       epochs=self.params.augmented_epochs))
 
     def local_objective(self, state, batch, shared, hp, ctx):

@@ -29,9 +29,9 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
-from pflpipe.algorithms.base import Algorithm, Round
 from pflpipe.engine.data import SplitData
 from pflpipe.engine.noise import step_keys
+from pflpipe.engine.protocol import AlgorithmProtocol, Round, overridden
 from pflpipe.engine.records import ADAPTATION, diagnostic_column
 from pflpipe.engine.trainer import Context, Job, gather
 from pflpipe.engine.tree import Tree, member
@@ -206,23 +206,23 @@ def probe_batch(data: SplitData, clients: Tensor, batch_size: int) -> dict[str, 
     return gather(data, local.to(data.x.device), clients.to(data.x.device), 1)
 
 
-def diagnostics(algorithm: Algorithm, ctx, data: SplitData, plan, trained: Round, shared: Tree,
-                server: Tree) -> dict[str, Tensor]:
+def diagnostics(algorithm: AlgorithmProtocol, ctx, data: SplitData, plan, trained: Round,
+                shared: Tree, server: Tree) -> dict[str, Tensor]:
     """The algorithm's diagnostics of a round's clients [C, ...] (its two hooks, when defined).
 
     `trained` is the round with the clients' states after local training, `shared` what the
     round started from, `server` the server state the server step returned.
     """
     out = {}
-    if type(algorithm).diagnostics is not Algorithm.diagnostics:
+    if overridden(algorithm, "diagnostics"):
         batch = probe_batch(data, trained.clients, plan.batch_size)
         out |= vmap(lambda s, b: algorithm.diagnostics(s, shared, b, ctx))(trained.states, batch)
-    if type(algorithm).server_diagnostics is not Algorithm.server_diagnostics:
+    if overridden(algorithm, "server_diagnostics"):
         out |= algorithm.server_diagnostics(trained, server)
     return out
 
 
-def record(algorithm: Algorithm, ctx, data: SplitData, plan, trained: Round, shared: Tree,
+def record(algorithm: AlgorithmProtocol, ctx, data: SplitData, plan, trained: Round, shared: Tree,
            server: Tree, new_global: Mapping[str, Tensor], read: set[str], tally: Tally,
            losses: list[Tensor]) -> list[dict]:
     """The train rows of a round whose server step `read` those groups and returned those keys.

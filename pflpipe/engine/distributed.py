@@ -41,12 +41,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from pflpipe.algorithms.base import Algorithm
 from pflpipe.data.files import load_tensors
 from pflpipe.engine.checkpoint import to_cpu
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.federation import Federation, FederationResult, Plan
+from pflpipe.engine.protocol import AlgorithmProtocol
 from pflpipe.engine.trainer import Context, Job, TrainResult, chunk
 from pflpipe.engine.tree import Group, Tree, tree_map
 from pflpipe.errors import DataError, PflpipeError, StorageError, WorkerError
@@ -71,7 +71,7 @@ _POLL_S = 0.1
 class Recipe:
     """What a federation is built from, and the model it starts from."""
 
-    algorithm: Algorithm
+    algorithm: AlgorithmProtocol
     ctx: Context
     data: FederatedData
     trainer: object

@@ -27,12 +27,12 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
-from pflpipe.algorithms.base import Algorithm, Phase, Round
 from pflpipe.engine import accounting, checkpoint
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.noise import step_keys
 from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig, server_update
+from pflpipe.engine.protocol import AlgorithmProtocol, Phase, Round, objective_name, overridden
 from pflpipe.engine.trainer import Context, Job
 from pflpipe.engine.tree import Group, Tree, assign, assign_if, merge, renew, select, tree_map
 from pflpipe.errors import DivergenceError
@@ -104,7 +104,7 @@ class Federation:
     #: Scores members on a split (`evaluate`'s signature); a sharded federation splits the work.
     score = staticmethod(evaluate)
 
-    def __init__(self, algorithm: Algorithm, ctx: Context, data: FederatedData, trainer,
+    def __init__(self, algorithm: AlgorithmProtocol, ctx: Context, data: FederatedData, trainer,
                  plan: Plan, store: Store | None = None, fingerprint: str = "",
                  on_round: Callable[[int, list[dict]], None] | None = None):
         self.algorithm, self.data, self.trainer = algorithm, data, trainer
@@ -113,6 +113,11 @@ class Federation:
         if self.n_clients % plan.blocks:
             raise ValueError(f"{self.n_clients} clients do not split into {plan.blocks} equal "
                              "blocks (Plan.blocks)")
+        if overridden(algorithm, "server_step") and not plan.server_optimizer.is_identity:
+            raise ValueError(
+                f"{type(algorithm).__name__} has its own server rule (server_step); the server "
+                f"optimizer {plan.server_optimizer.name!r} would apply a second one on top: use "
+                "one of the two (Plan.server_optimizer, federation.server_optimizer)")
         self.all_clients = torch.arange(self.n_clients, device=data.train.x.device)
         self.ctx = self._with_modules(ctx)
         if self.ctx is not ctx:
@@ -250,7 +255,8 @@ class Federation:
                                             steps, lr)
         groups = (*phase.train, *(g for _, train in phase.then for g in train))
         job = Job(
-            state=state, train=phase.train, objective=getattr(self.algorithm, phase.objective),
+            state=state, train=phase.train,
+            objective=phase.objective or self.algorithm.local_objective,
             data=data, clients=clients, steps=steps.cpu().long(),
             lr={g: torch.full_like(lr, phase.group_lr[g]) if g in phase.group_lr else lr
                 for g in groups},
@@ -259,7 +265,7 @@ class Federation:
             shared=shared, batches_per_step=phase.batches_per_step,
             optimizer=_optimizer(plan.optimizer, phase.optimizer),
             samples=samples,
-            then=tuple((getattr(self.algorithm, name), train) for name, train in phase.then))
+            then=phase.then)
         result = self.trainer.train(job)
         self._check_finite(result, clients, round_idx, phase, lr)
         if tally is not None:
@@ -295,7 +301,7 @@ class Federation:
                 if self.store is not None and round_idx > 0 else "nothing was checkpointed yet")
         raise DivergenceError(
             f"client {client}, round {round_idx}: loss became NaN or infinite after {step + 1} "
-            f"local step(s) of {phase.objective} (learning rate {lr:g}); "
+            f"local step(s) of {objective_name(phase.objective)} (learning rate {lr:g}); "
             f"{len(bad)} client(s) diverged. The learning rate is the likely cause: lower it "
             f"(federation.lr, or the algorithm's lr). {kept[0].upper()}{kept[1:]}.",
             client=client, round_idx=round_idx)
@@ -403,7 +409,7 @@ class Federation:
         return checkpoint.resume(self.store, self.fingerprint, self.all_clients.device)
 
 
-def _predict(algorithm: Algorithm, view: str = ""):
+def _predict(algorithm: AlgorithmProtocol, view: str = ""):
     """Adapt `algorithm.predict` to `evaluate`'s signature: each member its own model."""
     def predict(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
         if view:

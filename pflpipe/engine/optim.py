@@ -114,6 +114,11 @@ class ServerOptimizerConfig:
     beta2: float = 0.99
     tau: float = 1e-3
 
+    @property
+    def is_identity(self) -> bool:
+        """Whether it leaves the aggregate as it is (fedavg with η = 1)."""
+        return self.name == "fedavg" and self.lr == 1.0
+
     @classmethod
     def from_spec(cls, section) -> "ServerOptimizerConfig":
         """Read the spec's `federation.server_optimizer` section."""
@@ -133,7 +138,7 @@ def server_update(config: ServerOptimizerConfig, current: dict[str, Tensor],
     >>> new["w"].item(), state["m"]["w"].item(), state["v"]["w"].item()  # 1 + 0.1·0.5/(√0.625+0.5)
     (1.0387..., 0.5, 0.625)
     """
-    if config.name == "fedavg" and config.lr == 1.0:
+    if config.is_identity:
         return aggregate, state
     moments = {"m": dict(state.get("m", {})), "v": dict(state.get("v", {}))}
     out = {}

@@ -11,29 +11,32 @@ plan must sample each repetition apart (``Plan(blocks=R)``) and skip the global-
 ``result.server["global"]``.
 """
 
+import dataclasses
+
 import torch
 from torch.func import vmap
 
-from pflpipe.algorithms.base import Algorithm, Round
+from pflpipe.engine.protocol import AlgorithmProtocol, Phase, Round, default
 from pflpipe.engine.tree import broadcast, merge, tree_map
 
 #: Key that marks a group as sent by `Repeated.dispatch` (not the engine's shared global model).
 _SENT = "repetition.sent"
 
 
-class Repeated(Algorithm):
+class Repeated:
     """`algorithm` run in `repetitions` independent federations at once."""
 
-    def __init__(self, algorithm: Algorithm, repetitions: int):
-        super().__init__(algorithm.params, head=algorithm.head, lr=algorithm.lr,
-                         local_epochs=algorithm.local_epochs)
-        self.inner, self.repetitions = algorithm, repetitions
+    kept, predict_with, views, has_global_model = (), "model", (), False
 
-    def __getattr__(self, name):
-        """Any other objective of the wrapped algorithm, seeing its repetition's ``shared``."""
-        if name.startswith("_") or "inner" not in self.__dict__:
-            raise AttributeError(name)
-        return self._objective(getattr(self.inner, name))
+    def __init__(self, algorithm: AlgorithmProtocol, repetitions: int):
+        self.params, self.head = algorithm.params, algorithm.head
+        self.lr, self.local_epochs = algorithm.lr, algorithm.local_epochs
+        self.inner, self.repetitions = algorithm, repetitions
+        self._wrapped = {}   # the wrapped algorithm's objectives, each wrapped once
+
+    def modules(self, in_shape, n_outputs, model=None):
+        """No extra networks."""
+        return {}
 
     # ---- server side: the wrapped hooks once per repetition ---------------------------------
     def init_server(self, global_params, n_clients):
@@ -105,10 +108,21 @@ class Repeated(Algorithm):
         return {"global": pick.pop("global"), "server": pick}
 
     def _objective(self, fn):
-        def objective(state, batch, shared, hp, ctx):
-            return fn(state, batch, self._local(shared, state), hp, ctx)
+        """`fn` seeing its repetition's ``shared`` (the same callable for the same `fn`)."""
+        if fn not in self._wrapped:
+            def objective(state, batch, shared, hp, ctx):
+                return fn(state, batch, self._local(shared, state), hp, ctx)
 
-        return objective
+            self._wrapped[fn] = objective
+        return self._wrapped[fn]
+
+    def _phase(self, phase: Phase) -> Phase:
+        """`phase` with its objectives seeing their repetition's ``shared``."""
+        if phase.objective is None and not phase.then:
+            return phase
+        return dataclasses.replace(
+            phase, objective=None if phase.objective is None else self._objective(phase.objective),
+            then=tuple((self._objective(fn), train) for fn, train in phase.then))
 
     def receive(self, global_params, previous, shared=None):
         """The wrapped receive, from what dispatch sent or else the repetition's global model."""
@@ -120,11 +134,11 @@ class Repeated(Algorithm):
 
     def phases(self):
         """The wrapped algorithm's phases."""
-        return self.inner.phases()
+        return tuple(self._phase(phase) for phase in self.inner.phases())
 
     def eval_phases(self):
         """The wrapped algorithm's evaluation phases."""
-        return self.inner.eval_phases()
+        return tuple(self._phase(phase) for phase in self.inner.eval_phases())
 
     def is_payload(self, key):
         """The wrapped algorithm's payload keys."""
@@ -134,14 +148,20 @@ class Repeated(Algorithm):
         """The wrapped local objective."""
         return self._objective(self.inner.local_objective)(state, batch, shared, hp, ctx)
 
-    def task_objective(self, state, batch, shared, hp, ctx):
-        """The wrapped task objective."""
-        return self._objective(self.inner.task_objective)(state, batch, shared, hp, ctx)
-
     def finish(self, start, trained, shared):
         """The wrapped finish."""
         return {**self.inner.finish(start, trained, self._local(shared, start)),
                 "repetition": start["repetition"]}
+
+    @default
+    def diagnostics(self, state, shared, batch, ctx):
+        """None recorded."""
+        return {}
+
+    @default
+    def server_diagnostics(self, round, server):
+        """None recorded."""
+        return {}
 
     def scored(self, state, shared):
         """The wrapped personalized model."""

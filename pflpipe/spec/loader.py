@@ -81,17 +81,31 @@ def registration_errors(data: Any, lines: dict[Loc, int], filename: str) -> dict
 
     Returns the problem of each such entry, by its index, as ``FILE:LINE: path: problem``.
     """
-    from pflpipe.spec.registration import problem
+    from pflpipe.spec.registration import problem, server_rule_problem
 
     entries = data.get("personalization") if isinstance(data, dict) else None
+    optimizer = _server_optimizer(data)
     out = {}
     for index, entry in enumerate(entries if isinstance(entries, list) else ()):
         name = entry.get("name") if isinstance(entry, dict) else None
-        if isinstance(name, str) and (text := problem(name)):
+        if isinstance(name, str) and (text := problem(name) or (
+                optimizer and server_rule_problem(name, optimizer))):
             loc = ("personalization", index, "name")
             line = next((lines[loc[:n]] for n in range(len(loc), -1, -1) if loc[:n] in lines), 1)
             out[index] = f"{filename}:{line}: {_dotted(loc)}: {text}"
     return out
+
+
+def _server_optimizer(data: Any) -> str | None:
+    """The spec's server optimizer unless plain FedAvg: e.g. ``fedadam``."""
+    federation = data.get("federation") if isinstance(data, dict) else None
+    section = federation.get("server_optimizer") if isinstance(federation, dict) else None
+    if not isinstance(section, dict):
+        return None
+    name, lr = section.get("name", "fedavg"), section.get("lr")
+    if name != "fedavg":
+        return str(name)
+    return None if lr in (None, 1) else f"fedavg (lr {lr})"
 
 
 def parse_yaml(text: str, filename: str = "<spec>") -> tuple[dict, dict[Loc, int]]:

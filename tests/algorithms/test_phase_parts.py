@@ -19,8 +19,8 @@ class Halves(Algorithm):
         return {"first": {"x": torch.tensor(0.0)}, "second": {"x": torch.tensor(0.0)}}
 
     def phases(self):
-        return (Phase(objective="first_objective", part=(0.0, 0.5)),
-                Phase(objective="second_objective", part=(0.5, 1.0)))
+        return (Phase(objective=self.first_objective, part=(0.0, 0.5)),
+                Phase(objective=self.second_objective, part=(0.5, 1.0)))
 
     def first_objective(self, state, batch, shared, hp, ctx):
         seen = (batch["x"].flatten() * batch["mask"]).sum()
@@ -74,7 +74,7 @@ class Alternating(Algorithm):
         return {"personal": {"w": torch.tensor([0.0])}}
 
     def phases(self):
-        return (Phase(then=(("follow_objective", ("personal",)),)),)
+        return (Phase(then=((self.follow_objective, ("personal",)),)),)
 
     def follow_objective(self, state, batch, shared, hp, ctx):
         return ((state["personal"]["w"] - state["model"]["w"]) ** 2).sum()

@@ -1,4 +1,6 @@
-"""docs/adding-an-algorithm.md quotes SCAFFOLD's files: every quoted code line must be in them."""
+"""docs/adding-an-algorithm.md quotes SCAFFOLD's files: every quoted code line must be in them.
+
+(Its FedAvgM blocks are whole files, run by tests/algorithms/test_adding_fedavgm.py.)"""
 
 import re
 from pathlib import Path
@@ -18,7 +20,8 @@ def _code_lines(block: str) -> list[str]:
 def test_quoted_scaffold_code_is_in_the_source_files():
     # Prepare
     doc = (REPO / "docs" / "adding-an-algorithm.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+    blocks = [block for block in re.findall(r"```python\n(.*?)```", doc, flags=re.S)
+              if "fedavgm" not in block.splitlines()[0]]
     sources = "\n".join(
         re.sub(r"\s+#.*$", "", line).strip()
         for path in ("pflpipe/spec/algorithms/scaffold.py", "pflpipe/algorithms/scaffold.py")
