@@ -37,6 +37,7 @@ import torch
 from pflpipe.algorithms import FedAvg, build
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.errors import DivergenceError
+from pflpipe.markdown import replace_section
 from pflpipe.spec import Spec, read_spec
 from pflpipe.stages import common, partition_data
 from pflpipe.stages.personalize import stream_of
@@ -211,12 +212,7 @@ Seconds per model (all seeds): {timing}.
 
 def write_section(path: Path, section: str) -> None:
     """Replace this benchmark's section of `path` (or append it)."""
-    text = path.read_text() if path.exists() else ""
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
+    replace_section(path, section, BEGIN, END)
 
 
 def run_seed(spec: Spec, seed: int, root: Path, labels: list[str], threads: int

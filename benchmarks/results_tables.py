@@ -25,6 +25,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from pflpipe import layout
+from pflpipe.markdown import replace_section
 from pflpipe.spec import read_spec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -222,12 +223,7 @@ def section(spec_path: Path, run: Path, commit: str, ran_by: str = "`pflpipe run
 
 def write(out: Path, text: str, name: str) -> None:
     begin, end = (f"<!-- benchmarks/results_tables.py: {name} {m} -->" for m in ("begin", "end"))
-    old = out.read_text() if out.exists() else ""
-    if begin in old and end in old:
-        new = old[:old.index(begin)] + text + old[old.index(end) + len(end):]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    out.write_text(new)
+    replace_section(out, text, begin, end)
 
 
 def main() -> None:
