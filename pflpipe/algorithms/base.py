@@ -162,6 +162,7 @@ class Algorithm(Generic[P]):
         return {}
 
     # ---- server rule (one round, every client at once) ---------------------------------------
+    @default
     def modules(self, in_shape: tuple[int, ...], n_outputs: int,
                 model: nn.Module | None = None) -> dict[str, nn.Module]:
         """Extra networks, built by the engine under a seeded RNG; called by name via `ctx.call`.

@@ -24,13 +24,13 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from pflpipe.algorithms.base import Algorithm, Round
 from pflpipe.engine import accounting, checkpoint
 from pflpipe.engine.accounting import Reads
 from pflpipe.engine.data import FederatedData, SplitData, member_seed
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.federation import _EVAL_SALT, _SERVER_SALT, Federation, FederationResult, Plan
 from pflpipe.engine.noise import step_keys
+from pflpipe.engine.protocol import AlgorithmProtocol, Round, overridden
 from pflpipe.engine.repetitions import Repeated
 from pflpipe.engine.tree import Group, Tree, tree_map
 from pflpipe.errors import DataError
@@ -67,8 +67,8 @@ def _own(tree):
 class Members(Repeated):
     """`algorithm` run as separate federations, one per seed of `seeds`, with equal clients."""
 
-    def __init__(self, algorithm: Algorithm, seeds: Sequence[int], stream: int):
-        if type(algorithm).modules is not Algorithm.modules:
+    def __init__(self, algorithm: AlgorithmProtocol, seeds: Sequence[int], stream: int):
+        if overridden(algorithm, "modules"):
             raise DataError(f"{type(algorithm).__name__} builds networks of its own (modules), "
                             "which its runs cannot share as members; set "
                             "engine.seeds_as_members: false")
@@ -133,16 +133,16 @@ class Members(Repeated):
         return self.inner.predict(model, x, ctx, key)
 
 
-def members_of(algorithm: Algorithm, seeds: Sequence[int], stream: int) -> Members:
+def members_of(algorithm: AlgorithmProtocol, seeds: Sequence[int], stream: int) -> Members:
     """`Members` of `algorithm`, with its diagnostics when it defines them."""
     hooks = {}
-    if type(algorithm).diagnostics is not Algorithm.diagnostics:
+    if overridden(algorithm, "diagnostics"):
         def diagnostics(self, state, shared, batch, ctx):
             """The wrapped diagnostics, seeing the client's own run."""
             return self.inner.diagnostics(state, self._local(shared, state), batch, ctx)
 
         hooks["diagnostics"] = diagnostics
-    if type(algorithm).server_diagnostics is not Algorithm.server_diagnostics:
+    if overridden(algorithm, "server_diagnostics"):
         hooks["server_diagnostics"] = Members._server_diagnostics
     cls = type("Members", (Members,), hooks) if hooks else Members
     return cls(algorithm, seeds, stream)
