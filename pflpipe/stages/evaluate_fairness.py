@@ -85,7 +85,8 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     report = build_report(table, local=evaluation.baselines.local,
                           global_=evaluation.baselines.global_, selection=evaluation.selection,
                           metrics=tuple(evaluation.metrics), validation="val" in table.splits,
-                          context=context(spec, list(map(Path, results_dirs)), run_info or {}))
+                          context=context(spec, list(map(Path, results_dirs)), run_info or {},
+                                          sorted({row.seed for row in table.rows})))
     files = (write_report(report, Path(out_dir)) if alongside is None
              else _write_beside(report, Path(out_dir), alongside))
     log.info("evaluate_fairness: %s", report.answers())
@@ -211,11 +212,14 @@ def _draw(report, out_dir: Path, send) -> None:
         send.close()
 
 
-def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
+def context(spec, results_dirs: list[Path], run_info: dict[str, str],
+            reported_seeds: list[int] | None = None):
     """The report's context from one `collect_results` directory per seed.
 
     Curves from every model's history.csv, the first seed's pictures, and a link to each seed's
-    table as published next to the report (``../seed-N/results.csv``).
+    table as published next to the report (``../seed-N/results.csv``). `reported_seeds` are the
+    seeds the results tables hold (the spec's experiment.seeds when not given); a tuned entry is
+    shown with the setting the tune stage chose, as kept beside its results.
     """
     from pflpipe.metrics.report import ReportContext
 
@@ -231,37 +235,78 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str]):
             path = first / (persfl if folder == "persfl" else folder) / name
             if path.is_file():
                 images[name] = (path.read_bytes(), caption)
+    reported = list(spec.experiment.seeds if reported_seeds is None else reported_seeds)
+    records = tuning_records(spec, results_dirs)
     info = {"experiment": spec.experiment.name, "spec hash": spec.content_hash(), **run_info,
             "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
                     f"{spec.partition.n_clients} clients",
-            "rounds": _rounds(spec), "seeds": ", ".join(map(str, spec.experiment.seeds))}
+            "rounds": _rounds(spec, records), **_seed_rows(spec, reported, records)}
     links = tuple((f"seed {s}: {RESULTS}", f"../{layout.seed_folder(s)}/{RESULTS}")
                   for s in sorted(seeds))
     chosen = tuple(name for (folder, name) in PICTURES if folder == "persfl" and name in images)
-    tuned = _tuning(spec, seeds[min(seeds)]) if seeds and spec.tuning else {}
+    tuned = _tuning(spec, records, reported) if spec.tuning else {}
     return ReportContext(info, history, images, links, spec.evaluation.compute_mismatch, chosen,
                          tuned)
 
 
-def _tuning(spec, seed_dir: Path) -> dict:
-    """The report's tuning facts: each tuned entry's record (kept with its results), the rest."""
-    from pflpipe.spec.tuning import unequal_tuning
+def tuning_records(spec, results_dirs: list[Path]) -> dict[str, dict]:
+    """Each tuned entry's tuning record (tuning.json), kept beside its results; label → record.
+
+    A `collect_results` directory keeps it in the entry's folder, a personalize stage's results
+    directory at its top. The first seed's record is taken: every seed ran the same choice.
+    """
     from pflpipe.stages.tune import read
 
-    entries = {model: read(seed_dir / model) for model in _models(seed_dir)
-               if spec.tuning.find(model)}
-    first = next(iter(entries.values()), {})
-    return {"seeds": spec.tuning.seeds, "reported_seeds": spec.experiment.seeds,
+    if spec.tuning is None:
+        return {}
+    found: dict[str, dict] = {}
+    for directory in map(Path, results_dirs):
+        kept = ([directory / m for m in _models(directory)] if _seed_of(directory) is not None
+                else [directory])
+        for folder in kept:
+            if (folder / layout.TUNING_JSON).is_file():
+                record = read(folder)
+                for label in record["entries"]:
+                    if spec.tuning.find(label):
+                        found.setdefault(label, record)
+    return found
+
+
+def _seed_rows(spec, reported: list[int], records: dict[str, dict]) -> dict[str, str]:
+    """The run's seeds: those reported, and those that only chose the tuned settings."""
+    rows = {"reported seeds": f"{', '.join(map(str, reported))} (every table and figure below "
+                              "is over these seeds)"}
+    if spec.tuning:
+        rows["tuning seeds"] = (f"{', '.join(map(str, _tuning_seeds(spec, records)))} (chose "
+                                "the tuned entries' settings on their validation splits; never "
+                                "reported)")
+    return rows
+
+
+def _tuning_seeds(spec, records: dict[str, dict]) -> list[int]:
+    """The seeds the settings were chosen on: the tune stage's record's, else the spec's."""
+    return next(iter(records.values()), {}).get("seeds", spec.tuning.seeds)
+
+
+def _tuning(spec, records: dict[str, dict], reported: list[int]) -> dict:
+    """The report's tuning facts: each tuned entry's record (kept with its results), the rest."""
+    from pflpipe.spec.tuning import unequal_tuning
+
+    first = next(iter(records.values()), {})
+    return {"seeds": _tuning_seeds(spec, records), "reported_seeds": reported,
             "selection": first.get("selection", spec.evaluation.selection),
             "score": first.get("score", "accuracy"),
-            "entries": {m: r["entries"][m] for m, r in entries.items()},
+            "entries": {m: r["entries"][m] for m, r in records.items()},
             "untuned": [e.display_name for e in spec.personalization
                         if e.stage == "personalize" and not spec.tuning.find(e.display_name)],
             "warning": unequal_tuning(spec)}
 
 
-def _rounds(spec) -> str:
+def _rounds(spec, records: dict[str, dict] | None = None) -> str:
     """How long each model that ran trained, e.g. ``fedavg 30 rounds, local 20 epochs, ...``.
+
+    A tuned entry counts with the setting chosen for it (`records`, `tuning_records`); where its
+    grid chose the rounds (or epochs), the line says so and on which seeds.
 
     >>> from pflpipe.spec import Spec
     >>> _rounds(Spec.model_validate({"experiment": {"name": "t"}, "dataset": {"name": "digits"},
@@ -269,15 +314,29 @@ def _rounds(spec) -> str:
     ...                              "personalization": []}))
     'fedavg 20 rounds'
     """
+    from pflpipe.spec.tuning import rounds_field, with_values
+
+    records = records or {}
     parts = [f"fedavg {spec.federation.rounds} rounds",
              *([f"local {spec.local_params.epochs} epochs"] if spec.runs_local else [])]
     for entry in spec.personalization:
+        label = entry.display_name
         if entry.name == "persfl":
-            parts.append(f"{entry.display_name} {spec.distillation.epochs} distillation epochs")
-        elif entry.name != "local":
-            epochs = getattr(entry, "epochs", None)
-            parts.append(f"{entry.display_name} {epochs} epochs" if epochs else
-                         f"{entry.display_name} {entry.rounds or spec.federation.rounds} rounds")
+            parts.append(f"{label} {spec.distillation.epochs} distillation epochs")
+            continue
+        if entry.name == "local":
+            continue
+        chosen = records[label]["entries"][label]["chosen"] if label in records else {}
+        entry = with_values(entry, chosen)
+        count = entry.rounds_of(spec.federation).rounds
+        part = f"{label} {count} {'epochs' if rounds_field(entry) == 'epochs' else 'rounds'}"
+        if rounds_field(entry) in chosen:
+            seeds = ", ".join(map(str, records[label]["seeds"]))
+            part += f" (tuned on tuning seed(s) {seeds})"
+        elif spec.tuning and label not in records and (tuned := spec.tuning.find(label)) \
+                and rounds_field(entry) in tuned.grid:
+            part = f"{label}: {rounds_field(entry)} tuned, the choice is not in these results"
+        parts.append(part)
     return ", ".join(parts)
 
 

@@ -108,3 +108,69 @@ def test_the_protocol_says_how_the_global_model_round_is_chosen():
     assert "one round for every client" in text
     assert "mean validation accuracy over the clients, weighted by their samples" in text
     assert "A personalized model's round (or epoch) is chosen for each client" in text
+
+
+TUNED = {"experiment": {"name": "t", "seeds": [1, 2]}, "dataset": {"name": "digits"},
+         "partition": {"strategy": "ds1", "n_clients": 2},
+         "personalization": [{"name": "fedavg_ft"}, {"name": "ditto", "rounds": 7}],
+         "tuning": {"seeds": [100, 101], "entries": [
+             {"entry": "fedavg_ft", "grid": {"epochs": [5, 10]}},
+             {"entry": "ditto", "grid": {"lam": [0.1, 1.0]}}]}}
+
+
+def tuning_record(label: str, grid: dict, chosen: dict) -> dict:
+    """tuning.json as `tune.keep_record` keeps it beside a tuned entry's results."""
+    points = [{"values": {k: v}, "scores": {"100": 0.5, "101": 0.6}, "mean": 0.55}
+              for k, values in grid.items() for v in values]
+    return {"seeds": [100, 101], "selection": "best_val", "score": "accuracy", "records": [],
+            "entries": {label: {"grid": grid, "budget": {"max_points": 8, "rounds": None},
+                                "points": points, "chosen": chosen}}}
+
+
+def collected_seed(tmp_path, seed: int, models: dict[str, list[float]], records: dict):
+    """A `collect_results` directory of one seed: results.csv, collected.json, tuning.json."""
+    directory = tmp_path / f"seed-{seed}"
+    directory.mkdir()
+    with (directory / "results.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        writer.writeheader()
+        for model, values in models.items():
+            for client, accuracy in enumerate(values):
+                writer.writerow({"seed": seed, "client": client, "model": model, "split": "test",
+                                 "selection": "best_val", "round": 5, "accuracy": accuracy,
+                                 "loss": 1.0, "n_samples": 30})
+    (directory / "collected.json").write_text(json.dumps({"seed": seed, "models": list(models)}))
+    for label, record in records.items():
+        (directory / label).mkdir()
+        (directory / label / "tuning.json").write_text(json.dumps(record))
+    return directory
+
+
+def test_the_run_table_shows_the_tuned_setting_and_both_kinds_of_seed(tmp_path):
+    # The report's Rounds line showed FedAvg-FT's spec default (5 epochs) where the reported
+    # seeds ran the 10 that tuning chose, and "seeds" listed experiment.seeds whatever the
+    # tables held, without the tuning seeds.
+    records = {"fedavg_ft": tuning_record("fedavg_ft", {"epochs": [5, 10]}, {"epochs": 10}),
+               "ditto": tuning_record("ditto", {"lam": [0.1, 1.0]}, {"lam": 1.0})}
+    seed = collected_seed(tmp_path, 1, {"fedavg": [0.6, 0.5], "local": [0.5, 0.6],
+                                        "fedavg_ft": [0.7, 0.7], "ditto": [0.8, 0.6]}, records)
+    evaluate_fairness.run(Spec.model_validate(TUNED), [seed], tmp_path / "report")
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    run = report["run"]
+    assert run["rounds"] == ("fedavg 20 rounds, local 20 epochs, fedavg_ft 10 epochs (tuned on "
+                             "tuning seed(s) 100, 101), ditto 7 rounds")
+    # only seed 1's results were evaluated: seed 2 of experiment.seeds is not reported
+    assert run["reported seeds"].startswith("1 (")
+    assert run["tuning seeds"].startswith("100, 101 (") and "never reported" in run["tuning seeds"]
+    assert "seeds" not in run
+    assert report["tuning"]["seeds"] == [100, 101] and report["tuning"]["reported_seeds"] == [1]
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "fedavg_ft 10 epochs (tuned on tuning seed(s) 100, 101)" in markdown
+    assert "(the reported seeds are 1)" in markdown and "### ditto: lam = 1" in markdown
+
+
+def test_a_tuned_rounds_field_without_its_record_is_not_shown_as_the_spec_default():
+    spec = Spec.model_validate(TUNED)
+    assert evaluate_fairness._rounds(spec) == (
+        "fedavg 20 rounds, local 20 epochs, fedavg_ft: epochs tuned, the choice is not in these "
+        "results, ditto 7 rounds")
