@@ -23,8 +23,20 @@ while the task runs: kfp.local's SubprocessRunner hands each task's output to
 `pflpipe.pipelines.tasklog` line by line, and on a cluster the pod's log is what the KFP UI,
 ``kubectl logs`` and the log archive keep (the runner cannot read the pod's files). A file would
 need a per-task name both sides know, and kfp.local gives a task none that is not one of its
-folders or an input that would enter the task's cache key. Outside a runner the lines are plain
-output. `parse` reads a line back; `stage` wraps a component's body (started, result, error).
+folders or an input that would enter the task's cache key. `parse` reads a line back; `stage`
+wraps a component's body (started, result, error).
+
+Outside a runner events are printed as lines for a person (`text`): ``round 3/20: mean
+validation accuracy 0.8125``, ``note: ...``, ``warning: ...``. `for_runner` decides, by who runs
+the code (`addressed_to`): inside a component's body (`stage`) always the tagged lines; in a verb
+of the ``pflpipe`` command line (``pflpipe split``, ``pflpipe personalize-new``, which no runner
+runs as a task) always the text; elsewhere (a stage function called from Python) the tagged
+lines unless stdout is a terminal. Neither rule needs the runner's help: a runner reads a task's
+output through a pipe or a file (kfp.local's subprocess pipe, a pod's log), and the task's
+component says so itself. An environment variable set by the runner would have to travel every
+path that starts a task (the local runner, the compiled pipeline, the image, a Trainer job's
+pods), and a path that missed it would lose its events: its progress, and its errors' class and
+exit code.
 """
 
 import json
@@ -38,14 +50,61 @@ from pflpipe.errors import BAD_INPUT
 #: What starts an event's line (after any indentation a runner adds).
 TAG = "pflpipe-event "
 KINDS = ("started", "progress", "notice", "warning", "result", "error")
+#: Who reads the events of the code running now, innermost last (`addressed_to`).
+_readers: list[str] = []
+
+
+@contextmanager
+def addressed_to(reader: str) -> Iterator[None]:
+    """Write the events of the code in this block for `reader`: "runner" or "person"."""
+    if reader not in ("runner", "person"):
+        raise ValueError(f"unknown reader {reader!r}; 'runner' or 'person'")
+    _readers.append(reader)
+    try:
+        yield
+    finally:
+        _readers.pop()
+
+
+def for_runner() -> bool:
+    """Whether events go out as tagged JSON lines (see the module docstring)."""
+    if _readers:
+        return _readers[-1] == "runner"
+    isatty = getattr(sys.stdout, "isatty", None)
+    return not (isatty is not None and isatty())
 
 
 def emit(kind: str, **fields) -> None:
-    """Write one event to the task's log (stdout), flushed at once."""
+    """Write one event to the task's log (stdout), flushed at once; as `text` on a terminal."""
     if kind not in KINDS:
         raise ValueError(f"unknown event {kind!r}; one of {', '.join(KINDS)}")
     line = TAG + json.dumps({"event": kind, **fields}, allow_nan=False, default=str)
-    print(line, file=sys.stdout, flush=True)
+    print(line if for_runner() else text({"event": kind, **fields}), file=sys.stdout,
+          flush=True)
+
+
+def text(event: dict) -> str:
+    """An event as a line for a person.
+
+    >>> text({"event": "progress", "round": 3, "rounds": 20, "mean_val_accuracy": 0.8125})
+    'round 3/20: mean validation accuracy 0.8125'
+    >>> text({"event": "notice", "text": "reused the split", "reused": True})
+    'note: reused the split'
+    >>> text({"event": "warning", "text": "no validation split"})
+    'warning: no validation split'
+    >>> text({"event": "error", "type": "DataError", "message": "no rows", "bad_input": True})
+    'error: DataError: no rows'
+    """
+    kind = event["event"]
+    if kind == "progress":
+        accuracy = event.get("mean_val_accuracy")
+        return f"round {event['round']}/{event['rounds']}" + (
+            "" if accuracy is None else f": mean validation accuracy {accuracy:g}")
+    if kind in ("notice", "warning"):
+        return f"{'note' if kind == 'notice' else kind}: {event['text']}"
+    if kind == "error":
+        return f"error: {event['type']}: {event['message']}"
+    return f"{kind}: " + ", ".join(f"{k} {v}" for k, v in event.items() if k != "event")
 
 
 def parse(line: str) -> dict | None:
@@ -106,11 +165,13 @@ def stage(name: str, **identity) -> Iterator[None]:
         with events.stage("personalize", seed=seed, label=label, shard=shard):
             ...
     """
-    emit("started", stage=name, **{k: v for k, v in identity.items() if v not in (None, "")})
-    try:
-        yield
-    except BaseException as err:
-        emit("error", type=type(err).__name__, message=str(err),
-             bad_input=isinstance(err, BAD_INPUT))
-        raise
-    emit("result", stage=name)
+    with addressed_to("runner"):
+        emit("started", stage=name,
+             **{k: v for k, v in identity.items() if v not in (None, "")})
+        try:
+            yield
+        except BaseException as err:
+            emit("error", type=type(err).__name__, message=str(err),
+                 bad_input=isinstance(err, BAD_INPUT))
+            raise
+        emit("result", stage=name)

@@ -67,8 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     # A log record that cannot be written (a full disk) must not print "--- Logging error ---"
     # and a traceback; the failure itself reaches the user as one line.
     logging.raiseExceptions = debug
+    from pflpipe.events import addressed_to
+
     try:
-        return args.handler(args) or EXIT_OK
+        with addressed_to("person"):  # a verb's stages print their events as text
+            return args.handler(args) or EXIT_OK
     except KeyboardInterrupt:
         print("interrupted; finished rounds and stages are kept on disk", file=sys.stderr)
         return 130

@@ -443,5 +443,7 @@ def _report(round_idx: int, rows: list[dict]) -> None:
 
 if __name__ == "__main__":
     from pflpipe.engine import distributed  # the module itself, not a second copy as __main__
+    from pflpipe.events import addressed_to
 
-    distributed.worker(sys.argv[1])
+    with addressed_to("runner"):  # a Trainer job's rank 0 writes progress events to its log
+        distributed.worker(sys.argv[1])

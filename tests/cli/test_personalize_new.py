@@ -56,6 +56,8 @@ def test_personalize_new_picks_a_stored_round_and_distils_it(trained, capsys):
     assert (root / "out" / "model.pt").is_file()
     out = capsys.readouterr().out
     assert "student:  λ = " in out and "**" not in out  # plain text
+    # no runner reads a verb's output: its stage's notices are text, not tagged JSON lines
+    assert "pflpipe-event" not in out and "\nnote: " in "\n" + out and "torch thread" in out
 
 
 def test_personalize_new_rejects_samples_of_another_shape(trained, capsys):

@@ -2,6 +2,11 @@
 
 import doctest
 import math
+import os
+import pty
+import select
+import sys
+from contextlib import contextmanager
 
 import pytest
 
@@ -80,3 +85,71 @@ def test_an_unknown_kind_is_refused_and_an_unknown_line_is_no_event():
 def test_events_doctests_pass():
     result = doctest.testmod(events)
     assert result.attempted > 0 and result.failed == 0
+
+
+@contextmanager
+def terminal():
+    """Point stdout at a real pseudo-terminal in the block; yields a reader of what it shows.
+
+    (Set in the test body: pytest's capture sets sys.stdout again between setup and the call.)
+    """
+    leader, follower = pty.openpty()
+    tty = open(follower, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    saved, sys.stdout = sys.stdout, tty
+
+    def shown() -> list[str]:
+        tty.flush()
+        data = b""
+        while select.select([leader], [], [], 0.5)[0]:  # all it shows, however it is split
+            data += os.read(leader, 65536)
+        return data.decode().replace("\r\n", "\n").splitlines()
+
+    try:
+        yield shown
+    finally:
+        sys.stdout = saved
+        tty.close()
+        os.close(leader)
+
+
+def test_on_a_terminal_outside_a_component_events_are_text():
+    with terminal() as shown:
+        events.progress(3, 20, 0.8125)
+        events.progress(4, 20)
+        events.notice("reused the partition of `pflpipe split` in /r", reused=True)
+        events.warning("no validation split")
+        lines = shown()
+
+    assert lines == ["round 3/20: mean validation accuracy 0.8125", "round 4/20",
+                          "note: reused the partition of `pflpipe split` in /r",
+                          "warning: no validation split"]
+
+
+def test_a_components_events_are_its_runners_even_on_a_terminal():
+    with terminal() as shown:
+        with pytest.raises(DataError), events.stage("partition_data", seed=0):
+            events.warning("no validation split")
+            raise DataError("bad")
+        lines = shown()
+
+    assert [events.parse(line) for line in lines] == [
+        {"event": "started", "stage": "partition_data", "seed": 0},
+        {"event": "warning", "text": "no validation split"},
+        {"event": "error", "type": "DataError", "message": "bad", "bad_input": True}]
+
+
+def test_who_reads_is_the_innermost_block_and_is_restored_after_it(capsys):
+    with events.addressed_to("person"):
+        events.notice("a")
+        with events.stage("tune"):
+            events.notice("b")
+        events.notice("c")
+    events.notice("d")  # captured, not a terminal: tagged
+
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "note: a" and lines[4] == "note: c"
+    assert [events.parse(line)["event"] for line in lines[1:4]] == ["started", "notice", "result"]
+    assert events.parse(lines[5]) == {"event": "notice", "text": "d"}
+    with pytest.raises(ValueError, match="unknown reader 'someone'"), \
+            events.addressed_to("someone"):
+        pass
