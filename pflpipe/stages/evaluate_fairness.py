@@ -244,7 +244,7 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
     links = tuple((f"seed {s}: {RESULTS}", f"../{layout.seed_folder(s)}/{RESULTS}")
                   for s in sorted(seeds))
     chosen = tuple(name for (folder, name) in PICTURES if folder == "persfl" and name in images)
-    tuned = _tuning(spec, records, reported) if spec.tuning else {}
+    tuned = _tuning(spec, records, reported) if records else {}
     return ReportContext(info, history, images, links, spec.evaluation.compute_mismatch, chosen,
                          tuned)
 
@@ -277,9 +277,10 @@ def _seed_rows(spec, reported: list[int], records: dict[str, dict]) -> dict[str,
     rows = {"reported seeds": f"{', '.join(map(str, reported))} (every table and figure below "
                               "is over these seeds)"}
     if spec.tuning:
-        rows["tuning seeds"] = (f"{', '.join(map(str, _tuning_seeds(spec, records)))} (chose "
-                                "the tuned entries' settings on their validation splits; never "
-                                "reported)")
+        seeds = ", ".join(map(str, _tuning_seeds(spec, records)))
+        rows["tuning seeds"] = (f"{seeds} (chose the tuned entries' settings on their validation "
+                                "splits; never reported)" if records else
+                                f"{seeds} (the spec's; these results hold no tuning record)")
     return rows
 
 

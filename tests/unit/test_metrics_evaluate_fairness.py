@@ -169,8 +169,14 @@ def test_the_run_table_shows_the_tuned_setting_and_both_kinds_of_seed(tmp_path):
     assert "(the reported seeds are 1)" in markdown and "### ditto: lam = 1" in markdown
 
 
-def test_a_tuned_rounds_field_without_its_record_is_not_shown_as_the_spec_default():
-    spec = Spec.model_validate(TUNED)
-    assert evaluate_fairness._rounds(spec) == (
+def test_a_tuned_rounds_field_without_its_record_is_not_shown_as_the_spec_default(tmp_path):
+    dirs = [results_dir(tmp_path, m, {"best_val": [0.5, 0.6]})
+            for m in ("local", "fedavg", "fedavg_ft", "ditto")]   # no tuning.json among them
+    evaluate_fairness.run(Spec.model_validate(TUNED), dirs, tmp_path / "report")
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["run"]["rounds"] == (
         "fedavg 20 rounds, local 20 epochs, fedavg_ft: epochs tuned, the choice is not in these "
         "results, ditto 7 rounds")
+    assert report["run"]["tuning seeds"] == "100, 101 (the spec's; these results hold no " \
+        "tuning record)"
+    assert "tuning" not in report  # no record: no grid or choice to show
