@@ -167,18 +167,18 @@ def read_report(spec, run: Path) -> dict:
         return json.loads(path.read_text())
     seeds = sorted(int(p.parent.name.split("-")[1])
                    for p in run.glob(f"{SEEDS}/{layout.RESULTS_CSV}"))
-    entries = {}
+    from pflpipe.stages.evaluate_fairness import rounds_line
+
+    records = {}  # label → its kept tuning record: the report's Rounds line counts the choice
     for kept in sorted(run.glob(f"{SEEDS}/*/{layout.TUNING_JSON}")):
         whole = json.loads(kept.read_text())
-        entries.update(whole["entries"])
+        records.update({label: whole for label in whole["entries"]})
+    entries = {label: record["entries"][label] for label, record in records.items()}
     tuning = {"seeds": whole["seeds"], "entries": entries} if entries else None
-    rounds = ", ".join(f"{e.label or e.name} {getattr(e, 'rounds', None) or spec.federation.rounds}"
-                       " rounds" for e in spec.personalization)
     return {"tuning": tuning, "run": {
         "data": f"{spec.dataset.name}, {spec.partition.strategy}, {spec.partition.n_clients} "
                 "clients; no report: the run stopped before evaluate_fairness",
-        "seeds": ", ".join(map(str, seeds)),
-        "rounds": f"fedavg {spec.federation.rounds}, {rounds}"}}
+        "seeds": ", ".join(map(str, seeds)), "rounds": rounds_line(spec, records)}}
 
 
 def section(spec_path: Path, run: Path, commit: str, ran_by: str = "`pflpipe run`") -> str:

@@ -240,7 +240,7 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
     info = {"experiment": spec.experiment.name, "spec hash": spec.content_hash(), **run_info,
             "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
                     f"{spec.partition.n_clients} clients",
-            "rounds": _rounds(spec, records), **_seed_rows(spec, reported, records)}
+            "rounds": rounds_line(spec, records), **_seed_rows(spec, reported, records)}
     links = tuple((f"seed {s}: {RESULTS}", f"../{layout.seed_folder(s)}/{RESULTS}")
                   for s in sorted(seeds))
     chosen = tuple(name for (folder, name) in PICTURES if folder == "persfl" and name in images)
@@ -303,14 +303,14 @@ def _tuning(spec, records: dict[str, dict], reported: list[int]) -> dict:
             "warning": unequal_tuning(spec)}
 
 
-def _rounds(spec, records: dict[str, dict] | None = None) -> str:
+def rounds_line(spec, records: dict[str, dict] | None = None) -> str:
     """How long each model that ran trained, e.g. ``fedavg 30 rounds, local 20 epochs, ...``.
 
     A tuned entry counts with the setting chosen for it (`records`, `tuning_records`); where its
     grid chose the rounds (or epochs), the line says so and on which seeds.
 
     >>> from pflpipe.spec import Spec
-    >>> _rounds(Spec.model_validate({"experiment": {"name": "t"}, "dataset": {"name": "digits"},
+    >>> rounds_line(Spec.model_validate({"experiment": {"name": "t"}, "dataset": {"name": "digits"},
     ...                              "partition": {"strategy": "ds1", "n_clients": 2},
     ...                              "personalization": []}))
     'fedavg 20 rounds'

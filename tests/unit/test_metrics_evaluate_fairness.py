@@ -93,8 +93,8 @@ def test_the_rounds_row_names_only_the_models_that_ran():
     alone = Spec.model_validate({**base, "personalization": []})
     with_local = Spec.model_validate({**base, "personalization": [{"name": "ditto"}]})
 
-    assert evaluate_fairness._rounds(alone) == "fedavg 20 rounds"
-    assert evaluate_fairness._rounds(with_local) == ("fedavg 20 rounds, local 20 epochs, "
+    assert evaluate_fairness.rounds_line(alone) == "fedavg 20 rounds"
+    assert evaluate_fairness.rounds_line(with_local) == ("fedavg 20 rounds, local 20 epochs, "
                                                      "ditto 20 rounds")
 
 

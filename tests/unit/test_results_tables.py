@@ -117,5 +117,8 @@ def test_a_run_stopped_before_the_report_reads_the_seeds_and_the_kept_tuning(tab
             {"values": {"lam": 0.1}, "scores": {"100": 0.5, "101": 0.7}, "mean": 0.6}]}}}))
     text = tables.section(SPEC, run, "abc1234")
     assert "**Reported seeds** 0, 1; **tuning seeds** 100, 101" in text
+    # the report's own Rounds line (a tuned entry counted with its choice; the local baseline)
+    assert ("- Rounds: fedavg 20 rounds, local 20 epochs, ditto 20 rounds, fedprox 20 rounds, "
+            "fedper 20 rounds.") in text
     assert line(text, "| ditto |").startswith("| ditto | lam **0.1**;")
     assert line(text, "| ditto | lam 0.1 |") == "| ditto | lam 0.1 | 50.0 | 70.0 | 60.0 | ✓ |"
