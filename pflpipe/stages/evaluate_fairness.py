@@ -310,9 +310,9 @@ def rounds_line(spec, records: dict[str, dict] | None = None) -> str:
     grid chose the rounds (or epochs), the line says so and on which seeds.
 
     >>> from pflpipe.spec import Spec
-    >>> rounds_line(Spec.model_validate({"experiment": {"name": "t"}, "dataset": {"name": "digits"},
-    ...                              "partition": {"strategy": "ds1", "n_clients": 2},
-    ...                              "personalization": []}))
+    >>> rounds_line(Spec.model_validate({
+    ...     "experiment": {"name": "t"}, "dataset": {"name": "digits"},
+    ...     "partition": {"strategy": "ds1", "n_clients": 2}, "personalization": []}))
     'fedavg 20 rounds'
     """
     from pflpipe.spec.tuning import rounds_field, with_values
