@@ -8,7 +8,8 @@ federation of K × M clients (run k owns clients k·M … k·M + M − 1) and ev
 the clients of all runs at once. Each run ends with exactly the numbers it has alone, to the bit:
 
 - every random draw is keyed as the run alone keys it: by the run's seed and stream and the
-  client's id within its run (mini-batch orders, noise, the sampled clients, evaluation keys, server draws);
+  client's id within its run (mini-batch orders, noise, the sampled clients, evaluation keys,
+  server draws);
 - local training is one vmapped step over all runs' members (a member's arithmetic does not
   depend on how many members share the step);
 - the server-side hooks run run by run, a loop of K (`Members`), each with its run's algorithm:
@@ -99,7 +100,7 @@ class Members(Repeated):
         return variants.view(self.inner, {name: state[RUN_GROUP][name] for name in self.varying})
 
     def _per_repetition(self, round, fn, *extra):
-        """fn(run's algorithm, Round of one run, *extra) run by run, stacked [K, ...] (module doc)."""
+        """fn(run's algorithm, Round of one run, *extra) run by run: [K, ...] (module's doc)."""
         blocks, size = self._blocks(round), round.n_clients // self.repetitions
         server = {name: group for name, group in round.server.items() if name != "global"}
         outs = []
