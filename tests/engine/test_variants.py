@@ -90,3 +90,89 @@ def test_variants_that_cannot_vary_per_member_are_refused_by_name(setup, labels,
         personalize.run_variants([(spec, label) for label in labels], SEEDS, parts,
                                  checkpoints, [[out / f"no/{label}{s}" for s in SEEDS]
                                                for label in labels], resume="none")
+
+
+TUNED = """\
+experiment: {{name: grid, output_dir: {out}, seeds: [0, 1]}}
+dataset: {{name: digits}}
+partition: {{strategy: ds1, n_clients: 4, classes_per_client: 4}}
+federation: {{rounds: 2}}
+engine: {{compile: false, seeds_as_members: true}}
+personalization:
+  - {{name: ditto, rounds: 2}}
+tuning:
+  seeds: [7]
+  budget: {{rounds: 2}}
+  entries:
+    - entry: ditto
+      grid: {{lam: [0.05, 0.5, 2.0]}}
+"""
+
+
+def test_tuning_grid_points_as_members_write_every_file_of_their_tune_point_tasks(tmp_path):
+    # Prepare: the tuning seed's train_members task as the pipeline hands it its specs
+    import json
+
+    from pflpipe.pipelines.cache import tuning_members_specs_json
+    from pflpipe.spec import Spec
+    from pflpipe.stages import train_members, tune_point
+
+    spec = parse_spec(TUNED.format(out=tmp_path))
+    specs = {k: Spec.model_validate(v)
+             for k, v in json.loads(tuning_members_specs_json(spec)).items()}
+    points = [name for name in specs if name.startswith("tune_point")]
+
+    # Execute: the members task, then each grid point's own tune_point task, resuming
+    result = train_members.run(specs, tmp_path / "members")
+    stores = tmp_path / "checkpoints"
+    before = {p: p.stat().st_mtime_ns for p in stores.rglob("*") if p.is_file()}
+    seed_dir = tmp_path / "members/seed-7"
+    for i, name in enumerate(points):
+        values = json.loads(name.split("] ", 1)[1])
+        tune_point.run(specs[name], 7, "ditto", values, seed_dir / "partition",
+                       seed_dir / "checkpoints", tmp_path / f"again/{i}")
+    after = {p: p.stat().st_mtime_ns for p in stores.rglob("*") if p.is_file()}
+    for i, name in enumerate(points):   # and alone, from scratch
+        values = json.loads(name.split("] ", 1)[1])
+        tune_point.run(specs[name], 7, "ditto", values, seed_dir / "partition",
+                       seed_dir / "checkpoints", tmp_path / f"alone/{i}", resume="none")
+
+    # Assert: one unit of the three points; nothing trained again; every file to the byte
+    assert result.grouped == ["warm_start_fedavg", " + ".join(points)]
+    assert after == before
+    scores = set()
+    members_points = sorted(seed_dir.glob("tune_point[[]ditto[]]-*"))
+    assert len(members_points) == 3
+    by_lam = {json.loads((d / "point.json").read_text())["values"]["lam"]: d
+              for d in members_points}
+    for i, name in enumerate(points):
+        _assert_same_files(tmp_path / f"alone/{i}", tmp_path / f"again/{i}")
+        _assert_same_files(tmp_path / f"alone/{i}",
+                           by_lam[json.loads(name.split("] ", 1)[1])["lam"]])
+        scores.add(json.loads((tmp_path / f"alone/{i}/point.json").read_text())["score"])
+    assert len(scores) == 3   # the points differ
+
+
+def test_validate_names_each_unit_of_variants_and_why_others_train_apart(tmp_path, capsys):
+    # Prepare: the spec above with the switch on, as a file
+    from pflpipe.cli import main
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC.format(out=tmp_path).replace(
+        "engine: {compile: false}", "engine: {compile: false, seeds_as_members: true}"))
+
+    # Execute
+    code = main(["validate", str(path)])
+
+    # Assert: variants joined in one unit; the entries that differ in more train apart, named
+    out = capsys.readouterr().out
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("  train_members"))
+    assert ("personalize[ditto-a] + personalize[ditto-b], personalize[pfedme-a] + "
+            "personalize[pfedme-b], personalize[prox-a] + personalize[prox-b], "
+            "personalize[pfedme-lam], personalize[ditto-epochs]: the 2 seeds") in line
+    assert ("apart: personalize[pfedme-a] + personalize[pfedme-b] and personalize[pfedme-lam] "
+            "(lam cannot differ between members of one batched run; pfedme takes per member: "
+            "beta)") in out
+    assert ("apart: personalize[ditto-a] + personalize[ditto-b] and personalize[ditto-epochs] "
+            "(personal_epochs cannot differ") in out
