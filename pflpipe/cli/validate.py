@@ -132,7 +132,8 @@ def _members_lines(spec, specs, which: str) -> list[str]:
 
     grouped, per_seed = groups(spec, specs)
     seeds = spec.experiment.seeds
-    lines = [f"  train_members       {', '.join(grouped)}: the {len(seeds)} {which} as members "
+    counted = f"the {len(seeds)} {which}" if len(seeds) > 1 else f"the one {which[:-1]}"
+    lines = [f"  train_members       {', '.join(grouped)}: {counted} as members "
              f"of one federation each, in one task before the {which} loop (their per-seed "
              "tasks then reuse its checkpoints)" if grouped else
              f"  train_members       nothing to group over the {which}: every task trains per "
@@ -141,7 +142,7 @@ def _members_lines(spec, specs, which: str) -> list[str]:
         lines.append(f"    'a{JOINED}b': hyper-parameter variants of one algorithm (entries or "
                      f"grid points), every variant × seed a member of one federation")
     lines += [f"    per seed: {task} ({why})" for task, why in per_seed.items()]
-    lines += [f"    apart: {units} ({why})" for units, why in apart(spec, specs).items()]
+    lines += [f"    apart from {units} ({why})" for units, why in apart(spec, specs).items()]
     return lines
 
 

@@ -118,15 +118,20 @@ def groups(spec, specs: dict[str, object] | None = None) -> tuple[list[str], dic
 
 
 def apart(spec, specs: dict[str, object] | None = None) -> dict[str, str]:
-    """Grouped entries of one algorithm that train in separate units, and why (units → reason)."""
+    """Units of one algorithm's entries that train apart, and why ("first: others" → reason).
+
+    Each unit is set against the first unit of its algorithm; those apart for the same reason
+    share one line.
+    """
     units = [unit.split(JOINED) for unit in groups(spec, specs)[0]]
-    out = {}
+    lines: dict[tuple[str, str], list[str]] = {}
     for i, unit in enumerate(units):
-        for other in units[i + 1:]:
-            why = _variant_reason(spec, specs, unit[0], other[0])
-            if why is not None and why != "different algorithms":
-                out[f"{JOINED.join(unit)} and {JOINED.join(other)}"] = why
-    return out
+        for first in units[:i]:
+            why = _variant_reason(spec, specs, first[0], unit[0])
+            if why != "different algorithms":
+                lines.setdefault((JOINED.join(first), why), []).append(JOINED.join(unit))
+                break
+    return {f"{first}: {', '.join(others)}": why for (first, why), others in lines.items()}
 
 
 def _names(spec, specs) -> list[str]:

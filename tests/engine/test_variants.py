@@ -171,8 +171,8 @@ def test_validate_names_each_unit_of_variants_and_why_others_train_apart(tmp_pat
     assert ("personalize[ditto-a] + personalize[ditto-b], personalize[pfedme-a] + "
             "personalize[pfedme-b], personalize[prox-a] + personalize[prox-b], "
             "personalize[pfedme-lam], personalize[ditto-epochs]: the 2 seeds") in line
-    assert ("apart: personalize[pfedme-a] + personalize[pfedme-b] and personalize[pfedme-lam] "
+    assert ("apart from personalize[pfedme-a] + personalize[pfedme-b]: personalize[pfedme-lam] "
             "(lam cannot differ between members of one batched run; pfedme takes per member: "
             "beta)") in out
-    assert ("apart: personalize[ditto-a] + personalize[ditto-b] and personalize[ditto-epochs] "
+    assert ("apart from personalize[ditto-a] + personalize[ditto-b]: personalize[ditto-epochs] "
             "(personal_epochs cannot differ") in out
