@@ -26,11 +26,16 @@ personalization:
   - {{name: pfedme, label: pfedme-b, rounds: 2, beta: 0.7}}
   - {{name: fedprox, label: prox-a, rounds: 2, mu: 0.01, warm_start: none}}
   - {{name: fedprox, label: prox-b, rounds: 2, mu: 0.3}}
+  - {{name: scaffold, label: scaffold-a, rounds: 2, server_lr: 1.0}}
+  - {{name: scaffold, label: scaffold-b, rounds: 2, server_lr: 0.5}}
+  - {{name: apfl, label: apfl-a, rounds: 2, alpha: 0.25}}
+  - {{name: apfl, label: apfl-b, rounds: 2, alpha: 0.75}}
   - {{name: pfedme, label: pfedme-lam, rounds: 2, lam: 5.0}}
   - {{name: ditto, label: ditto-epochs, rounds: 2, personal_epochs: 2, client_fraction: 0.5}}
 """
 VARIANTS = {"ditto": ["ditto-a", "ditto-b"], "pfedme": ["pfedme-a", "pfedme-b"],
-            "fedprox": ["prox-a", "prox-b"]}
+            "fedprox": ["prox-a", "prox-b"], "scaffold": ["scaffold-a", "scaffold-b"],
+            "apfl": ["apfl-a", "apfl-b"]}
 
 
 def _files(root: Path) -> dict[Path, Path]:
@@ -170,7 +175,9 @@ def test_validate_names_each_unit_of_variants_and_why_others_train_apart(tmp_pat
     line = next(line for line in out.splitlines() if line.startswith("  train_members"))
     assert ("personalize[ditto-a] + personalize[ditto-b], personalize[pfedme-a] + "
             "personalize[pfedme-b], personalize[prox-a] + personalize[prox-b], "
-            "personalize[pfedme-lam], personalize[ditto-epochs]: the 2 seeds") in line
+            "personalize[scaffold-a] + personalize[scaffold-b], personalize[apfl-a] + "
+            "personalize[apfl-b], personalize[pfedme-lam], personalize[ditto-epochs]: the 2 "
+            "seeds") in line
     assert ("apart from personalize[pfedme-a] + personalize[pfedme-b]: personalize[pfedme-lam] "
             "(lam cannot differ between members of one batched run; pfedme takes per member: "
             "beta)") in out
