@@ -2,7 +2,8 @@
 
     python benchmarks/protocol.py [--splits ds1,ds2,ds3] [--seeds 5] [--pool 70000]
                                   [--rounds R] [--epochs E] [--device cpu|cuda]
-                                  [--compile auto|true|false] [--no-tracking] [--write-docs]
+                                  [--compile auto|true|false] [--no-tracking] [--work DIR]
+                                  [--write-docs | --profile]
 
 The defaults are the protocol of issue 31: an MNIST-sized synthetic pool (70,000 samples of 784
 features, labels learnable by a linear model: the Synthetic-IID recipe of
@@ -20,13 +21,17 @@ federation). The engine settings are the only difference, so whatever the engine
 the switch is on is what is measured. Every task's wall seconds come from the CLI's task lines
 (kfp.local's start to finish, process start and exit included); the grouped task's inner stages
 from the times its outputs were written. Prints per split and stage the task seconds of both
-runs, the run's wall and the ratio, the load average beside each run, and — when --rounds or
---epochs cut the protocol — the full protocol extrapolated: a round-bound task (warm start,
-select_teachers, personalize, and their part of train_members) as its fixed cost (a task of
-that run that trained nothing) plus its measured rest × full rounds / rounds; the distillation
-grid likewise × full epochs / epochs; the wall grows by the extra task seconds of the seeds loop
-over its 2 tasks at once, and by the grouped task's extra in full. `--write-docs` puts the
-tables into docs/performance.md's "Protocol" section.
+runs, the run's wall and the ratio, the load average beside each run, and — when --rounds,
+--epochs or --pool cut the protocol — the full protocol extrapolated, linearly: a task's fixed
+cost (the median task of the grouped run that trained nothing: process start, imports, reading
+the partition, writing results) stays, its rest is multiplied by full rounds / rounds for a
+round-bound task (warm start, select_teachers, personalize, and their parts of train_members),
+by full epochs / epochs for the distillation grid, and by 70,000 / pool for every task but
+collect_results and evaluate_fairness; the wall grows by the extra task seconds of the seeds loop
+over its 2 tasks at once, and by the grouped task's extra in full (it runs alone).
+`--write-docs` puts the tables into docs/performance.md's "Protocol" section. `--profile`, instead
+of the runs, splits the CPU seconds of the training train_members groups, in this process under
+cProfile, seed by seed against grouped: training steps, evaluation, checkpoints, server steps.
 """
 
 import argparse
@@ -55,6 +60,8 @@ TASK_START = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - INFO - Executing task 'train-
 #: Tasks whose cost grows with the rounds; the distillation grid's grows with its epochs.
 ROUND_BOUND = ("warm_start_fedavg", "select_teachers", "personalize[")
 GRID = "distill_grid_search"
+#: Tasks whose cost does not grow with the pool's samples (tables and tracking of every seed).
+POOL_FREE = ("collect_results", "evaluate_fairness")
 
 
 def write_pool(root: Path, samples: int) -> None:
@@ -150,6 +157,7 @@ def scale(name: str, seconds: float, count: int, fixed: float, factors: dict) ->
     stem = name.strip()
     factor = (factors["epochs"] if stem == GRID else
               factors["rounds"] if stem.startswith(ROUND_BOUND) else 1.0)
+    factor *= 1.0 if stem in POOL_FREE else factors["pool"]
     rest = max(seconds - fixed * count, 0.0)
     return seconds + rest * (factor - 1.0)
 
@@ -205,6 +213,74 @@ def _ratio(apart: float | None, together: float | None) -> str:
     return f"{apart / together:.2f}×" if apart and together else ""
 
 
+#: What the profile splits a training stage's CPU into: (row, qualified function names).
+PARTS = (("training steps", ("federation.py:_train",)),
+         ("evaluation (forward passes, best-model tracking)", ("federation.py:_evaluate",)),
+         ("checkpoints (every round's global model, the last state)",
+          ("checkpoint.py:save", "checkpoint.py:keep")),
+         ("server steps (aggregation, run by run)", ("server_step",)),
+         ("data: reading the partition", ("files.py:load_tensors",)),
+         ("results: tables, models, summary", ("results.py:write_results",)))
+
+
+def profile(args, split: str, work: Path, pool: Path) -> list[str]:
+    """CPU of the grouped training (train_members, in this process) against the seeds one by one.
+
+    Both under cProfile in this process (no process start, imports already paid), split into
+    `PARTS`; the stages train_members groups, at the benchmark's pool, rounds and seeds.
+    """
+    import cProfile
+    import pstats
+
+    from pflpipe.pipelines.cache import members_specs_json
+    from pflpipe.spec import Spec, parse_spec
+    from pflpipe.stages import partition_data, train_members
+
+    data = protocol_spec(split, args, work, pool, True)
+    data["engine"]["threads"] = 1   # as `pflpipe run` gives each task on 2 cores
+    spec = parse_spec(yaml.safe_dump(data))
+    specs = {k: Spec.model_validate(v) for k, v in json.loads(members_specs_json(spec)).items()}
+    rows = {}
+    for mode in ("per seed", "grouped"):
+        out, profiler = work / "profile" / mode, cProfile.Profile(time.process_time)
+        start = time.process_time()
+        profiler.enable()
+        if mode == "grouped":
+            train_members.run(specs, out, resume="none")
+        else:
+            for seed in spec.experiment.seeds:
+                partition_data.run(specs["partition_data"], seed, out / f"seed-{seed}/partition")
+                _per_seed(specs, seed, out / f"seed-{seed}")
+        profiler.disable()
+        stats = pstats.Stats(profiler).stats
+        rows[mode] = {"all": time.process_time() - start, **{
+            part: sum(v[3] for (file, _, fn), v in stats.items()
+                      if any(f"{Path(file).name}:{fn}".endswith(n) for n in names))
+            for part, names in PARTS}}
+    from pflpipe.markdown import table as markdown
+
+    cells = [[part, f"{rows['per seed'][part]:.1f}", f"{rows['grouped'][part]:.1f}",
+              _ratio(rows["per seed"][part], rows["grouped"][part])]
+             for part in ["all", *(p for p, _ in PARTS)]]
+    return markdown(["CPU s (in-process, cProfile)", "per seed", "grouped", "ratio"], cells,
+                    "lrrr")
+
+
+def _per_seed(specs: dict, seed: int, out: Path) -> None:
+    """The tasks train_members groups, for one seed, as its own tasks run them."""
+    from pflpipe.stages import personalize, train_local, warm_start_fedavg
+
+    part, checkpoints = out / "partition", out / "checkpoints"
+    for name, spec in specs.items():
+        if name == "warm_start_fedavg":
+            warm_start_fedavg.run(spec, seed, part, checkpoints, out / name, resume="none")
+        elif name == "train_local":
+            train_local.run(spec, seed, part, out / name, resume="none")
+        elif name.startswith("personalize["):
+            personalize.run(spec, seed, name[12:-1], part, checkpoints, out / name,
+                            resume="none")
+
+
 def main() -> None:
     """Run each split both ways; print the table (and write it into the docs)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -220,16 +296,24 @@ def main() -> None:
     parser.add_argument("--work", type=Path, help="keep the runs here (default: a temporary "
                         "dir); a run already there (its run.json) is tabulated, not rerun")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="instead of the runs: the "
+                        "grouped training's CPU against the seeds one by one, in-process, by part")
     args = parser.parse_args()
     work = (args.work or Path(tempfile.mkdtemp(prefix="pflpipe-protocol-"))).absolute()
     (work / "data").mkdir(parents=True, exist_ok=True)
     write_pool(work / "data", args.pool)
+    if args.profile:
+        for split in args.splits.split(","):
+            load = os.getloadavg()[0]
+            lines = profile(args, split, work / split, work / "data" / "pool.npz")
+            print(f"{split}, load {load:.1f} → {os.getloadavg()[0]:.1f}:", *lines, sep="\n")
+        return
     rows, totals = [], []
     for split in args.splits.split(","):
         full_rounds = yaml.safe_load((ROOT / "specs" / f"persfl-mnist-{split}.yaml").read_text())[
             "federation"]["rounds"]
         factors = {"rounds": full_rounds / (args.rounds or full_rounds),
-                   "epochs": 10 / (args.epochs or 10)}
+                   "epochs": 10 / (args.epochs or 10), "pool": 70_000 / args.pool}
         runs = {}
         for members in (False, True):
             out = work / split / ("members" if members else "per-seed")
@@ -241,7 +325,7 @@ def main() -> None:
         split_table, total = split_rows(split, runs, factors)
         rows += split_table
         totals.append((split, runs, total, factors))
-    cut = bool(args.rounds or args.epochs)
+    cut = bool(args.rounds or args.epochs or args.pool != 70_000)
     lines = [f"`{' '.join(sys.argv[1:]) or '(defaults)'}`: pool {args.pool}, {args.seeds} seeds, "
              f"rounds {args.rounds or 'the specs’'}, distillation epochs {args.epochs or 10}, "
              f"device {args.device}, compile {args.compile}, tracking "
@@ -252,7 +336,8 @@ def main() -> None:
                           f"{runs[m]['load'][1]:.1f}" for m in (False, True))
         lines.append(f"- {split}: {loads}; fixed cost of a task that trains nothing "
                      f"{total['fixed']:.1f} s; full-protocol factors: rounds "
-                     f"×{factors['rounds']:g}, distillation epochs ×{factors['epochs']:g}")
+                     f"×{factors['rounds']:g}, distillation epochs ×{factors['epochs']:g}, "
+                     f"pool ×{factors['pool']:g}")
     print("\n".join(lines))
     print(f"runs kept in {work}")
     if args.write_docs:
