@@ -168,20 +168,22 @@ def split_rows(split: str, runs: dict[bool, dict], factors: dict) -> tuple[list,
     stages = {m: by_stage(runs[m]["tasks"]) for m in (False, True)}
     rows, extra = [], {False: 0.0, True: 0.0}
     names = list(dict.fromkeys([*stages[True], *stages[False]]))
+    inner = {part: (seconds, scale(part, seconds, 0, 0.0, factors))
+             for part, seconds in runs[True]["inner"].items()}
     for name in names:
         cells = []
         for m in (False, True):
             seconds, count = stages[m].get(name, (None, 0))
             full = None if seconds is None else scale(name, seconds, count, fixed, factors)
-            if seconds is not None and name != "train_members":
+            if name == "train_members" and inner and seconds:   # alone: its extra in full
+                full = seconds + sum(f - s for s, f in inner.values())
+                extra[m] += full - seconds
+            elif seconds is not None:
                 extra[m] += (full - seconds) / 2   # the seeds loop runs 2 tasks at once
             cells += [seconds, full]
         rows.append((split, name, *cells))
         if name == "train_members":
-            for part, seconds in runs[True]["inner"].items():
-                full = scale(part, seconds, 0, 0.0, factors)
-                extra[True] += full - seconds
-                rows.append((split, part, None, None, seconds, full))
+            rows += [(split, part, None, None, s, f) for part, (s, f) in inner.items()]
     walls = [runs[m]["wall"] for m in (False, True)]
     rows.append((split, "**pflpipe run (wall)**", walls[0], walls[0] + extra[False],
                  walls[1], walls[1] + extra[True]))
