@@ -163,22 +163,33 @@ def scale(name: str, seconds: float, count: int, fixed: float, factors: dict) ->
 
 
 def split_rows(split: str, runs: dict[bool, dict], factors: dict) -> tuple[list, dict]:
-    """Table rows of one split: stage, per-seed s, grouped s, ratio, both extrapolated."""
+    """Table rows of one split: stage, per-seed s, grouped s, ratio, both extrapolated.
+
+    A stage that does the same work in both runs (it is not grouped) is extrapolated once, from
+    the mean of its two measurements, so the load's swings between the runs are not multiplied;
+    a task of the grouped run that found its checkpoints trained stays at its measured seconds.
+    """
     fixed = fixed_cost(runs)
     stages = {m: by_stage(runs[m]["tasks"]) for m in (False, True)}
     rows, extra = [], {False: 0.0, True: 0.0}
-    names = list(dict.fromkeys([*stages[True], *stages[False]]))
     inner = {part: (seconds, scale(part, seconds, 0, 0.0, factors))
              for part, seconds in runs[True]["inner"].items()}
-    for name in names:
+    grouped = {part.strip() for part in inner}
+    for name in dict.fromkeys([*stages[True], *stages[False]]):
+        both = [stages[m][name] for m in (False, True) if name in stages[m]]
+        mean = [sum(x) / len(both) for x in zip(*both, strict=True)]
         cells = []
         for m in (False, True):
             seconds, count = stages[m].get(name, (None, 0))
-            full = None if seconds is None else scale(name, seconds, count, fixed, factors)
-            if name == "train_members" and inner and seconds:   # alone: its extra in full
+            if seconds is None:
+                full = None
+            elif name == "train_members" and inner:   # it runs alone: its extra in full
                 full = seconds + sum(f - s for s, f in inner.values())
                 extra[m] += full - seconds
-            elif seconds is not None:
+            else:
+                full = ((seconds if m else scale(name, seconds, count, fixed, factors))
+                        if name in grouped else   # trained by train_members when grouped
+                        seconds + scale(name, *mean, fixed, factors) - mean[0])
                 extra[m] += (full - seconds) / 2   # the seeds loop runs 2 tasks at once
             cells += [seconds, full]
         rows.append((split, name, *cells))

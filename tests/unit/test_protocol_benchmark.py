@@ -62,3 +62,14 @@ def test_walls_grow_by_the_loops_extra_over_two_and_the_grouped_tasks_in_full(be
     # per seed: (24 - 20) × 39 = 156 extra task seconds, 2 at once; grouped: 3 × 39 in full
     assert total["full"] == pytest.approx([100.0 + 78.0, 60.0 + 117.0])
     assert ("ds1", "  warm_start_fedavg", None, None, 3.0, pytest.approx(120.0)) in rows
+
+
+def test_work_done_the_same_both_ways_is_extrapolated_once_from_the_mean(bench):
+    # the grid runs per seed in both: 30 s and 20 s measured (the load moved), 10 s fixed
+    grid = [("distill_grid_search · seed 0", 30.0)], [("distill_grid_search · seed 0", 20.0)]
+    runs = {m: {"wall": 100.0, "tasks": list(grid[m]), "inner": {}} for m in (0, 1)}
+    runs[True]["tasks"].append(("warm_start_fedavg · seed 0", 10.0))
+    rows, _ = bench.split_rows("ds1", {False: runs[0], True: runs[1]}, FACTORS)
+    # the mean, 25 s: 15 s of work × 40 more: each run's own seconds + 585
+    assert rows[0] == ("ds1", "distill_grid_search", 30.0, pytest.approx(615.0), 20.0,
+                       pytest.approx(605.0))
