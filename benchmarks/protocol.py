@@ -211,6 +211,8 @@ def table(rows: list, cut: bool) -> list[str]:
         header += ["per seed, full s", "grouped, full s", "full ratio"]
     cells = []
     for split, name, apart, apart_full, together, together_full in rows:
+        if name.startswith("  "):   # a part of train_members, the first with the task's start
+            name = f"› {'start, ' if name == '  partition_data' else ''}{name.strip()}"
         row = [split, name, _s(apart), _s(together), _ratio(apart, together)]
         if cut:
             row += [_s(apart_full), _s(together_full), _ratio(apart_full, together_full)]
