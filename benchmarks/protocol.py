@@ -325,10 +325,10 @@ def main() -> None:
         return
     rows, totals = [], []
     for split in args.splits.split(","):
-        full_rounds = yaml.safe_load((ROOT / "specs" / f"persfl-mnist-{split}.yaml").read_text())[
-            "federation"]["rounds"]
-        factors = {"rounds": full_rounds / (args.rounds or full_rounds),
-                   "epochs": 10 / (args.epochs or 10), "pool": 70_000 / args.pool}
+        full = yaml.safe_load((ROOT / "specs" / f"persfl-mnist-{split}.yaml").read_text())
+        rounds, epochs = full["federation"]["rounds"], full["distillation"]["epochs"]
+        factors = {"rounds": rounds / (args.rounds or rounds),
+                   "epochs": epochs / (args.epochs or epochs), "pool": 70_000 / args.pool}
         runs = {}
         for members in (False, True):
             out = work / split / ("members" if members else "per-seed")
