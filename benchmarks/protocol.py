@@ -64,13 +64,16 @@ GRID = "distill_grid_search"
 POOL_FREE = ("collect_results", "evaluate_fairness")
 
 
-def write_pool(root: Path, samples: int) -> None:
-    """The MNIST-sized pool: `samples` × 784 features, 10 learnable classes, as pool.npz."""
+def write_pool(path: Path, samples: int) -> None:
+    """The MNIST-sized pool: `samples` × 784 features, 10 learnable classes, at `path` (.npz)."""
+    if path.exists():   # the same samples draw the same pool
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
     clients = 70
     drawn = synthetic(clients, np.random.default_rng(0), iid=True, dimension=784, n_classes=10,
                       mean_samples=np.log(samples / clients - 49), sigma_samples=0.0,
                       min_samples=50)
-    np.savez(root / "pool.npz", x=drawn.x[:samples].astype(np.float32), y=drawn.y[:samples])
+    np.savez(path, x=drawn.x[:samples].astype(np.float32), y=drawn.y[:samples])
 
 
 def protocol_spec(split: str, args, out: Path, pool: Path, members: bool) -> dict:
@@ -91,10 +94,12 @@ def protocol_spec(split: str, args, out: Path, pool: Path, members: bool) -> dic
 
 
 def run_once(spec: dict, out: Path) -> dict:
-    """`pflpipe run --fresh` of `spec` in `out`: wall, each task's seconds, train_members' parts."""
+    """`pflpipe run --fresh` of `spec` in `out`: wall, each task's seconds, train_members' parts.
+
+    What it measured is kept in ``out/run.json`` (the runs' files can then be deleted).
+    """
     if (out / "run.json").exists():   # --work of an earlier invocation: tabulate it again
-        return {**json.loads((out / "run.json").read_text()),
-                "inner": members_parts(out / "results")}
+        return json.loads((out / "run.json").read_text())
     out.mkdir(parents=True, exist_ok=True)
     path = out / "spec.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -106,10 +111,11 @@ def run_once(spec: dict, out: Path) -> dict:
     if done.returncode:
         raise SystemExit(f"pflpipe run failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     tasks = [(title, float(s)) for title, s in TASK_LINE.findall(done.stdout)]
-    run = {"wall": wall, "load": (load_before, os.getloadavg()[0]), "tasks": tasks}
+    run = {"wall": wall, "load": (load_before, os.getloadavg()[0]), "tasks": tasks,
+           "inner": members_parts(out / "results")}
     (out / "cli.txt").write_text(done.stdout)
     (out / "run.json").write_text(json.dumps(run, indent=1))
-    return {**run, "inner": members_parts(out / "results")}
+    return run
 
 
 def members_parts(results: Path) -> dict[str, float]:
@@ -316,11 +322,12 @@ def main() -> None:
     args = parser.parse_args()
     work = (args.work or Path(tempfile.mkdtemp(prefix="pflpipe-protocol-"))).absolute()
     (work / "data").mkdir(parents=True, exist_ok=True)
-    write_pool(work / "data", args.pool)
+    pool = work / "data" / f"pool-{args.pool}.npz"
+    write_pool(pool, args.pool)
     if args.profile:
         for split in args.splits.split(","):
             load = os.getloadavg()[0]
-            lines = profile(args, split, work / split, work / "data" / "pool.npz")
+            lines = profile(args, split, work / split, pool)
             print(f"{split}, load {load:.1f} → {os.getloadavg()[0]:.1f}:", *lines, sep="\n")
         return
     rows, totals = [], []
@@ -332,7 +339,7 @@ def main() -> None:
         runs = {}
         for members in (False, True):
             out = work / split / ("members" if members else "per-seed")
-            runs[members] = run_once(protocol_spec(split, args, out, work / "data" / "pool.npz",
+            runs[members] = run_once(protocol_spec(split, args, out, pool,
                                                    members), out)
             print(f"{split} {'grouped' if members else 'per seed'}: {runs[members]['wall']:.0f} s,"
                   f" load {runs[members]['load'][0]:.1f} → {runs[members]['load'][1]:.1f}",
