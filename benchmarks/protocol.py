@@ -27,8 +27,11 @@ cost (the median task of the grouped run that trained nothing: process start, im
 the partition, writing results) stays, its rest is multiplied by full rounds / rounds for a
 round-bound task (warm start, select_teachers, personalize, and their parts of train_members),
 by full epochs / epochs for the distillation grid, and by 70,000 / pool for every task but
-collect_results and evaluate_fairness; the wall grows by the extra task seconds of the seeds loop
-over its 2 tasks at once, and by the grouped task's extra in full (it runs alone).
+collect_results and evaluate_fairness. Work done the same way in both runs is extrapolated once,
+from the mean of its two measurements (the load's swings are not multiplied); tasks of the
+grouped run that find their work done stay as measured. The wall grows by the extra task seconds
+of the seeds loop over its 2 tasks at once, and by the grouped task's extra in full (it runs
+alone).
 `--write-docs` puts the tables into docs/performance.md's "Protocol" section. `--profile`, instead
 of the runs, splits the CPU seconds of the training train_members groups, in this process under
 cProfile, seed by seed against grouped: training steps, evaluation, checkpoints, server steps.
