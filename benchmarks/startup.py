@@ -51,6 +51,20 @@ if os.environ.get("PFLPIPE_STARTUP_LOG"):
                                   "fsyncs": _fsyncs[0], "fsync_s": _fsyncs[1]}) + "\\n")
 
     atexit.register(_record)  # registered first, so it runs after every other exit handler
+    if os.environ.get("PFLPIPE_STARTUP_PROFILE"):   # --profile: cProfile, CPU clock, per process
+        import cProfile
+        _profile = cProfile.Profile(time.process_time)
+
+        def _dump():
+            _profile.disable()
+            argv = sys.argv
+            name = (argv[argv.index("--function_to_execute") + 1]
+                    if "--function_to_execute" in argv else os.path.basename(argv[0]))
+            _profile.dump_stats(os.path.join(os.environ["PFLPIPE_STARTUP_PROFILE"],
+                                             f"{name}-{os.getpid()}.prof"))
+
+        atexit.register(_dump)
+        _profile.enable()
 '''
 TASK = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - \w+ - (?:Executing task '([\w-]+)'|"
                   r"Task '([\w-]+)' finished)", re.M)
@@ -75,6 +89,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=ROOT / "specs" / "persfl-digits.yaml")
     parser.add_argument("--work", type=Path, help="where the run goes (default: a temporary dir)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also write a cProfile (CPU clock) of every process to WORK/profiles")
     parser.add_argument("--set", action="append", default=[], help="a --set of pflpipe run")
     args = parser.parse_args()
     work = (args.work or Path(tempfile.mkdtemp(prefix="pflpipe-startup-"))).absolute()
@@ -87,6 +103,9 @@ def main() -> int:
                         "PYTHONPATH": os.pathsep.join(filter(None, [
                             str(work / "hook"), os.environ.get("PYTHONPATH")])),
                         "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+    if args.profile:
+        (work / "profiles").mkdir(exist_ok=True)
+        env["PFLPIPE_STARTUP_PROFILE"] = str(work / "profiles")
     command = [str(Path(sys.executable).with_name("pflpipe")), "run", str(args.spec), "--fresh",
                "--results", str(work / "results"), *(f"--set={s}" for s in args.set)]
     before, start, cpu = load(), time.monotonic(), os.times()

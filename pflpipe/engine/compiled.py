@@ -139,7 +139,9 @@ class CompiledTrainer(BatchedTrainer):
     def __init__(self, ctx: Context, max_members: int | None = None,
                  on_compile: Callable[[str], None] | None = None):
         super().__init__(ctx, max_members)
-        import torch._dynamo   # here, not at the top: it costs ~2 CPU s to import (with sympy)
+        # Here, not at the top: importing dynamo (and sympy) costs ~2 CPU s, which a stage that
+        # does not compile must not pay (docs/performance.md, start-up).
+        import torch._dynamo  # noqa: F401
 
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir()))
         self._steps: dict[tuple, tuple] = {}   # key -> (eager step, compiled step or None)
