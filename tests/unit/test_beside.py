@@ -12,7 +12,7 @@ from pflpipe.stages.beside import Beside
 
 def _where(path, factor):
     path.write_text(str(factor * 7))
-    return os.getpid(), "colorsys" in sys.modules
+    return os.getpid(), "tabnanny" in sys.modules
 
 
 def _fail(path):
@@ -20,13 +20,13 @@ def _fail(path):
 
 
 def test_the_work_runs_in_another_process_with_arguments_sent_later(tmp_path):
-    assert "colorsys" not in sys.modules   # the child imports it (preload), not this process
+    assert "tabnanny" not in sys.modules   # the child imports it (preload), not this process
 
-    with Beside(_where, preload=("colorsys",)) as side:
+    with Beside(_where, preload=("tabnanny",)) as side:
         side.send(tmp_path / "out", 6)
         pid, preloaded = side.result()
 
-    assert pid != os.getpid() and preloaded and "colorsys" not in sys.modules
+    assert pid != os.getpid() and preloaded and "tabnanny" not in sys.modules
     assert (tmp_path / "out").read_text() == "42"
     assert not multiprocessing.active_children()
 
@@ -45,7 +45,7 @@ def test_the_childs_failure_is_raised_here_as_it_was(tmp_path):
 
 
 def test_a_failure_here_before_sending_ends_the_waiting_child(tmp_path):
-    with pytest.raises(KeyError), Beside(_where, preload=("colorsys",)):
+    with pytest.raises(KeyError), Beside(_where, preload=("tabnanny",)):
         raise KeyError("training failed")
     assert not multiprocessing.active_children() and not (tmp_path / "out").exists()
 
