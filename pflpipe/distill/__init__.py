@@ -1,14 +1,24 @@
-"""PersFL: per-client optimal teachers (stage 1) and λ/T grid-search distillation (stage 2)."""
+"""PersFL: per-client optimal teachers (stage 1) and λ/T grid-search distillation (stage 2).
 
-from pflpipe.distill.grid import (
-    GridConfig,
-    GridResult,
-    chosen_history,
-    run_grid,
-    teacher_logits,
-)
-from pflpipe.distill.objective import distillation_loss, soft_loss
-from pflpipe.distill.teachers import choose_rounds
+The names below are imported when first used (PEP 562), so ``pflpipe.distill.teachers`` and
+``pflpipe.distill.figures`` load without torch (select_teachers imports neither torch nor the
+engine: docs/performance.md, start-up).
+"""
 
-__all__ = ["GridConfig", "GridResult", "choose_rounds", "chosen_history", "distillation_loss",
-           "run_grid", "soft_loss", "teacher_logits"]
+import importlib
+
+_WHERE = {"GridConfig": "grid", "GridResult": "grid", "chosen_history": "grid",
+          "run_grid": "grid", "teacher_logits": "grid", "distillation_loss": "objective",
+          "soft_loss": "objective", "choose_rounds": "teachers"}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])

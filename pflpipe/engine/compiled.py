@@ -31,7 +31,6 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
-from torch._dynamo.utils import counters
 from torch.func import grad, vmap
 
 from pflpipe.engine.noise import step_keys
@@ -140,6 +139,10 @@ class CompiledTrainer(BatchedTrainer):
     def __init__(self, ctx: Context, max_members: int | None = None,
                  on_compile: Callable[[str], None] | None = None):
         super().__init__(ctx, max_members)
+        # Here, not at the top: importing dynamo (and sympy) costs ~2 CPU s, which a stage that
+        # does not compile must not pay (docs/performance.md, start-up).
+        import torch._dynamo  # noqa: F401
+
         os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir()))
         self._steps: dict[tuple, tuple] = {}   # key -> (eager step, compiled step or None)
         self.on_compile, self.compile_seconds = on_compile, 0.0
@@ -173,6 +176,8 @@ class CompiledTrainer(BatchedTrainer):
 
     def _compiled(self, key: tuple, compiled, args: tuple):
         """Run a compiled step; None (and logged, and remembered) when it does not compile."""
+        from torch._dynamo.utils import counters
+
         graphs, start = counters["stats"]["unique_graphs"], time.perf_counter()
         try:
             with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,

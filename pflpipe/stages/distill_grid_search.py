@@ -15,6 +15,7 @@ from pflpipe import layout, markdown
 from pflpipe.distill import GridConfig, chosen_history, run_grid
 from pflpipe.distill.figures import lambda_t_figure
 from pflpipe.stages import common, track_results
+from pflpipe.stages.beside import Beside
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 #: Where (λ, T) is chosen when the partition has no validation split.
@@ -64,8 +65,20 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     history.csv holds each client's chosen student per epoch (epoch 0: the teacher); the
     teachers' table and figure are copied from `teachers_dir`, so the results directory tells
     the whole of PersFL. With `shard` = k, only the k-th of `engine.shards` client shards
-    (`pflpipe.stages.shards` merges the shards' directories).
+    (`pflpipe.stages.shards` merges the shards' directories). The λ–T figure is drawn by a
+    forked process (`pflpipe.stages.beside`), which imports matplotlib while this one trains.
     """
+    with Beside(lambda_t_figure, preload=("matplotlib.figure",), name="λ–T figure") as figure:
+        summary = _distil(spec, seed, Path(partition_dir), Path(checkpoints_dir),
+                          Path(teachers_dir), Path(results_dir), figure, shard)
+        figure.result()
+    track_results.track_model(tracker, spec, seed, Path(results_dir), Path(partition_dir))
+    return summary
+
+
+def _distil(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_dir: Path,
+            out: Path, figure: Beside, shard: int | None) -> DistillResult:
+    """`run` but the tracking: the figure's arguments go to `figure` once the grid is done."""
     s = common.setup(spec, seed, partition_dir, shard)
     dist = spec.distillation
     teachers = json.loads((Path(teachers_dir) / layout.TEACHERS_JSON).read_text())["teachers"]
@@ -82,6 +95,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
         lr=dist.lr or spec.federation.lr, objective=dist.objective,
         selection_split=selection_split, optimizer=common.optimizer(spec), seed=seed)
     grid = run_grid(s.ctx, s.trainer, s.data, params, config)
+    out.mkdir(parents=True, exist_ok=True)
+    figure.send(grid.grid, grid.chosen, out / FIGURES[0])
     model = model_name(spec)
     chosen = tuple({**c, "teacher_round": teachers[c["client"]]["round"]} for c in grid.chosen)
     results = [{"seed": seed, "client": c["client"], "model": model, "split": split,
@@ -92,7 +107,6 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
                for split in common.scored_splits(s.data) for c in chosen]
     summary = DistillResult(model, chosen, sum(c["test_accuracy"] for c in chosen) / len(chosen),
                             selection_split, s.has_validation)
-    out = Path(results_dir)
     models = common.client_models(grid.params, s.data.first_client)
     history = common.history_rows(grid.epoch_compute(
         chosen_history(s.ctx, s.trainer, s.data, params, config, grid.chosen), config.epochs,
@@ -100,10 +114,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     common.write_results(out, results, history, models, summary.to_markdown())
     common.write_csv(out / layout.GRID_CSV, GRID_FIELDS, grid.grid)
     common.write_csv(out / layout.CHOSEN_CSV, CHOSEN_FIELDS, list(chosen))
-    lambda_t_figure(grid.grid, grid.chosen, out / FIGURES[0])
     for name in (layout.TEACHERS_CSV, FIGURES[1]):
         shutil.copyfile(Path(teachers_dir) / name, out / name)
     if shard is not None:
         common.write_shard(out, s.data, summary)
-    track_results.track_model(tracker, spec, seed, out, Path(partition_dir))
     return summary

@@ -10,16 +10,15 @@ links (`context`).
 import json
 import logging
 import math
-import multiprocessing
 import os
 import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe import layout
 from pflpipe.errors import DataError
+from pflpipe.stages.beside import Beside
 from pflpipe.stages.tables import read_csv
 from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
@@ -162,54 +161,20 @@ def _write_beside(report, out_dir: Path, alongside: Callable[[], None]):
     """`write_report(report, out_dir)` in a forked process while `alongside()` runs here.
 
     Drawing the figures (matplotlib) and tracking the seeds (mlflow, torch) share nothing and
-    take seconds each, and kfp.local runs this task alone: the second core would idle. The
-    child inherits the report (nothing is pickled but the written paths), writes the same
-    files, and sends back the paths or its exception, raised here once `alongside` is done.
+    take seconds each, and kfp.local runs this task alone: the second core would idle
+    (`pflpipe.stages.beside`). The child inherits the report and writes the same files; its
+    failure is raised here once `alongside` is done.
     """
+    with Beside(_draw, args=(report, out_dir), name="evaluate_fairness figures") as drawing:
+        alongside()   # a failure here is raised once the child ended (`Beside.close`)
+        return drawing.result()
+
+
+def _draw(report, out_dir: Path):
+    """Write the report (`write_report` looked up when called)."""
     from pflpipe.metrics.report import write_report
 
-    if "fork" not in multiprocessing.get_all_start_methods():
-        files = write_report(report, out_dir)
-        alongside()
-        return files
-    context = multiprocessing.get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    sys.stdout.flush()  # the child must not write this process's buffered output again
-    sys.stderr.flush()
-    child = context.Process(target=_draw, args=(report, out_dir, send), daemon=True,
-                            name="evaluate_fairness figures")
-    child.start()
-    send.close()
-    try:
-        alongside()
-    finally:
-        try:
-            outcome, value = receive.recv()
-        except EOFError:
-            outcome, value = "error", RuntimeError(
-                f"the process drawing the report into {out_dir} died without an answer")
-        child.join()
-    if outcome == "error":
-        raise value
-    return value
-
-
-def _draw(report, out_dir: Path, send) -> None:
-    """The child of `_write_beside`: write the report, send ("ok", paths) or ("error", err)."""
-    import pickle
-
-    from pflpipe.metrics.report import write_report
-
-    try:
-        send.send(("ok", write_report(report, out_dir)))
-    except BaseException as err:  # every failure goes back to the parent
-        try:
-            pickle.loads(pickle.dumps(err))  # the parent must be able to rebuild it
-        except Exception:
-            err = RuntimeError(f"{type(err).__name__}: {err}")
-        send.send(("error", err))
-    finally:
-        send.close()
+    return write_report(report, out_dir)
 
 
 def context(spec, results_dirs: list[Path], run_info: dict[str, str],

@@ -66,8 +66,8 @@ def run(spec, client_file: Path, partition_dir: Path, checkpoints_dir: Path, out
     if spec.distillation.teacher == "last_round":
         row = len(rounds) - 1
     else:
-        row = int(choose_rounds(scores["val"][0][1:, None], scores["val"][1][1:, None],
-                                spec.teachers.criterion)[0]) + 1
+        row = int(choose_rounds(scores["val"][0][1:, None].cpu(),
+                                scores["val"][1][1:, None].cpu(), spec.teachers.criterion)[0]) + 1
     dist = spec.distillation
     config = GridConfig(lambdas=tuple(dist.lambdas), temperatures=tuple(dist.temperatures),
                         epochs=dist.epochs,

@@ -1,6 +1,5 @@
 """Writing a results directory (docs/contracts.md): its tables, its models, its summary."""
 
-import csv
 import dataclasses
 import json
 from pathlib import Path
@@ -13,6 +12,7 @@ from pflpipe.engine.records import COMPUTE, diagnostic_columns
 from pflpipe.engine.tree import Group, Tree
 from pflpipe.layout import HISTORY_CSV, RESULTS_CSV, SHARD_JSON, SUMMARY_MD, client_file
 from pflpipe.stages.rows import HISTORY_FIELDS, RESULT_FIELDS, compute_totals
+from pflpipe.stages.tables import write_csv
 
 
 def write_results(out_dir: Path, results: list[dict], history: list[dict],
@@ -62,17 +62,3 @@ def client_models(model: Tree | Group, first_client: int = 0) -> dict[str, dict]
     n_clients = len(next(iter(flat.values())))
     return {client_file(first_client + c): {k: v[c] for k, v in flat.items()}
             for c in range(n_clients)}
-
-
-def write_csv(path: Path, fields: tuple[str, ...], rows: list[dict]) -> None:
-    """Write `rows` as a CSV with the columns `fields` (other keys of a row are ignored).
-
-    Rows with a ``client`` are written client by client, each client's in their given order:
-    so the merged tables of client shards equal the unsharded ones (`pflpipe.stages.shards`).
-    """
-    if "client" in fields:
-        rows = sorted(rows, key=lambda row: int(row["client"]))
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)

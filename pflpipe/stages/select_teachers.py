@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pflpipe import layout, markdown
 from pflpipe.errors import DataError
-from pflpipe.stages import common
+from pflpipe.stages.tables import read_csv, write_csv
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 FIELDS = ("client", "round", "val_loss", "val_accuracy")
@@ -39,20 +39,23 @@ def _number(value: float | None) -> str:
 
 def run(spec, checkpoints_dir: Path, teachers_dir: Path, *, tracker: Tracker = NULL_TRACKER
         ) -> TeachersResult:
-    """Choose the teachers; write teachers.csv, teachers.json and teacher_rounds.png."""
-    import torch
+    """Choose the teachers; write teachers.csv, teachers.json and teacher_rounds.png.
 
-    from pflpipe.distill import choose_rounds
+    NumPy, not torch: the process imports no torch (docs/performance.md, start-up).
+    """
+    import numpy as np
+
     from pflpipe.distill.figures import teacher_rounds_figure
+    from pflpipe.distill.teachers import choose_rounds
 
     loss, accuracy, rounds = _matrices(Path(checkpoints_dir))
     criterion = spec.teachers.criterion
-    validated = not torch.isnan(loss).all()
+    validated = not np.isnan(loss).all()
     if not validated:
         criterion = "last round: no validation split"
     first = 1 if len(rounds) > 1 else 0   # round 0 is the untrained initial model
     if spec.distillation.teacher == "last_round" or not validated:
-        rows = torch.full((loss.shape[1],), len(rounds) - 1, dtype=torch.long)
+        rows = np.full(loss.shape[1], len(rounds) - 1)
     else:
         rows = choose_rounds(loss[first:], accuracy[first:], criterion) + first
     teachers = tuple({"client": c, "round": rounds[int(r)], "val_loss": _score(loss[r, c]),
@@ -60,7 +63,7 @@ def run(spec, checkpoints_dir: Path, teachers_dir: Path, *, tracker: Tracker = N
                      for c, r in enumerate(rows.tolist()))
     out = Path(teachers_dir)
     out.mkdir(parents=True, exist_ok=True)
-    common.write_csv(out / layout.TEACHERS_CSV, FIELDS, list(teachers))
+    write_csv(out / layout.TEACHERS_CSV, FIELDS, list(teachers))
     (out / layout.TEACHERS_JSON).write_text(json.dumps({"criterion": criterion,
                                                    "teacher": spec.distillation.teacher,
                                                    "teachers": list(teachers)}, indent=2))
@@ -81,26 +84,26 @@ def _matrices(checkpoints_dir: Path):
 
     Without a validation split (round_metrics.csv has only test rows) both are NaN.
     """
-    import torch
+    import numpy as np
 
     path = checkpoints_dir / layout.ROUND_METRICS_CSV
     if not path.is_file():
         raise DataError(f"{checkpoints_dir} has no {path.name}; run warm_start_fedavg first")
-    every = common.read_csv(path)
+    every = read_csv(path)
     rows = [r for r in every if r["split"] == "val"]
     if not rows:
         rounds = sorted({int(r["round"]) for r in every})
         clients = {int(r["client"]) for r in every}
-        loss = torch.full((len(rounds), len(clients)), float("nan"))
-        return loss, loss.clone(), rounds
+        loss = np.full((len(rounds), len(clients)), np.nan, dtype=np.float32)
+        return loss, loss.copy(), rounds
     rounds = sorted({int(r["round"]) for r in rows})
     clients = sorted({int(r["client"]) for r in rows})
     position = {r: i for i, r in enumerate(rounds)}
-    loss = torch.full((len(rounds), len(clients)), float("nan"))
-    accuracy = torch.full_like(loss, float("nan"))
+    loss = np.full((len(rounds), len(clients)), np.nan, dtype=np.float32)  # as torch's were
+    accuracy = np.full_like(loss, np.nan)
     for row in rows:
         i, c = position[int(row["round"])], int(row["client"])
         loss[i, c], accuracy[i, c] = float(row["loss"]), float(row["accuracy"])
-    if torch.isnan(loss).any():
+    if np.isnan(loss).any():
         raise DataError(f"{path}: some client has no validation score in some round")
     return loss, accuracy, rounds
