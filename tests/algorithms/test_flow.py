@@ -182,7 +182,9 @@ def test_flow_with_the_shipped_settings_routes_instances_both_ways_on_dirichlet_
     # before scoring), the last routed layer's share hard-routed to global lies strictly inside
     # 5 %-95 % (21.7 % at seed 0; 28 % and 32 % at seeds 1, 2), and every layer's mean π_g too.
     # The hidden layer's hard share is not asserted: it is 0 % here (0 %, 10 % at seeds 1, 2;
-    # docs/results.md: no λ of the paper's grid routes it per instance on every seed).
+    # docs/results.md: no searched setting — λ grid, optimizer, lr, E_l, E_g, split, input
+    # normalisation, Eq. 5 reading — routes it per instance on every tuning seed with a
+    # working global model).
     pis = []
     for client in range(s.data.n_clients):
         x, _ = s.data.test.client(client)
