@@ -12,7 +12,12 @@ strictly inside 5-95 %. Run it on tuning seeds only (never the reported ones).
         --lam 0.1 0.01 0.001 0.0001 --momentum 0 0.9
 
 Defaults: 20 clients, α = 0.1, 60 rounds, half the clients per round, 3 local epochs, batch 20,
-lr 0.05, Eq. 5 `standalone` (`--global-update routed` for the paper-text reading).
+lr 0.05, Eq. 5 `standalone` (`--global-update routed` for the paper-text reading), digits scaled
+to [0, 1] (`--normalization standard` or `per_feature` standardise them). `--split` and
+`--local-epochs-first` set Flow's ζ_l share and E_l (the paper allows E_l ≠ E_g; Appendix D.3
+tries other splits);
+`--router-lr-scale` multiplies the routing network's learning rate only: a probe, neither the
+paper's (one learning rate η) nor the reference code's (one optimizer for every group).
 """
 
 import argparse
@@ -20,6 +25,7 @@ import itertools
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -50,17 +56,33 @@ def shares(federation: Federation, result, split) -> dict[str, list[float]]:
             "mixed_clients": ((clients > 0.05) & (clients < 0.95)).sum(0).tolist()}
 
 
+class ScaledRouterLr(Flow):
+    """Flow whose routing network trains at `scale` × the learning rate (`--router-lr-scale`)."""
+
+    scale = 1.0
+
+    def phases(self):
+        """Flow's phases, the router's group at its own learning rate."""
+        local, routing = super().phases()
+        return local, replace(routing, group_lr={"router": self.lr * self.scale})
+
+
 def run_point(s, seed: int, args, lam: float, momentum: float) -> dict:
     """Train one grid point on one seed; its scores and routing."""
     start = time.perf_counter()
-    flow = Flow(FlowParams(name="flow", lam=lam, global_update=args.global_update),
-                head=s.head, lr=args.lr, local_epochs=args.epochs)
+    ScaledRouterLr.scale = args.router_lr_scale
+    flow = ScaledRouterLr(FlowParams(name="flow", lam=lam, global_update=args.global_update,
+                                     split=args.split,
+                                     local_epochs_first=args.local_epochs_first),
+                          head=s.head, lr=args.lr, local_epochs=args.epochs)
     plan = Plan(rounds=args.rounds, local_epochs=args.epochs, batch_size=args.batch_size,
                 lr=args.lr, seed=seed, client_fraction=args.client_fraction,
                 eval_every=args.rounds, optimizer=OptimizerConfig(momentum=momentum))
     federation = Federation(flow, s.ctx, s.data, BatchedTrainer(s.ctx), plan)
     result = federation.run(s.init)
-    return {"seed": seed, "lam": lam, "momentum": momentum,
+    return {"seed": seed, "lam": lam, "momentum": momentum, "global_update": args.global_update,
+            "normalization": args.normalization, "split": args.split,
+            "E_l": args.local_epochs_first or args.epochs, "router_lr_scale": args.router_lr_scale,
             "val_PA": round(100 * result.last["val_accuracy"].nanmean().item(), 1),
             "val_GA": round(100 * result.last["global_val_accuracy"].nanmean().item(), 1),
             **{f"{name}_{key}": value for name in ("val", "test")
@@ -82,12 +104,18 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=20)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--normalization", default="scale",
+                        choices=("scale", "standard", "per_feature"))
+    parser.add_argument("--split", type=float, default=0.5)
+    parser.add_argument("--local-epochs-first", type=int)
+    parser.add_argument("--router-lr-scale", type=float, default=1.0)
     args = parser.parse_args()
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="flow-routing-"))
     for seed in args.seeds:
         spec = parse_spec(
-            f"experiment: {{name: flow-routing}}\ndataset: {{name: digits}}\n"
+            f"experiment: {{name: flow-routing}}\n"
+            f"dataset: {{name: digits, normalization: {args.normalization}}}\n"
             f"partition: {{strategy: dirichlet, n_clients: {args.clients}, alpha: {args.alpha}}}\n"
             f"tracking: {{enabled: false}}\nengine: {{threads: 1}}\n"
             f"storage: {{kind: local, path: {root / 'store'}}}\n")

@@ -156,8 +156,8 @@ class Algorithm(Generic[P]):
         To add one, override this and return named tensors computed from `state` (the client's
         state after local training and `finish`), `shared` (the global model and server state the
         round started from) and, when a diagnostic depends on inputs (a routing share), `batch`:
-        the client's first training samples (at most one mini-batch, ``batch["mask"]`` marks the
-        real ones) and `ctx`. Pure tensor function, vmapped over the round's clients like the
+        the client's training samples (the first 512 at most, ``batch["mask"]`` marks the real
+        ones) and `ctx`. Pure tensor function, vmapped over the round's clients like the
         other client hooks. The engine records each value per client and round: a scalar as
         history.csv column ``diag.<name>`` and MLflow metric of that name, a vector's entry i as
         ``diag.<name>.i``; the report plots each over rounds.

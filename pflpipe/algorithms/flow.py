@@ -178,8 +178,9 @@ class Flow(Algorithm[FlowParams]):
     def diagnostics(self, state, shared, batch, ctx):
         """Per routed layer k (``.k``): the mean π_g and the share routed to global.
 
-        The share is that of the client's samples that hard routing sends to the global copy,
-        by the client's router after the round.
+        Over the client's training samples (all of them up to 512, the engine's probe), by the
+        client's router after the round; the share is that of those samples hard routing sends
+        to the global copy.
         """
         return routing_shares(self.route(state["router"], batch["x"], ctx), batch["mask"])
 

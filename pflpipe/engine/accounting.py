@@ -197,10 +197,16 @@ def received_bytes(new_global: Mapping[str, Tensor], server: Tree) -> int:
     return tree_bytes(new_global) + tree_bytes(server)
 
 
-def probe_batch(data: SplitData, clients: Tensor, batch_size: int) -> dict[str, Tensor]:
-    """Each client's first (at most `batch_size`) samples as a masked batch [C, B, ...]."""
+#: The most training samples per client the `diagnostics` hook is given (all of a digits or
+#: CIFAR client's; the first ones of a larger client).
+DIAGNOSTIC_SAMPLES = 512
+
+
+def probe_batch(data: SplitData, clients: Tensor, limit: int = DIAGNOSTIC_SAMPLES
+                ) -> dict[str, Tensor]:
+    """Each client's first (at most `limit`) training samples as a masked batch [C, B, ...]."""
     counts = data.counts[clients.to(data.offsets.device)].cpu()
-    size = max(1, min(batch_size, int(counts.max()) if len(counts) else 1))
+    size = max(1, min(limit, int(counts.max()) if len(counts) else 1))
     local = torch.arange(size).expand(len(clients), size)
     local = torch.where(local < counts.unsqueeze(1), local, -1).unsqueeze(1)
     return gather(data, local.to(data.x.device), clients.to(data.x.device), 1)
@@ -215,7 +221,7 @@ def diagnostics(algorithm: AlgorithmProtocol, ctx, data: SplitData, plan, traine
     """
     out = {}
     if overridden(algorithm, "diagnostics"):
-        batch = probe_batch(data, trained.clients, plan.batch_size)
+        batch = probe_batch(data, trained.clients)
         out |= vmap(lambda s, b: algorithm.diagnostics(s, shared, b, ctx))(trained.states, batch)
     if overridden(algorithm, "server_diagnostics"):
         out |= algorithm.server_diagnostics(trained, server)
