@@ -1,9 +1,8 @@
 """The round loop, written once; every algorithm runs through it.
 
 Each round: sample clients, dispatch and receive, train the algorithm's phases (each client on its
-own schedule), finish, the server step (aggregate, server state), the server optimizer
-(`server_update`: FedAvg, FedAdam, FedYogi on the global model's change), evaluate the clients'
-personalized models, checkpoint.
+own schedule), finish, the server step (the algorithm's one server rule: FedAvg's aggregates and
+applies the server optimizer), evaluate the clients' personalized models, checkpoint.
 
 Evaluation scores every client, or (``eval_clients: sampled``, cross-device) only the round's
 sampled clients between full sweeps every `full_eval_every` rounds, at round 0 and after the
@@ -31,8 +30,8 @@ from pflpipe.engine import accounting, checkpoint
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.engine.noise import step_keys
-from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig, server_update
-from pflpipe.engine.protocol import AlgorithmProtocol, Phase, Round, objective_name, overridden
+from pflpipe.engine.optim import OptimizerConfig
+from pflpipe.engine.protocol import AlgorithmProtocol, Phase, Round, objective_name, public
 from pflpipe.engine.trainer import Context, Job
 from pflpipe.engine.tree import Group, Tree, assign, assign_if, merge, renew, select, tree_map
 from pflpipe.errors import DivergenceError
@@ -67,7 +66,6 @@ class Plan:
     best_on_val: bool = True                      # False (no validation split): best = last
     blocks: int = 1                               # client_fraction samples each of these
                                                   # equal, contiguous blocks of clients apart
-    server_optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
     #: Which clients an evaluation scores: "all", or "sampled" (the round's own; cross-device)
     #: with every client scored every `full_eval_every` rounds, at round 0 and after the last.
     eval_clients: str = "all"
@@ -113,11 +111,6 @@ class Federation:
         if self.n_clients % plan.blocks:
             raise ValueError(f"{self.n_clients} clients do not split into {plan.blocks} equal "
                              "blocks (Plan.blocks)")
-        if overridden(algorithm, "server_step") and not plan.server_optimizer.is_identity:
-            raise ValueError(
-                f"{type(algorithm).__name__} has its own server rule (server_step); the server "
-                f"optimizer {plan.server_optimizer.name!r} would apply a second one on top: use "
-                "one of the two (Plan.server_optimizer, federation.server_optimizer)")
         self.all_clients = torch.arange(self.n_clients, device=data.train.x.device)
         self.ctx = self._with_modules(ctx)
         if self.ctx is not ctx:
@@ -165,12 +158,11 @@ class Federation:
     def _start(self, init_global: Group) -> dict:
         algo = self.algorithm
         server, initial = self._initial(init_global)
-        shared = {"global": init_global, "server": server}
+        shared = {"global": init_global, "server": public(server)}
         state = vmap(algo.receive, in_dims=(None, 0, None))(init_global, initial, shared)
         state = tree_map(torch.Tensor.clone, state)  # distinct: a receive may alias groups
         snap = {"round": 0, "global": dict(init_global), "server": server, "state": state,
-                "rows": [], "stopped": False, "early": {"best": float("inf"), "bad": 0},
-                "server_optimizer": {}}
+                "rows": [], "stopped": False, "early": {"best": float("inf"), "bad": 0}}
         self._evaluate(snap, 0)
         self._save(snap, 0)
         return snap
@@ -194,7 +186,7 @@ class Federation:
         states = ({g: dict(tensors) for g, tensors in snap["state"].items()} if every
                   else select(snap["state"], clients))
         info = self._info(snap, round_idx, clients, states)
-        shared = {"global": global_params, "server": snap["server"]}
+        shared = {"global": global_params, "server": public(snap["server"])}
         sent = algo.dispatch(info)
         state = vmap(algo.receive, in_dims=(None if sent is None else 0, 0, None))(
             global_params if sent is None else sent, info.states, shared)
@@ -208,8 +200,6 @@ class Federation:
         snap["rows"] += accounting.record(algo, self.ctx, self.data.train, self.plan,
                                           dataclasses.replace(info, states=state), shared,
                                           snap["server"], new_global, reads.read, tally, losses)
-        new_global, snap["server_optimizer"] = server_update(
-            self.plan.server_optimizer, global_params, new_global, snap.get("server_optimizer", {}))
         snap["global"] = merge(global_params, new_global)
         if every:
             renew(snap["state"], state)
@@ -311,7 +301,7 @@ class Federation:
         clients = self._eval_clients(round_idx)
         algo, full = self.algorithm, len(clients) == self.n_clients
         state = snap["state"] if full else select(snap["state"], clients)
-        shared = {"global": snap["global"], "server": snap["server"]}
+        shared = {"global": snap["global"], "server": public(snap["server"])}
         adaptation = accounting.Tally(len(clients)) if algo.eval_phases() else None
         if adaptation is not None:
             state = vmap(algo.receive, in_dims=(None, 0, None))(snap["global"], state, shared)

@@ -182,14 +182,12 @@ def test_a_server_optimizer_on_top_of_fedavgm_fails_at_validate(tmp_path):
             "would apply a second one on top of it") in done.stderr
 
 
-def test_the_engine_refuses_a_server_optimizer_on_top_of_a_server_step(fedavgm, line_ctx,
-                                                                       clients):
+def test_an_own_server_step_refuses_the_server_optimizer_it_would_replace(fedavgm):
     from pflpipe.engine.optim import ServerOptimizerConfig
 
     params = fedavgm.params_type()(name="fedavgm")
-    algorithm = fedavgm(params, head=frozenset(), lr=0.1, local_epochs=1)
-    plan = Plan(rounds=1, local_epochs=1, batch_size=64, lr=0.1, seed=0,
-                server_optimizer=ServerOptimizerConfig("fedadam", lr=0.1))
 
-    with pytest.raises(ValueError, match="FedAvgM has its own server rule"):
-        Federation(algorithm, line_ctx, clients([(1, 1)]), BatchedTrainer(line_ctx), plan)
+    with pytest.raises(ValueError, match="FedAvgM has its own server rule .server_step., which "
+                                         "replaces FedAvg's and so the server optimizer 'fedadam'"):
+        fedavgm(params, head=frozenset(), lr=0.1, local_epochs=1,
+                server_optimizer=ServerOptimizerConfig("fedadam", lr=0.1))
