@@ -79,3 +79,29 @@ def test_server_optimizer_state_is_checkpointed_and_survives_a_resume(digits_ds3
     assert set(saved["server"][MOMENTS[1]]) == set(s.init)
     assert all(torch.equal(clean.global_params[k], resumed.global_params[k])
                for k in clean.global_params)
+
+
+def test_the_moments_are_the_servers_own(line_ctx, clients):
+    # FedAdam's m and v are kept in the server state, but never reach a client: its hooks see
+    # no server group, and it downloads per round what it downloads under plain FedAvg
+    seen = []
+
+    class Probe(FedAvg):
+        def fresh(self, state, shared):
+            seen.append(None if shared is None else sorted(shared["server"]))
+            return {}
+
+    def run(optimizer):
+        algorithm = Probe(None, head=frozenset(), lr=0.1, local_epochs=1,
+                          server_optimizer=optimizer)
+        return Federation(algorithm, line_ctx, clients([(1, 1)]), BatchedTrainer(line_ctx),
+                          _plan(2)).run({"w": torch.tensor([0.0])})
+
+    adam, plain = run(ServerOptimizerConfig("fedadam", lr=0.1)), run(ServerOptimizerConfig())
+
+    def received(result):
+        return [row["bytes_received"] for row in result.rows if row["split"] == "train"]
+
+    assert set(adam.server) == set(MOMENTS)
+    assert received(adam) == received(plain) == [4, 4]   # the one float32 weight
+    assert seen and all(groups in (None, []) for groups in seen)
