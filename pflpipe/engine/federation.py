@@ -7,7 +7,7 @@ applies the server optimizer), evaluate the clients' personalized models, checkp
 Evaluation scores every client, or (``eval_clients: sampled``, cross-device) only the round's
 sampled clients between full sweeps every `full_eval_every` rounds, at round 0 and after the
 last round: a round then costs what its sampled clients cost, whatever the federation's size. A
-client's best-val round is chosen among the rounds it was scored in.
+client's best-val round is chosen among the rounds it was scored in (`pflpipe.engine.selection`).
 
 Checkpoints make a run resumable (`pflpipe.engine.checkpoint`): a process killed at any point
 and started again continues from the last checkpointed round and ends with exactly the result of
@@ -26,14 +26,14 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
-from pflpipe.engine import accounting, checkpoint
+from pflpipe.engine import accounting, checkpoint, selection
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
-from pflpipe.engine.evaluate import evaluate
+from pflpipe.engine.evaluate import evaluate, forward_shared, member_predict
 from pflpipe.engine.noise import step_keys
 from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.protocol import AlgorithmProtocol, Phase, Round, objective_name, public
 from pflpipe.engine.trainer import Context, Job
-from pflpipe.engine.tree import Group, Tree, assign, assign_if, merge, renew, select, tree_map
+from pflpipe.engine.tree import Group, Tree, assign, merge, renew, select, tree_map
 from pflpipe.errors import DivergenceError
 from pflpipe.storage.base import Store
 
@@ -314,9 +314,9 @@ class Federation:
         scores = self._scores(snap, round_idx, clients, models, shared)
         if adaptation is not None:
             accounting.mark_adaptation(snap["rows"][first_row:], clients, adaptation)
-        self._track(snap, scores, models, clients)
+        selection.track(snap, scores, models, clients, self.plan.best_on_val)
         if full:
-            self._early_stop(snap, scores)
+            selection.early_stop(snap, scores, self.plan.early_stop, self.data.val.counts)
 
     def _eval_clients(self, round_idx: int) -> Tensor:
         """Every client, or (``eval_clients: sampled``) the round's own between full sweeps."""
@@ -331,10 +331,10 @@ class Federation:
                 ) -> dict[str, Tensor]:
         """Loss and accuracy of every scored view on `clients` [C']; their rows go to `snap`."""
         algo = self.algorithm
-        views = {"": (models, {}, _predict(algo))}
-        views.update({f"{view}_": (models, {}, _predict(algo, view)) for view in algo.views})
+        views = {"": (models, {}, member_predict(algo))}
+        views.update({f"{view}_": (models, {}, member_predict(algo, view)) for view in algo.views})
         if self.plan.score_global:
-            views["global_"] = ({}, {"model": algo.global_model(shared)}, _forward_shared)
+            views["global_"] = ({}, {"model": algo.global_model(shared)}, forward_shared)
         keys = self._eval_keys(round_idx, clients)
         scores, ids = {}, clients.tolist()
         for split in ("val", "test"):
@@ -350,39 +350,6 @@ class Federation:
         scores["round"] = torch.full_like(scores["val_loss"], round_idx)
         return scores
 
-    def _track(self, snap: dict, scores: dict, models: Tree, clients: Tensor) -> None:
-        """Update the last and best-val scores (and best models) of the evaluated `clients`."""
-        if "best" not in snap:   # round 0 scores every client
-            snap["last"] = scores
-            snap["best"] = {k: v.clone() for k, v in scores.items()}
-            snap["best_model"] = tree_map(torch.Tensor.clone, models)
-            snap["last_model"] = tree_map(torch.Tensor.clone, models)
-            return
-        assign(snap["last_model"], clients, models)
-        best = {k: v[clients] for k, v in snap["best"].items()}
-        acc, best_acc = scores["val_accuracy"], best["val_accuracy"]
-        tie = (acc == best_acc) | (acc.isnan() & best_acc.isnan())
-        improved = (acc > best_acc) | (tie & (scores["val_loss"] < best["val_loss"]))
-        if not self.plan.best_on_val:
-            improved = torch.ones_like(improved)
-        for k in scores:
-            snap["last"][k].index_copy_(0, clients, scores[k])
-            snap["best"][k].index_copy_(0, clients, torch.where(improved, scores[k], best[k]))
-        assign_if(snap["best_model"], clients, improved, models)
-
-    def _early_stop(self, snap: dict, scores: dict) -> None:
-        if self.plan.early_stop is None or snap["round"] == 0:
-            return
-        patience, min_delta = self.plan.early_stop
-        counts = self.data.val.counts.to(scores["val_loss"].device).float()
-        mean = float((scores["val_loss"] * counts).sum() / counts.sum())
-        early = snap["early"]
-        if mean < early["best"] - min_delta:
-            early["best"], early["bad"] = mean, 0
-        else:
-            early["bad"] += 1
-        snap["stopped"] = early["bad"] >= patience
-
     # ---- checkpoints ------------------------------------------------------------------------
     def _keep(self, global_params: Group, round_idx: int) -> None:
         """Keep a round's global model between checkpoints (`Plan.keep_every_round`)."""
@@ -397,21 +364,6 @@ class Federation:
         if self.store is None:
             return None
         return checkpoint.resume(self.store, self.fingerprint, self.all_clients.device)
-
-
-def _predict(algorithm: AlgorithmProtocol, view: str = ""):
-    """Adapt `algorithm.predict` to `evaluate`'s signature: each member its own model."""
-    def predict(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
-        if view:
-            return algorithm.predict(model, x, ctx, key, view=view)
-        return algorithm.predict(model, x, ctx, key)
-
-    return predict
-
-
-def _forward_shared(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
-    """`evaluate`'s predict for one network shared by every member."""
-    return ctx.forward(shared["model"], x)
 
 
 def _optimizer(federation: OptimizerConfig, name: str | None) -> OptimizerConfig:
