@@ -105,3 +105,26 @@ def test_the_moments_are_the_servers_own(line_ctx, clients):
     assert set(adam.server) == set(MOMENTS)
     assert received(adam) == received(plain) == [4, 4]   # the one float32 weight
     assert seen and all(groups in (None, []) for groups in seen)
+
+
+def test_a_checkpoint_of_the_older_layout_resumes_with_its_moments(line_ctx, clients, tmp_path):
+    # Prepare: round 1 of FedAdam checkpointed with the moments where they were kept before
+    # (the snapshot's own "server_optimizer": {"m": …, "v": …}), then resumed to round 2
+    algorithm, data = _fedavg("fedadam"), clients([(1, 1)])
+
+    def run(rounds, store):
+        return Federation(algorithm, line_ctx, data, BatchedTrainer(line_ctx), _plan(rounds),
+                          store, "key").run({"w": torch.tensor([0.0])})
+
+    store = LocalStore(tmp_path / "old")
+    run(1, store)
+    state = torch.load(tmp_path / "old" / "state_0001.pt", weights_only=True)
+    state["server_optimizer"] = dict(zip("mv", (state["server"].pop(g) for g in MOMENTS),
+                                         strict=True))
+    torch.save(state, tmp_path / "old" / "state_0001.pt")
+
+    # Execute
+    resumed = run(2, store)
+
+    # Assert: FedAdam's hand-computed round 2, as if never interrupted
+    assert resumed.global_params["w"].item() == pytest.approx(EXPECTED["fedadam"][1], abs=1e-6)
