@@ -114,6 +114,28 @@ def members_specs_json(spec: Spec) -> str:
     return json.dumps(specs)
 
 
+def tuning_members_specs_json(spec: Spec) -> str:
+    """The tuning seeds' `train_members` task's specs: their partition, warm start, grid points.
+
+    Each scoped as the tuning loop's own task (a grid point's: `tuning_items`), with the tuning
+    seeds; keys are "partition_data", "warm_start_fedavg" and each point's
+    `pflpipe.stages.train_members.point_name`.
+    """
+    from pflpipe.stages.train_members import point_name
+
+    def on_tuning_seeds(text: str) -> dict:
+        data = json.loads(text)
+        data["experiment"]["seeds"] = list(spec.tuning.seeds)
+        return data
+
+    specs = {stage: on_tuning_seeds(scoped_spec_json(spec, stage))
+             for stage in ("partition_data", "warm_start_fedavg")}
+    for item in tuning_items(spec):
+        specs[point_name(item["label"], json.loads(item["values"]))] = on_tuning_seeds(
+            item["spec_json"])
+    return json.dumps(specs)
+
+
 def tuning_items(spec: Spec) -> list[dict[str, str]]:
     """The grid-point loop's items: an entry's label, its point's scoped spec, the point's values.
 

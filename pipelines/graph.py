@@ -18,8 +18,11 @@ and the reported seeds' tuned entries run in a loop of their own whose personali
 that choice (an artifact), so the untuned entries' tasks keep their cache keys.
 With `engine.seeds_as_members`, a train_members task runs before the seeds loop (every seed's
 partition_data follows it): it trains the seeds of warm_start_fedavg, train_local and the untuned
-personalize entries as members of one federation and leaves each seed's checkpoints finished
+personalize entries (entries of one algorithm that differ in hyper-parameters it takes per
+member: together) as members of one federation and leaves each seed's checkpoints finished
 (`pflpipe.stages.train_members`); the loop's tasks, unchanged and resuming, then train nothing.
+With a tuning section, a second one does the same before the tuning seeds loop: their warm
+starts, and every tuned entry's grid points × tuning seeds as members.
 With `engine.shards` = N, train_local and distill_grid_search are each a loop of N tasks, one per
 client shard, followed by merge_shards (`pflpipe.stages.shards`); a personalize entry whose clients
 train alone (fedavg_ft) is N items of the personalize loop, and collect_results merges them.
@@ -55,6 +58,7 @@ from pflpipe.pipelines.cache import (
     scoped_spec_json,
     task_spec_json,
     tuning_items,
+    tuning_members_specs_json,
 )
 from pflpipe.pipelines.platform import configure
 from pflpipe.spec import Spec
@@ -142,11 +146,19 @@ def build_pipeline(spec: Spec):
 
 
 def _tuning_tasks(spec: Spec, scoped: dict[str, str], resume):
-    """The tuning seeds' tasks; returns the artifact holding each tuned entry's choice."""
+    """The tuning seeds' tasks; returns the artifact holding each tuned entry's choice.
+
+    With `engine.seeds_as_members`, a train_members task of their own comes first.
+    """
     seeds_at_once, points_at_once = parallelism(spec, spec.tuning.seeds)
+    members = None
+    if spec.engine.seeds_as_members:
+        members = configure(train_members(specs_json=tuning_members_specs_json(spec),
+                                          resume=resume), spec, "train_members")
+        resume = "all"
     with dsl.ParallelFor(spec.tuning.seeds, name="for each tuning seed",
                          parallelism=seeds_at_once) as seed:
-        partition, warm = _warm_start(spec, seed, scoped, resume)
+        partition, warm = _warm_start(spec, seed, scoped, resume, members)
         with dsl.ParallelFor(tuning_items(spec), name="for each grid point",
                              parallelism=points_at_once) as point:
             scored = configure(tune_point(

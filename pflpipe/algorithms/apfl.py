@@ -21,6 +21,7 @@ class Apfl(Algorithm[ApflParams]):
     """Adaptive personalized FL: a learned mixture of local and global models."""
 
     kept = ("personal", "alpha")
+    member_params = ("alpha",)  # the initial α only
 
     def init_kept(self, global_params):
         """V starts as the global model, α at its configured value."""

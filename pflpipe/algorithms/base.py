@@ -92,6 +92,9 @@ class Algorithm(Generic[P]):
     predict_with: ClassVar[str] = "model"  # group scored by the default `personalized`
     has_global_model: ClassVar[bool] = True  # False: no global model to score (GA), e.g. local
     views: ClassVar[tuple[str, ...]] = ()    # other views of the scored model (`predict`'s view)
+    #: Hyper-parameters whose values may differ between runs trained as members of one batched
+    #: run (`pflpipe.engine.variants` says how the hooks may read them).
+    member_params: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: P, *, head: frozenset[str], lr: float, local_epochs: int,
                  server_optimizer: ServerOptimizerConfig = IDENTITY):

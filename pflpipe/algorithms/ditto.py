@@ -15,6 +15,7 @@ class Ditto(Algorithm[DittoParams]):
 
     kept = ("personal",)
     predict_with = "personal"
+    member_params = ("lam",)   # a factor of ‖v − w‖² only
 
     def init_kept(self, global_params):
         """V starts as the starting global model."""

@@ -13,6 +13,8 @@ from pflpipe.spec.algorithms.fedprox import FedProxParams
 class FedProx(Algorithm[FedProxParams]):
     """FedAvg with a proximal local objective."""
 
+    member_params = ("mu",)   # a factor of ‖w − w_global‖² only
+
     def local_objective(self, state, batch, shared, hp, ctx):
         """f(w) + μ/2 ‖w − w_global‖²."""
         w = state["model"]

@@ -22,6 +22,7 @@ class PFedMe(Algorithm[PFedMeParams]):
     """Bi-level optimisation with a Moreau-envelope regulariser."""
 
     predict_with = "personal"
+    member_params = ("beta",)  # the server's mixing only (λ meets η before any tensor)
 
     def fresh(self, state, shared):
         """θ starts the round at the global model, as w does."""

@@ -30,6 +30,7 @@ class Scaffold(Algorithm[ScaffoldParams]):
     """FedAvg with client and server control variates."""
 
     kept = ("control", "steps", "gradients")   # c_i; K and Σ_t g_i(y_t) of the round
+    member_params = ("server_lr",)   # the server step only
 
     def init_server(self, global_params, n_clients):
         """C = 0."""

@@ -116,16 +116,33 @@ def plan(spec) -> str:
 
 
 def members_plan(spec) -> list[str]:
-    """How `engine.seeds_as_members` groups the seeds' tasks: one task, and what stays per seed."""
-    from pflpipe.stages.train_members import groups
+    """How `engine.seeds_as_members` groups the tasks: one task per seed loop, what stays apart."""
+    from pflpipe.stages.train_members import tuning_specs
 
-    grouped, per_seed = groups(spec)
+    lines = _members_lines(spec, None, "seeds")
+    if spec.tuning is not None:
+        specs = tuning_specs(spec)
+        lines += _members_lines(specs["warm_start_fedavg"], specs, "tuning seeds")
+    return lines
+
+
+def _members_lines(spec, specs, which: str) -> list[str]:
+    """One seeds loop's train_members line: its units, then what trains per seed or apart."""
+    from pflpipe.stages.train_members import JOINED, apart, groups
+
+    grouped, per_seed = groups(spec, specs)
     seeds = spec.experiment.seeds
-    lines = [f"  train_members       {', '.join(grouped)}: the {len(seeds)} seeds as members of "
-             "one federation each, in one task before the seeds loop (their per-seed tasks then "
-             "reuse its checkpoints)" if grouped else
-             "  train_members       nothing to group: every task trains per seed"]
+    counted = f"the {len(seeds)} {which}" if len(seeds) > 1 else f"the one {which[:-1]}"
+    lines = [f"  train_members       {', '.join(grouped)}: {counted} as members "
+             f"of one federation each, in one task before the {which} loop (their per-seed "
+             "tasks then reuse its checkpoints)" if grouped else
+             f"  train_members       nothing to group over the {which}: every task trains per "
+             "seed"]
+    if any(JOINED in unit for unit in grouped):
+        lines.append(f"    'a{JOINED}b': hyper-parameter variants of one algorithm (entries or "
+                     f"grid points), every variant × seed a member of one federation")
     lines += [f"    per seed: {task} ({why})" for task, why in per_seed.items()]
+    lines += [f"    apart from {units} ({why})" for units, why in apart(spec, specs).items()]
     return lines
 
 

@@ -1,15 +1,20 @@
 """Runs as members: K separate runs of one stage (its seeds) as one batched federation.
 
-Every run keeps its own partition, initial model and seed; the runs' clients are stacked into one
+The runs are a stage's seeds, and may be hyper-parameter variants of its algorithm too (entries
+of one algorithm that differ in its `member_params`, a tuning grid's points:
+`pflpipe.engine.variants`). Every run keeps its own partition, initial model, seed, random
+stream and hyper-parameters; the runs' clients are stacked into one
 federation of K × M clients (run k owns clients k·M … k·M + M − 1) and every local step trains
 the clients of all runs at once. Each run ends with exactly the numbers it has alone, to the bit:
 
-- every random draw is keyed as the run alone keys it: by the run's seed and the client's id
-  within its run (mini-batch orders, noise, the sampled clients, evaluation keys, server draws);
+- every random draw is keyed as the run alone keys it: by the run's seed and stream and the
+  client's id within its run (mini-batch orders, noise, the sampled clients, evaluation keys,
+  server draws);
 - local training is one vmapped step over all runs' members (a member's arithmetic does not
   depend on how many members share the step);
-- the server-side hooks run run by run, a loop of K (`Members`): a vmapped reduction over
-  [K, M] clients sums in another order than one over [M], and a server step is cheap;
+- the server-side hooks run run by run, a loop of K (`Members`), each with its run's algorithm:
+  a vmapped reduction over [K, M] clients sums in another order than one over [M], and a server
+  step is cheap; client hooks see their run's varying hyper-parameters as 0-d tensors;
 - each run's clients are scored apart (evaluation reads its chunks by the run's largest client).
 
 `combine` builds the federation from the runs' recipes; `MemberFederation.run_members` returns
@@ -24,7 +29,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from pflpipe.engine import accounting, checkpoint
+from pflpipe.engine import accounting, checkpoint, variants
 from pflpipe.engine.accounting import Reads
 from pflpipe.engine.data import FederatedData, SplitData, member_seed
 from pflpipe.engine.evaluate import evaluate
@@ -65,20 +70,37 @@ def _own(tree):
 
 
 class Members(Repeated):
-    """`algorithm` run as separate federations, one per seed of `seeds`, with equal clients."""
+    """`algorithms` run as separate federations, one per run, with equal clients.
 
-    def __init__(self, algorithm: AlgorithmProtocol, seeds: Sequence[int], stream: int):
+    Run k has its own seed, random stream and algorithm: the runs' algorithms are of one class
+    and differ at most in its `member_params` (hyper-parameter variants, grid points).
+    """
+
+    def __init__(self, algorithms: Sequence[AlgorithmProtocol], seeds: Sequence[int],
+                 streams: Sequence[int]):
+        algorithm = algorithms[0]
         if overridden(algorithm, "modules"):
             raise DataError(f"{type(algorithm).__name__} builds networks of its own (modules), "
                             "which its runs cannot share as members; set "
                             "engine.seeds_as_members: false")
         super().__init__(algorithm, len(seeds))
-        self.seeds, self.stream = tuple(seeds), stream
+        self.varying = variants.varying(algorithms)   # first: it refuses runs unlike the first
+        self.inners, self.seeds, self.streams = list(algorithms), tuple(seeds), tuple(streams)
         self.views, self.has_global_model = algorithm.views, algorithm.has_global_model
         self.received = 0   # bytes one client of one run downloads per round (`server_step`)
 
+    def member_values(self, index: Tensor) -> Group:
+        """Each client's value of every varying hyper-parameter (`variants`) [C]."""
+        return variants.values(self.inners, self.varying, index)
+
+    def _own(self, state):
+        """The algorithm of the client's run: its varying hyper-parameters as 0-d tensors."""
+        if not self.varying:
+            return self.inner
+        return variants.view(self.inner, {name: state[RUN_GROUP][name] for name in self.varying})
+
     def _per_repetition(self, round, fn, *extra):
-        """fn(Round of one run, *extra) run by run, stacked [K, ...] (see the module's doc)."""
+        """fn(run's algorithm, Round of one run, *extra) run by run: [K, ...] (module's doc)."""
         blocks, size = self._blocks(round), round.n_clients // self.repetitions
         server = {name: group for name, group in round.server.items() if name != "global"}
         outs = []
@@ -88,8 +110,8 @@ class Members(Repeated):
                             for g, group in dict.items(round.states)})
             view = Round(round.index, round.clients[rows] % size, round.counts[rows], size,
                          _pick(round.server["global"], b), _pick(server, b), states,
-                         member_seed(self.seeds[b], self.stream, round.index, _SERVER_SALT))
-            outs.append(fn(view, *(e[b] for e in extra)))
+                         member_seed(self.seeds[b], self.streams[b], round.index, _SERVER_SALT))
+            outs.append(fn(self.inners[b], view, *(e[b] for e in extra)))
             if isinstance(round.states, Reads):   # the run's server step read these groups
                 for group in states.read:
                     round.states.get(group)
@@ -97,8 +119,8 @@ class Members(Repeated):
 
     def server_step(self, round):
         """Each run's new global model and server state; counts what a client downloads."""
-        def one(r):
-            new_global, server = self.inner.server_step(r)
+        def one(inner, r):
+            new_global, server = inner.server_step(r)
             self.received = accounting.received_bytes(new_global, server)
             return {"global": {**r.global_params, **new_global}, **server}
 
@@ -107,9 +129,9 @@ class Members(Repeated):
     def global_model(self, shared):
         """Each run's global model [K, ...] (scored run by run: `MemberFederation.score`)."""
         server = {name: group for name, group in shared["server"].items() if name != "global"}
-        return _stack([self.inner.global_model({"global": _pick(shared["server"]["global"], b),
-                                                "server": _pick(server, b)})
-                       for b in range(self.repetitions)])
+        return _stack([inner.global_model({"global": _pick(shared["server"]["global"], b),
+                                           "server": _pick(server, b)})
+                       for b, inner in enumerate(self.inners)])
 
     def _server_diagnostics(self, round, server):
         """The wrapped server diagnostics, run by run [K·M, ...]."""
@@ -122,7 +144,7 @@ class Members(Repeated):
                          _pick({n: g for n, g in round.server.items() if n != "global"}, b),
                          {g: {k: v[rows] for k, v in group.items()}
                           for g, group in dict.items(round.states)})
-            per_run.append(self.inner.server_diagnostics(
+            per_run.append(self.inners[b].server_diagnostics(
                 view, _pick({n: g for n, g in server.items() if n != "global"}, b)))
         return {name: torch.cat([d[name] for d in per_run]) for name in per_run[0]}
 
@@ -133,19 +155,20 @@ class Members(Repeated):
         return self.inner.predict(model, x, ctx, key)
 
 
-def members_of(algorithm: AlgorithmProtocol, seeds: Sequence[int], stream: int) -> Members:
-    """`Members` of `algorithm`, with its diagnostics when it defines them."""
-    hooks = {}
+def members_of(algorithms: Sequence[AlgorithmProtocol], seeds: Sequence[int],
+               streams: Sequence[int]) -> Members:
+    """`Members` of `algorithms` (one per run), with their diagnostics when they define them."""
+    hooks, algorithm = {}, algorithms[0]
     if overridden(algorithm, "diagnostics"):
         def diagnostics(self, state, shared, batch, ctx):
             """The wrapped diagnostics, seeing the client's own run."""
-            return self.inner.diagnostics(state, self._local(shared, state), batch, ctx)
+            return self._own(state).diagnostics(state, self._local(shared, state), batch, ctx)
 
         hooks["diagnostics"] = diagnostics
     if overridden(algorithm, "server_diagnostics"):
         hooks["server_diagnostics"] = Members._server_diagnostics
     cls = type("Members", (Members,), hooks) if hooks else Members
-    return cls(algorithm, seeds, stream)
+    return cls(algorithms, seeds, streams)
 
 
 class MemberFederation(Federation):
@@ -188,12 +211,12 @@ class MemberFederation(Federation):
 
     # ---- each run's own start, seeds and scores ------------------------------------------
     def _initial(self, init_global: Group) -> tuple[Tree, Tree]:
-        inner, size = self.algorithm.inner, self.size
+        inners, size = self.algorithm.inners, self.size
         device = next(iter(init_global.values())).device
         servers = [tree_map(lambda v: v.to(device), inner.init_server(init, size))
-                   for init in self.inits]
+                   for inner, init in zip(inners, self.inits, strict=True)]
         kept = [tree_map(lambda v: v.to(device), inner.init_clients(init, size))
-                for init in self.inits]
+                for inner, init in zip(inners, self.inits, strict=True)]
         server = _stack([{"global": dict(init), **s} for init, s in zip(self.inits, servers,
                                                                           strict=True)])
         clients = {g: {k: torch.cat([part[g][k] for part in kept]) for k in kept[0][g]}
@@ -201,16 +224,19 @@ class MemberFederation(Federation):
         model = {k: torch.cat([init[k].expand(size, *init[k].shape) for init in self.inits])
                  for k in init_global}
         index = torch.arange(self.n_clients, device=device) // size
-        return server, {"model": model, **clients, RUN_GROUP: {"index": index}}
+        return server, {"model": model, **clients,
+                        RUN_GROUP: {"index": index, **self.algorithm.member_values(index)}}
 
     def _seed(self, round_idx: int, client: int, salt: int) -> int:
         run, local = divmod(int(client), self.size)
-        return member_seed(self.algorithm.seeds[run], self.plan.stream, round_idx, local, salt)
+        return member_seed(self.algorithm.seeds[run], self.algorithm.streams[run], round_idx,
+                           local, salt)
 
     def _eval_keys(self, round_idx: int, clients: Tensor) -> Tensor:
-        keys = torch.stack([step_keys([member_seed(seed, self.plan.stream, round_idx,
-                                                   _EVAL_SALT)], self.size)[0]
-                            for seed in self.algorithm.seeds])
+        keys = torch.stack([step_keys([member_seed(seed, stream, round_idx, _EVAL_SALT)],
+                                      self.size)[0]
+                            for seed, stream in zip(self.algorithm.seeds, self.algorithm.streams,
+                                                    strict=True)])
         clients = clients.cpu()
         return keys[clients // self.size, clients % self.size]
 
@@ -218,8 +244,9 @@ class MemberFederation(Federation):
         if self.plan.client_fraction >= 1.0:
             return self.all_clients
         chosen = []
-        for run, seed in enumerate(self.algorithm.seeds):
-            alone = dataclasses.replace(self.plan, seed=seed, blocks=1)
+        for run, (seed, stream) in enumerate(zip(self.algorithm.seeds, self.algorithm.streams,
+                                                 strict=True)):
+            alone = dataclasses.replace(self.plan, seed=seed, stream=stream, blocks=1)
             chosen.append(run * self.size + Federation._sample(
                 _Sampler(alone, self.size, self.all_clients.device), round_idx))
         return torch.cat(chosen)
@@ -316,7 +343,9 @@ def combine(recipes: Sequence, seeds: Sequence[int], store: Store | None, finger
             ) -> MemberFederation:
     """The member federation of the runs `recipes` (`pflpipe.engine.distributed.Recipe`).
 
-    Their plans must be equal but for the seed; every run must have as many clients.
+    Their plans must be equal but for the seed and the random stream; every run must have as
+    many clients; their algorithms may differ in their class's `member_params` alone
+    (`pflpipe.engine.variants`: hyper-parameter variants, grid points).
     """
     first = recipes[0]
     counts = [r.data.n_clients for r in recipes]
@@ -325,11 +354,12 @@ def combine(recipes: Sequence, seeds: Sequence[int], store: Store | None, finger
         raise DataError(f"the seeds' partitions have different client counts ({named}); runs "
                         "train as members only with equal counts: set "
                         "engine.seeds_as_members: false")
-    plans = {dataclasses.replace(r.plan, seed=0) for r in recipes}
+    plans = {dataclasses.replace(r.plan, seed=0, stream=0) for r in recipes}
     if len(plans) > 1:
-        raise ValueError("runs train as members only when their plans differ in the seed alone")
+        raise ValueError("runs train as members only when their plans differ in the seed and "
+                         "the random stream alone")
     plan = dataclasses.replace(first.plan, seed=seeds[0], blocks=len(recipes))
-    algorithm = members_of(first.algorithm, seeds, plan.stream)
+    algorithm = members_of([r.algorithm for r in recipes], seeds, [r.plan.stream for r in recipes])
     return MemberFederation(algorithm, first.ctx, concat([r.data for r in recipes]),
                             first.trainer, plan, store, fingerprint, on_round,
                             inits=[r.init for r in recipes], rounds_to=rounds_to,

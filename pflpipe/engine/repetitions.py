@@ -53,8 +53,8 @@ class Repeated:
 
     def dispatch(self, round):
         """What the wrapped algorithm sends (its repetition's global model by default)."""
-        def one(r):
-            sent = self.inner.dispatch(r)
+        def one(inner, r):
+            sent = inner.dispatch(r)
             return dict(sent if sent is not None else broadcast(r.global_params, len(r.clients)))
 
         sent = {k: v.flatten(0, 1) for k, v in self._per_repetition(round, one).items()}
@@ -64,14 +64,14 @@ class Repeated:
         """The wrapped algorithm's steps and learning rates, repetition by repetition."""
         blocks = self._blocks(round)
         steps, lr = self._per_repetition(
-            round, lambda r, s, x: self.inner.schedule(r, phase, s, x),
+            round, lambda inner, r, s, x: inner.schedule(r, phase, s, x),
             steps.view(blocks, -1), lr.view(blocks, -1))
         return steps.flatten(), lr.flatten()
 
     def server_step(self, round):
         """Each repetition's new global model and server state; the engine's global is unused."""
-        def one(r):
-            new_global, server = self.inner.server_step(r)
+        def one(inner, r):
+            new_global, server = inner.server_step(r)
             return {"global": merge(r.global_params, new_global), **server}
 
         return {}, self._per_repetition(round, one)
@@ -87,13 +87,16 @@ class Repeated:
         return blocks
 
     def _per_repetition(self, round, fn, *extra):
-        """Run fn(Round of one repetition, *extra) for every repetition (vmapped): [R, ...]."""
+        """fn(algorithm, Round of one repetition, *extra) for every repetition (vmapped): [R, ...].
+
+        The algorithm is the wrapped one, the same for every repetition.
+        """
         blocks, size = self._blocks(round), round.n_clients // self.repetitions
         server = {name: group for name, group in round.server.items() if name != "global"}
 
         def one(global_params, server, states, clients, counts, *args):
             view = Round(round.index, clients % size, counts, size, global_params, server, states)
-            return fn(view, *args)
+            return fn(self.inner, view, *args)
 
         split = tree_map(lambda t: t.view(blocks, -1, *t.shape[1:]), round.states)
         return vmap(one)(round.server["global"], server, split, round.clients.view(blocks, -1),
@@ -107,11 +110,21 @@ class Repeated:
                 for name, group in shared["server"].items()}
         return {"global": pick.pop("global"), "server": pick}
 
+    def _own(self, state):
+        """The wrapped algorithm as the client of `state` runs it (every client: the same)."""
+        return self.inner
+
     def _objective(self, fn):
-        """`fn` seeing its repetition's ``shared`` (the same callable for the same `fn`)."""
+        """`fn` seeing its repetition's ``shared`` (the same callable for the same `fn`).
+
+        A method of the wrapped algorithm runs as the client's own (`_own`).
+        """
         if fn not in self._wrapped:
             def objective(state, batch, shared, hp, ctx):
-                return fn(state, batch, self._local(shared, state), hp, ctx)
+                own = fn
+                if getattr(fn, "__self__", None) is self.inner:
+                    own = getattr(self._own(state), fn.__name__)
+                return own(state, batch, self._local(shared, state), hp, ctx)
 
             self._wrapped[fn] = objective
         return self._wrapped[fn]
@@ -129,7 +142,7 @@ class Repeated:
         local = self._local(shared, previous)
         start = ({k: v for k, v in global_params.items() if k != _SENT}
                  if _SENT in global_params else local["global"])
-        return {**self.inner.receive(start, previous, local),
+        return {**self._own(previous).receive(start, previous, local),
                 "repetition": previous["repetition"]}
 
     def phases(self):
@@ -150,7 +163,7 @@ class Repeated:
 
     def finish(self, start, trained, shared):
         """The wrapped finish."""
-        return {**self.inner.finish(start, trained, self._local(shared, start)),
+        return {**self._own(start).finish(start, trained, self._local(shared, start)),
                 "repetition": start["repetition"]}
 
     @default
@@ -165,7 +178,7 @@ class Repeated:
 
     def scored(self, state, shared):
         """The wrapped personalized model."""
-        return self.inner.scored(state, self._local(shared, state))
+        return self._own(state).scored(state, self._local(shared, state))
 
     def predict(self, model, x, ctx, key):
         """The wrapped prediction."""

@@ -83,24 +83,43 @@ def run_members(spec, seeds: list[int], label: str, partition_dirs: list[Path],
 
     The directories are each seed's, in the order of `seeds` (`pflpipe.engine.members`).
     """
-    from pflpipe.engine.members import combine
-
     if tuning_dir is not None:
         spec = tune.apply(spec, label, tuning_dir)
-    entry = spec.algorithm(label)
+    return run_variants([(spec, label)], seeds, partition_dirs, checkpoints_dirs,
+                        [results_dirs], tracker=tracker, stage=stage, progress=progress,
+                        resume=resume, tuning_dir=tuning_dir)[0]
+
+
+def run_variants(runs: list[tuple], seeds: list[int], partition_dirs: list[Path],
+                 checkpoints_dirs: list[Path] | None, results_dirs: list[list[Path]], *,
+                 tracker: Tracker = NULL_TRACKER, stage: str = STAGE, progress: bool = False,
+                 resume: str = "all", tuning_dir: Path | None = None
+                 ) -> list[list[PersonalizeResult]]:
+    """`run` of every (spec, label) of `runs` on every seed, all members of one federation.
+
+    The entries are variants of one algorithm (`pflpipe.engine.variants`); each (entry, seed)
+    ends with the numbers and files of its own `run`. `results_dirs[i][j]`: entry i, seed j;
+    the other directories are each seed's.
+    """
+    from pflpipe.engine.members import combine
+
     recipes = [_recipe(spec, seed, label, Path(p), _starting_file(
-        entry, None if checkpoints_dirs is None else Path(checkpoints_dirs[i])), stage)
-        for i, (seed, p) in enumerate(zip(seeds, partition_dirs, strict=True))]
-    store, key = common.checkpoint_store(spec, stage, {
+        spec.algorithm(label), None if checkpoints_dirs is None else Path(checkpoints_dirs[j])),
+        stage)
+        for spec, label in runs for j, (seed, p) in enumerate(zip(seeds, partition_dirs,
+                                                                   strict=True))]
+    store, key = common.checkpoint_store(runs[0][0], stage, {
         "members": [r.fingerprint for r in recipes]})
     rounds = recipes[0].plan.rounds
     common.use_checkpoints(store, resume, rounds)
-    federation = combine(recipes, seeds, store, key,
+    federation = combine(recipes, [r.plan.seed for r in recipes], store, key,
                          common.round_progress(rounds) if progress else None,
                          [r.store for r in recipes])
-    return [_write(spec, seed, label, recipe, result, Path(out), tracker, stage, None, tuning_dir)
-            for seed, recipe, result, out in zip(seeds, recipes, federation.run_members(),
-                                                 results_dirs, strict=True)]
+    results = iter(zip(recipes, federation.run_members(), strict=True))
+    return [[_write(spec, seed, label, *next(results), Path(out), tracker, stage, None,
+                    tuning_dir)
+             for seed, out in zip(seeds, outs, strict=True)]
+            for (spec, label), outs in zip(runs, results_dirs, strict=True)]
 
 
 def _write(spec, seed: int, label: str, recipe: Recipe, result, results_dir: Path,

@@ -7,17 +7,33 @@ final checkpoint in that seed's own checkpoint store, as the seed's own run leav
 loop then runs as without the switch: each seed's task finds its checkpoints finished, trains
 nothing and writes its results directory: the same files, to the bit. A stage it cannot group
 trains in the seeds loop as before; `groups` says which and why (`pflpipe validate` prints it).
+
+Personalize entries of one algorithm that differ only in hyper-parameters it can take per member
+(its `member_params`: Ditto's λ, FedProx's μ, pFedMe's β, …; `pflpipe.engine.variants`), or in
+label and warm start, train together: every entry × every seed as members of one federation, a
+unit named by its tasks joined with " + ". Entries that differ in anything else (a step count, a
+learning rate, a value that is not a plain factor) train apart; `apart` says why.
 """
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe import layout
 from pflpipe.errors import DataError
 from pflpipe.events import notice
-from pflpipe.stages import partition_data, personalize, train_local, warm_start_fedavg
+from pflpipe.stages import (
+    partition_data,
+    personalize,
+    train_local,
+    tune_point,
+    warm_start_fedavg,
+)
 
 STAGE = "train_members"
+#: Joins the tasks of a unit trained together (hyper-parameter variants of one algorithm).
+JOINED = " + "
 
 
 @dataclass
@@ -43,37 +59,150 @@ def task_names(spec) -> list[str]:
                     if entry.stage == "personalize"]
 
 
-def groups(spec, specs: dict[str, object] | None = None) -> tuple[list[str], dict[str, str]]:
-    """The tasks trained as members, and the others with the reason.
+def point_name(label: str, values: dict) -> str:
+    """The task name of a tuning grid point: ``tune_point[<label>] <values as JSON>``."""
+    return f"tune_point[{label}] {json.dumps(values)}"
 
-    The tasks are `spec`'s (`task_names`), or the keys of `specs`, each judged by its own spec.
-    What the spec alone decides; seeds with unequal client counts are found when partitioned.
+
+def tuning_specs(spec) -> dict[str, object]:
+    """The tuning seeds' tasks `train_members` may group: the warm start and every grid point.
+
+    Each maps to `spec` as the task runs it (a grid point: its entry at the point's values),
+    with the tuning seeds as its seeds and no tuning section.
     """
-    grouped, per_seed = [], {}
-    for name in task_names(spec) if specs is None else [n for n in specs if n != "partition_data"]:
-        why = _per_seed_reason(spec if specs is None else specs[name], name)
+    from pflpipe.spec.tuning import point_spec
+
+    def on_tuning_seeds(one):
+        return one.model_copy(update={"tuning": None, "experiment": one.experiment.model_copy(
+            update={"seeds": list(spec.tuning.seeds)})})
+
+    specs = {"warm_start_fedavg": on_tuning_seeds(spec)}
+    for tuned in spec.tuning.entries:
+        for values in tuned.points():
+            specs[point_name(tuned.entry, values)] = on_tuning_seeds(
+                point_spec(spec, tuned.entry, values))
+    return specs
+
+
+def groups(spec, specs: dict[str, object] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The units trained as members, and the tasks that train per seed, with the reason.
+
+    The tasks are `spec`'s (`task_names`), or the keys of `specs`, each judged by its own spec;
+    a unit is one task, or variants of one algorithm joined with `JOINED`. What the spec alone
+    decides; seeds with unequal client counts are found when partitioned.
+    """
+    candidates, per_seed = [], {}
+    for name in _names(spec, specs):
+        why = _per_seed_reason(_spec_of(spec, specs, name), name)
         if why is None:
-            grouped.append(name)
+            candidates.append(name)
         else:
             per_seed[name] = why
+    units = _units(candidates, spec, specs)
+    if len(spec.experiment.seeds) < 2:   # then only variants gain, and the warm start they need
+        variants = [u for u in units if JOINED in u]
+        if "warm_start_fedavg" in units and any(_needs_warm_start(u, spec, specs)
+                                                for u in variants):
+            variants.insert(0, "warm_start_fedavg")
+        per_seed.update({u: "one seed" for u in units if u not in variants})
+        units = variants
+    if "warm_start_fedavg" not in units:
+        for unit in [u for u in units if _needs_warm_start(u, spec, specs)]:
+            units.remove(unit)
+            per_seed[unit] = "it starts from the warm start, which trains per seed"
     if spec.has_persfl and specs is None:
-        per_seed["select_teachers, distill_grid_search"] = "not grouped yet"
-    return grouped, per_seed
+        per_seed["select_teachers, distill_grid_search"] = (
+            "not grouped over seeds; each seed's λ × T grid points are already the members of "
+            "one batched job")
+    return units, per_seed
+
+
+def apart(spec, specs: dict[str, object] | None = None) -> dict[str, str]:
+    """Units of one algorithm's entries that train apart, and why ("first: others" → reason).
+
+    Each unit is set against the first unit of its algorithm; those apart for the same reason
+    share one line.
+    """
+    units = [unit.split(JOINED) for unit in groups(spec, specs)[0]]
+    lines: dict[tuple[str, str], list[str]] = {}
+    for i, unit in enumerate(units):
+        for first in units[:i]:
+            why = _variant_reason(spec, specs, first[0], unit[0])
+            if why != "different algorithms":
+                lines.setdefault((JOINED.join(first), why), []).append(JOINED.join(unit))
+                break
+    return {f"{first}: {', '.join(others)}": why for (first, why), others in lines.items()}
+
+
+def _names(spec, specs) -> list[str]:
+    return task_names(spec) if specs is None else [n for n in specs if n != "partition_data"]
+
+
+def _spec_of(spec, specs, name: str):
+    return spec if specs is None else specs[name]
+
+
+def _stage(name: str) -> str:
+    return name.split("[")[0]
+
+
+def _label(name: str) -> str:
+    """The entry of a personalize or tune_point task."""
+    return name[name.index("[") + 1:name.index("]")]
+
+
+def _needs_warm_start(unit: str, spec, specs) -> bool:
+    return any(_stage(n) in ("personalize", "tune_point")
+               and _spec_of(spec, specs, n).algorithm(_label(n)).warm_start != "none"
+               for n in unit.split(JOINED))
+
+
+def _units(names: list[str], spec, specs) -> list[str]:
+    """`names` with the tasks whose entries are variants of one algorithm joined into one unit."""
+    units: list[list[str]] = []
+    for name in names:
+        home = next((u for u in units if _variant_reason(spec, specs, u[0], name) is None), None)
+        if home is None:
+            units.append([name])
+        else:
+            home.append(name)
+    return [JOINED.join(unit) for unit in units]
+
+
+def _variant_reason(spec, specs, first: str, second: str) -> str | None:
+    """Why tasks `first` and `second` cannot train in one unit; None if they can."""
+    from pflpipe.algorithms import REGISTRY
+
+    if _stage(first) != _stage(second) or _stage(first) not in ("personalize", "tune_point"):
+        return "different algorithms"
+    a, b = _spec_of(spec, specs, first), _spec_of(spec, specs, second)
+    entry_a, entry_b = a.algorithm(_label(first)), b.algorithm(_label(second))
+    if entry_a.name != entry_b.name:
+        return "different algorithms"
+    if a.model_dump(exclude={"personalization"}) != b.model_dump(exclude={"personalization"}):
+        return "their tasks' specs differ outside the entries"
+    per_member = REGISTRY[entry_a.name].member_params
+    allowed = {*per_member, *type(entry_a).run_fields}
+    fields = [f for f in type(entry_a).model_fields
+              if f not in allowed and getattr(entry_a, f) != getattr(entry_b, f)]
+    if fields:
+        return (f"{', '.join(fields)} cannot differ between members of one batched run; "
+                f"{entry_a.name} takes per member: {', '.join(per_member) or 'nothing'}")
+    return None
 
 
 def _per_seed_reason(spec, name: str) -> str | None:
-    """Why the task `name` of `spec` trains per seed; None when it trains as members."""
+    """Why the task `name` of `spec` trains per seed; None when it may train as members."""
     from pflpipe.algorithms import REGISTRY, Algorithm
 
-    fed, label = spec.federation, name.removeprefix("personalize[").removesuffix("]")
-    if len(spec.experiment.seeds) < 2:
-        return "one seed"
+    fed = spec.federation
     if fed.server_optimizer.name != "fedavg" or fed.server_optimizer.server_lr != 1.0:
         return "federation.server_optimizer"
     if name == "warm_start_fedavg":
         return "federation.early_stop: each seed stops on its own" if fed.early_stop else None
-    entry = spec.local_params if name == "train_local" else spec.algorithm(label)
-    if spec.tuning and spec.tuning.find(label):
+    label = None if name == "train_local" else _label(name)
+    entry = spec.local_params if label is None else spec.algorithm(label)
+    if _stage(name) == "personalize" and spec.tuning and spec.tuning.find(label):
         return "tuned: its setting is chosen by the tune stage"
     if REGISTRY[entry.name].modules is not Algorithm.modules:
         return f"{entry.name} builds networks of its own"
@@ -102,25 +231,40 @@ def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
     for seed, part in zip(seeds, parts, strict=True):
         partition_data.run(specs["partition_data"], seed, part)
     checkpoints = [dirs[s] / layout.CHECKPOINTS for s in seeds]
-    for name in grouped:
-        spec, label = specs[name], name.removeprefix("personalize[").removesuffix("]")
-        outs = [dirs[s] / name for s in seeds]
+    for unit in grouped:
         try:
-            if name == "warm_start_fedavg":
-                warm_start_fedavg.run_members(spec, seeds, parts, checkpoints, outs,
-                                              progress=progress, resume=resume)
-            elif name == "train_local":
-                train_local.run_members(spec, seeds, parts, outs, progress=progress,
-                                        resume=resume)
-            elif "warm_start_fedavg" in result.grouped or (
-                    spec.algorithm(label).warm_start == "none"):
-                personalize.run_members(spec, seeds, label, parts, checkpoints, outs,
-                                        progress=progress, resume=resume)
-            else:
-                raise DataError("it starts from the warm start, which trained per seed")
+            _train(unit.split(JOINED), specs, seeds, parts, checkpoints, dirs, result.grouped,
+                   progress=progress, resume=resume)
         except DataError as err:
-            notice(f"{name} trains per seed: {err}")
-            result.per_seed[name] = str(err)
+            notice(f"{unit} trains per seed: {err}")
+            result.per_seed[unit] = str(err)
             continue
-        result.grouped.append(name)
+        result.grouped.append(unit)
     return result
+
+
+def _train(names: list[str], specs: dict, seeds: list[int], parts: list[Path],
+           checkpoints: list[Path], dirs: dict, done: list[str], **how) -> None:
+    """Train the unit `names` (one task, or variants of one entry) as members."""
+    spec = specs[names[0]]
+    outs = [[dirs[s] / _folder(name) for s in seeds] for name in names]
+    if names[0] == "warm_start_fedavg":
+        warm_start_fedavg.run_members(spec, seeds, parts, checkpoints, outs[0], **how)
+    elif names[0] == "train_local":
+        train_local.run_members(spec, seeds, parts, outs[0], **how)
+    elif "warm_start_fedavg" not in done and any(
+            specs[n].algorithm(_label(n)).warm_start != "none" for n in names):
+        raise DataError("it starts from the warm start, which trained per seed")
+    elif _stage(names[0]) == "tune_point":
+        tune_point.run_members([(specs[n], _label(n), json.loads(n.split("] ", 1)[1]))
+                                for n in names], seeds, parts, checkpoints, outs, **how)
+    else:
+        personalize.run_variants([(specs[n], _label(n)) for n in names], seeds, parts,
+                                 checkpoints, outs, **how)
+
+
+def _folder(name: str) -> str:
+    """A task's results folder: its name, a grid point's with a digest of its values."""
+    if " " not in name:
+        return name
+    return f"{name.split(' ')[0]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"

@@ -36,8 +36,30 @@ def run(spec, seed: int, label: str, values: dict, partition_dir: Path,
     """Train entry `label` of `spec` (already at the point's `values`) on `seed`; score it."""
     personalize.run(spec, seed, label, partition_dir, checkpoints_dir, out_dir, stage=STAGE,
                     progress=progress, resume=resume)
-    rows = read_csv(Path(out_dir) / tune.RESULTS_CSV)
+    return _score(spec, seed, label, values, Path(out_dir))
+
+
+def run_members(points: list[tuple], seeds: list[int], partition_dirs: list[Path],
+                checkpoints_dirs: list[Path] | None, out_dirs: list[list[Path]], *,
+                progress: bool = False, resume: str = "all") -> list[list[PointScore]]:
+    """`run` of every (spec, label, values) of `points` on every seed, as members of one run.
+
+    The points are one entry's grid points at values it takes per member (its `member_params`,
+    `pflpipe.engine.variants`); each (point, seed) ends with its own `run`'s files, to the bit.
+    `out_dirs[i][j]`: point i, seed j.
+    """
+    personalize.run_variants([(spec, label) for spec, label, _ in points], seeds,
+                             partition_dirs, checkpoints_dirs, out_dirs, stage=STAGE,
+                             progress=progress, resume=resume)
+    return [[_score(spec, seed, label, values, Path(out)) for seed, out in zip(seeds, outs,
+                                                                             strict=True)]
+            for (spec, label, values), outs in zip(points, out_dirs, strict=True)]
+
+
+def _score(spec, seed: int, label: str, values: dict, out_dir: Path) -> PointScore:
+    """The point's score from its results; written to ``point.json`` beside them."""
+    rows = read_csv(out_dir / tune.RESULTS_CSV)
     result = PointScore(label, seed, dict(values), tune.validation_score(spec, rows))
-    (Path(out_dir) / tune.POINT_JSON).write_text(json.dumps(
+    (out_dir / tune.POINT_JSON).write_text(json.dumps(
         {"entry": label, "seed": seed, "values": result.values, "score": result.score}) + "\n")
     return result

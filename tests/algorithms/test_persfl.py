@@ -113,6 +113,20 @@ def test_grid_batched_equals_sequential(digits):
     assert len(batched.grid) == 4 * 3 * 2
 
 
+def test_grid_points_are_members_of_one_job_each_equal_to_its_point_alone(digits):
+    # PersFL's (λ, T) grid points train as members of one batched job (run_grid); a point's
+    # students end with the scores they have when that point is the whole grid, to the bit
+    s, teachers = digits
+    whole = run_grid(s.ctx, BatchedTrainer(s.ctx), s.data, teachers, _config())
+
+    for lam, temperature in ((0.5, 5.0), (1.0, 1.0)):
+        alone = run_grid(s.ctx, BatchedTrainer(s.ctx), s.data, teachers,
+                         _config(lambdas=(lam,), temperatures=(temperature,)))
+
+        assert alone.grid == [row for row in whole.grid if (row["lam"], row["temperature"])
+                              == (lam, temperature)]
+
+
 def test_choosing_lambda_and_t_never_reads_test_labels(digits):
     s, teachers = digits
     generator = torch.Generator().manual_seed(3)

@@ -52,3 +52,19 @@ def test_seeds_as_members_leaves_every_other_task_its_inputs(tmp_path):
     assert set(on) - set(off) == {"train-members"}
     for name in off:
         assert constants(on[name]) == constants(off[name]), name
+
+
+def test_a_tuning_grid_gets_a_train_members_task_the_tuning_seeds_loop_follows(tmp_path):
+    # the tuning seeds' warm starts and grid points train as members before their loop
+    text = SPEC.format(on="true") + (
+        "tuning: {seeds: [7], entries: [{entry: fedper, grid: {local_epochs: [1, 2]}}]}\n")
+    path = compile_pipeline(parse_spec(text), tmp_path / "tuned.yaml")
+    tasks = _tasks(next(yaml.safe_load_all(path.read_text(encoding="utf-8"))))
+
+    members = sorted(name for name in tasks if name.startswith("train-members"))
+    followers = {dep for task in tasks.values() for dep in task.get("dependentTasks", [])
+                 if dep.startswith("train-members")}
+    assert len(members) == 2 and followers == set(members)
+    tuning_loop = next(t for t in tasks.values() if t.get("taskInfo", {}).get("name") ==
+                       "for each tuning seed")
+    assert set(tuning_loop["dependentTasks"]) & set(members)

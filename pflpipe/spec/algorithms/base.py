@@ -46,6 +46,10 @@ class Params(Section):
     #: Whether the clients never communicate (nothing is sent), so that the entry can run as
     #: client shards, one pipeline task each (`engine.shards`, `pflpipe.stages.shards`).
     clients_train_alone: ClassVar[bool] = False
+    #: Fields that name an entry or choose where it starts and that no hook reads: runs of one
+    #: algorithm trained as members of one batched run may differ in them
+    #: (`pflpipe.engine.variants`).
+    run_fields: ClassVar[tuple[str, ...]] = ("label", "warm_start")
 
     label: str | None = Field(
         None,
