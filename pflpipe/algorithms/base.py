@@ -38,8 +38,9 @@ hook                defines                                                     
 ``schedule``        each client's steps and learning rate of a phase [C]         epochs × batches
 ``aggregate``       how the server combines payloads                             mean weighted n_k/n
 ``server_step``     new global values and server state from the round's client   `aggregate` of the
-                    states (any group) and sample counts; the one server rule    payloads
-                    (``federation.server_optimizer`` is refused beside an own)
+                    states (any group) and sample counts; the one server rule:   payloads, moved by
+                    FedAvg's applies ``federation.server_optimizer``, an own     the server
+                    replaces it (a server optimizer beside it is refused)        optimizer
 ``server_diagnostics`` what the server step did, per client [C, ...] (recorded)  none
 ==================  ===========================================================  ==================
 
@@ -68,11 +69,14 @@ from typing import ClassVar, Generic, TypeVar
 from torch import Tensor, nn
 
 from pflpipe.algorithms.registry import REGISTRY, register
-from pflpipe.engine.protocol import Phase, Round, default, received
+from pflpipe.engine.optim import ServerOptimizerConfig, server_update
+from pflpipe.engine.protocol import Phase, Round, default, overridden, received
 from pflpipe.engine.tree import Group, Tree, broadcast, weighted_mean
 from pflpipe.spec.algorithms import Params
 
 P = TypeVar("P", bound=Params)
+#: FedAvg's server optimizer: the aggregate as it is.
+IDENTITY = ServerOptimizerConfig()
 
 __all__ = ["REGISTRY", "Algorithm", "Phase", "Round", "register"]
 
@@ -92,8 +96,16 @@ class Algorithm(Generic[P]):
     #: run (`pflpipe.engine.variants` says how the hooks may read them).
     member_params: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, params: P, *, head: frozenset[str], lr: float, local_epochs: int):
+    def __init__(self, params: P, *, head: frozenset[str], lr: float, local_epochs: int,
+                 server_optimizer: ServerOptimizerConfig = IDENTITY):
         self.params, self.head, self.lr, self.local_epochs = params, head, lr, local_epochs
+        self.server_optimizer = server_optimizer   # applied by FedAvg's `server_step`
+        if not server_optimizer.is_identity and overridden(self, "server_step"):
+            raise ValueError(
+                f"{type(self).__name__} has its own server rule (server_step), which replaces "
+                f"FedAvg's and so the server optimizer {server_optimizer.name!r}: leave "
+                "federation.server_optimizer at fedavg, or write the optimizer into the "
+                "algorithm's server_step")
 
     @classmethod
     def params_type(cls) -> type[Params]:
@@ -197,11 +209,17 @@ class Algorithm(Generic[P]):
 
     @default
     def server_step(self, round: Round) -> tuple[Group, Tree]:
-        """New global values (of the keys that change) and the new server state."""
+        """New global values (of the keys that change) and the new server state.
+
+        The `aggregate` of the payloads, applied by the server optimizer
+        (``federation.server_optimizer``; FedAvg's η = 1 takes the aggregate as it is), whose
+        moments the server state keeps as groups of the server's own (`optim.MOMENTS`).
+        """
         payloads = {k: v for k, v in round.states["model"].items() if self.is_payload(k)}
         if not payloads:
             return {}, round.server
-        return self.aggregate(round.global_params, payloads, round.weights), round.server
+        mean = self.aggregate(round.global_params, payloads, round.weights)
+        return server_update(self.server_optimizer, round.global_params, mean, round.server)
 
     @default
     def server_diagnostics(self, round: Round, server: Tree) -> dict[str, Tensor]:

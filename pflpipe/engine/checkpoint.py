@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from pflpipe.data.files import load_tensors
+from pflpipe.engine.optim import MOMENTS
 from pflpipe.errors import DivergenceError
 from pflpipe.layout import PROGRESS_JSON, is_state_key, round_key, round_of, state_key
 from pflpipe.storage.base import Store
@@ -58,6 +59,9 @@ def resume(store: Store, fingerprint: str, device: torch.device) -> dict | None:
     round_idx = progress["rounds_completed"]
     snap = load(store, state_key(round_idx), device)
     snap["global"] = load(store, round_key(round_idx), device)
+    old = snap.pop("server_optimizer", None)   # written before the moments joined the server
+    if old:                                    # state (`optim.MOMENTS`)
+        snap["server"].update(zip(MOMENTS, (old["m"], old["v"]), strict=True))
     log.info("resuming from round %d of %s", round_idx, store.uri)
     return snap
 

@@ -8,6 +8,7 @@ from torch.func import vmap
 from torch.nn import functional as F
 
 from pflpipe.engine.data import SplitData
+from pflpipe.engine.protocol import AlgorithmProtocol
 from pflpipe.engine.tree import Tree, is_identity, tree_map
 
 #: predict(state, shared, x, ctx) -> outputs of ONE member; with `keys`, predict(…, ctx, key).
@@ -65,3 +66,18 @@ def evaluate(ctx, predict: Predict, state: Tree, shared: Tree, split: SplitData,
         return loss, accuracy
     inverse = torch.argsort(order)
     return loss[inverse], accuracy[inverse]
+
+
+def member_predict(algorithm: AlgorithmProtocol, view: str = "") -> Predict:
+    """Adapt `algorithm.predict` to `evaluate`'s signature: each member its own model."""
+    def predict(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
+        if view:
+            return algorithm.predict(model, x, ctx, key, view=view)
+        return algorithm.predict(model, x, ctx, key)
+
+    return predict
+
+
+def forward_shared(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
+    """`evaluate`'s predict for one network shared by every member (``shared["model"]``)."""
+    return ctx.forward(shared["model"], x)

@@ -1,14 +1,13 @@
 """The round loop, written once; every algorithm runs through it.
 
 Each round: sample clients, dispatch and receive, train the algorithm's phases (each client on its
-own schedule), finish, the server step (aggregate, server state), the server optimizer
-(`server_update`: FedAvg, FedAdam, FedYogi on the global model's change), evaluate the clients'
-personalized models, checkpoint.
+own schedule), finish, the server step (the algorithm's one server rule: FedAvg's aggregates and
+applies the server optimizer), evaluate the clients' personalized models, checkpoint.
 
 Evaluation scores every client, or (``eval_clients: sampled``, cross-device) only the round's
 sampled clients between full sweeps every `full_eval_every` rounds, at round 0 and after the
 last round: a round then costs what its sampled clients cost, whatever the federation's size. A
-client's best-val round is chosen among the rounds it was scored in.
+client's best-val round is chosen among the rounds it was scored in (`pflpipe.engine.selection`).
 
 Checkpoints make a run resumable (`pflpipe.engine.checkpoint`): a process killed at any point
 and started again continues from the last checkpointed round and ends with exactly the result of
@@ -27,14 +26,14 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
-from pflpipe.engine import accounting, checkpoint
+from pflpipe.engine import accounting, checkpoint, selection
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
-from pflpipe.engine.evaluate import evaluate
+from pflpipe.engine.evaluate import evaluate, forward_shared, member_predict
 from pflpipe.engine.noise import step_keys
-from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig, server_update
-from pflpipe.engine.protocol import AlgorithmProtocol, Phase, Round, objective_name, overridden
+from pflpipe.engine.optim import OptimizerConfig
+from pflpipe.engine.protocol import AlgorithmProtocol, Phase, Round, objective_name, public
 from pflpipe.engine.trainer import Context, Job
-from pflpipe.engine.tree import Group, Tree, assign, assign_if, merge, renew, select, tree_map
+from pflpipe.engine.tree import Group, Tree, assign, merge, renew, select, tree_map
 from pflpipe.errors import DivergenceError
 from pflpipe.storage.base import Store
 
@@ -67,7 +66,6 @@ class Plan:
     best_on_val: bool = True                      # False (no validation split): best = last
     blocks: int = 1                               # client_fraction samples each of these
                                                   # equal, contiguous blocks of clients apart
-    server_optimizer: ServerOptimizerConfig = field(default_factory=ServerOptimizerConfig)
     #: Which clients an evaluation scores: "all", or "sampled" (the round's own; cross-device)
     #: with every client scored every `full_eval_every` rounds, at round 0 and after the last.
     eval_clients: str = "all"
@@ -113,11 +111,6 @@ class Federation:
         if self.n_clients % plan.blocks:
             raise ValueError(f"{self.n_clients} clients do not split into {plan.blocks} equal "
                              "blocks (Plan.blocks)")
-        if overridden(algorithm, "server_step") and not plan.server_optimizer.is_identity:
-            raise ValueError(
-                f"{type(algorithm).__name__} has its own server rule (server_step); the server "
-                f"optimizer {plan.server_optimizer.name!r} would apply a second one on top: use "
-                "one of the two (Plan.server_optimizer, federation.server_optimizer)")
         self.all_clients = torch.arange(self.n_clients, device=data.train.x.device)
         self.ctx = self._with_modules(ctx)
         if self.ctx is not ctx:
@@ -165,12 +158,11 @@ class Federation:
     def _start(self, init_global: Group) -> dict:
         algo = self.algorithm
         server, initial = self._initial(init_global)
-        shared = {"global": init_global, "server": server}
+        shared = {"global": init_global, "server": public(server)}
         state = vmap(algo.receive, in_dims=(None, 0, None))(init_global, initial, shared)
         state = tree_map(torch.Tensor.clone, state)  # distinct: a receive may alias groups
         snap = {"round": 0, "global": dict(init_global), "server": server, "state": state,
-                "rows": [], "stopped": False, "early": {"best": float("inf"), "bad": 0},
-                "server_optimizer": {}}
+                "rows": [], "stopped": False, "early": {"best": float("inf"), "bad": 0}}
         self._evaluate(snap, 0)
         self._save(snap, 0)
         return snap
@@ -194,7 +186,7 @@ class Federation:
         states = ({g: dict(tensors) for g, tensors in snap["state"].items()} if every
                   else select(snap["state"], clients))
         info = self._info(snap, round_idx, clients, states)
-        shared = {"global": global_params, "server": snap["server"]}
+        shared = {"global": global_params, "server": public(snap["server"])}
         sent = algo.dispatch(info)
         state = vmap(algo.receive, in_dims=(None if sent is None else 0, 0, None))(
             global_params if sent is None else sent, info.states, shared)
@@ -208,8 +200,6 @@ class Federation:
         snap["rows"] += accounting.record(algo, self.ctx, self.data.train, self.plan,
                                           dataclasses.replace(info, states=state), shared,
                                           snap["server"], new_global, reads.read, tally, losses)
-        new_global, snap["server_optimizer"] = server_update(
-            self.plan.server_optimizer, global_params, new_global, snap.get("server_optimizer", {}))
         snap["global"] = merge(global_params, new_global)
         if every:
             renew(snap["state"], state)
@@ -311,7 +301,7 @@ class Federation:
         clients = self._eval_clients(round_idx)
         algo, full = self.algorithm, len(clients) == self.n_clients
         state = snap["state"] if full else select(snap["state"], clients)
-        shared = {"global": snap["global"], "server": snap["server"]}
+        shared = {"global": snap["global"], "server": public(snap["server"])}
         adaptation = accounting.Tally(len(clients)) if algo.eval_phases() else None
         if adaptation is not None:
             state = vmap(algo.receive, in_dims=(None, 0, None))(snap["global"], state, shared)
@@ -324,9 +314,9 @@ class Federation:
         scores = self._scores(snap, round_idx, clients, models, shared)
         if adaptation is not None:
             accounting.mark_adaptation(snap["rows"][first_row:], clients, adaptation)
-        self._track(snap, scores, models, clients)
+        selection.track(snap, scores, models, clients, self.plan.best_on_val)
         if full:
-            self._early_stop(snap, scores)
+            selection.early_stop(snap, scores, self.plan.early_stop, self.data.val.counts)
 
     def _eval_clients(self, round_idx: int) -> Tensor:
         """Every client, or (``eval_clients: sampled``) the round's own between full sweeps."""
@@ -341,10 +331,10 @@ class Federation:
                 ) -> dict[str, Tensor]:
         """Loss and accuracy of every scored view on `clients` [C']; their rows go to `snap`."""
         algo = self.algorithm
-        views = {"": (models, {}, _predict(algo))}
-        views.update({f"{view}_": (models, {}, _predict(algo, view)) for view in algo.views})
+        views = {"": (models, {}, member_predict(algo))}
+        views.update({f"{view}_": (models, {}, member_predict(algo, view)) for view in algo.views})
         if self.plan.score_global:
-            views["global_"] = ({}, {"model": algo.global_model(shared)}, _forward_shared)
+            views["global_"] = ({}, {"model": algo.global_model(shared)}, forward_shared)
         keys = self._eval_keys(round_idx, clients)
         scores, ids = {}, clients.tolist()
         for split in ("val", "test"):
@@ -360,39 +350,6 @@ class Federation:
         scores["round"] = torch.full_like(scores["val_loss"], round_idx)
         return scores
 
-    def _track(self, snap: dict, scores: dict, models: Tree, clients: Tensor) -> None:
-        """Update the last and best-val scores (and best models) of the evaluated `clients`."""
-        if "best" not in snap:   # round 0 scores every client
-            snap["last"] = scores
-            snap["best"] = {k: v.clone() for k, v in scores.items()}
-            snap["best_model"] = tree_map(torch.Tensor.clone, models)
-            snap["last_model"] = tree_map(torch.Tensor.clone, models)
-            return
-        assign(snap["last_model"], clients, models)
-        best = {k: v[clients] for k, v in snap["best"].items()}
-        acc, best_acc = scores["val_accuracy"], best["val_accuracy"]
-        tie = (acc == best_acc) | (acc.isnan() & best_acc.isnan())
-        improved = (acc > best_acc) | (tie & (scores["val_loss"] < best["val_loss"]))
-        if not self.plan.best_on_val:
-            improved = torch.ones_like(improved)
-        for k in scores:
-            snap["last"][k].index_copy_(0, clients, scores[k])
-            snap["best"][k].index_copy_(0, clients, torch.where(improved, scores[k], best[k]))
-        assign_if(snap["best_model"], clients, improved, models)
-
-    def _early_stop(self, snap: dict, scores: dict) -> None:
-        if self.plan.early_stop is None or snap["round"] == 0:
-            return
-        patience, min_delta = self.plan.early_stop
-        counts = self.data.val.counts.to(scores["val_loss"].device).float()
-        mean = float((scores["val_loss"] * counts).sum() / counts.sum())
-        early = snap["early"]
-        if mean < early["best"] - min_delta:
-            early["best"], early["bad"] = mean, 0
-        else:
-            early["bad"] += 1
-        snap["stopped"] = early["bad"] >= patience
-
     # ---- checkpoints ------------------------------------------------------------------------
     def _keep(self, global_params: Group, round_idx: int) -> None:
         """Keep a round's global model between checkpoints (`Plan.keep_every_round`)."""
@@ -407,21 +364,6 @@ class Federation:
         if self.store is None:
             return None
         return checkpoint.resume(self.store, self.fingerprint, self.all_clients.device)
-
-
-def _predict(algorithm: AlgorithmProtocol, view: str = ""):
-    """Adapt `algorithm.predict` to `evaluate`'s signature: each member its own model."""
-    def predict(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
-        if view:
-            return algorithm.predict(model, x, ctx, key, view=view)
-        return algorithm.predict(model, x, ctx, key)
-
-    return predict
-
-
-def _forward_shared(model: Tree, shared: Tree, x: Tensor, ctx, key: Tensor) -> Tensor:
-    """`evaluate`'s predict for one network shared by every member."""
-    return ctx.forward(shared["model"], x)
 
 
 def _optimizer(federation: OptimizerConfig, name: str | None) -> OptimizerConfig:

@@ -188,7 +188,8 @@ class MemberFederation(Federation):
             raise DataError("federation.early_stop: each run stops on its own validation loss, "
                             "so runs with early stopping cannot train as members; set "
                             "engine.seeds_as_members: false")
-        if plan.server_optimizer.name != "fedavg" or plan.server_optimizer.lr != 1.0:
+        optimizer = getattr(algorithm.inner, "server_optimizer", None)   # FedAvg's server rule's
+        if optimizer is not None and not optimizer.is_identity:
             raise DataError("federation.server_optimizer: runs with a server optimizer cannot "
                             "train as members; set engine.seeds_as_members: false")
         if plan.blocks != algorithm.repetitions or data.first_client or data.whole_clients:
@@ -310,7 +311,7 @@ def _snapshot(result: FederationResult) -> dict:
     return {"round": result.rounds_completed, "global": result.global_params,
             "server": result.server, "state": result.state, "rows": result.rows,
             "stopped": result.stopped_early, "early": {"best": float("inf"), "bad": 0},
-            "server_optimizer": {}, "last": result.last, "best": result.best,
+            "last": result.last, "best": result.best,
             "best_model": result.best_model, "last_model": result.last_model}
 
 

@@ -125,22 +125,29 @@ class ServerOptimizerConfig:
         return cls(section.name, section.server_lr, section.beta1, section.beta2, section.tau)
 
 
-def server_update(config: ServerOptimizerConfig, current: dict[str, Tensor],
-                  aggregate: dict[str, Tensor], state: dict[str, dict[str, Tensor]]
-                  ) -> tuple[dict[str, Tensor], dict[str, dict[str, Tensor]]]:
-    """New values of the aggregated keys and the optimizer state {"m": …, "v": …}.
+#: The server-state groups that hold an adaptive server optimizer's moments m and v: the server's
+#: own (`pflpipe.engine.protocol.PRIVATE`), never sent to the clients.
+MOMENTS = ("_server_optimizer.m", "_server_optimizer.v")
 
+
+def server_update(config: ServerOptimizerConfig, current: dict[str, Tensor],
+                  aggregate: dict[str, Tensor], server: dict[str, dict[str, Tensor]]
+                  ) -> tuple[dict[str, Tensor], dict[str, dict[str, Tensor]]]:
+    """New values of the aggregated keys, and the server state with the moments (`MOMENTS`).
+
+    FedAvg's default server rule (`pflpipe.algorithms.base.Algorithm.server_step`) ends with it.
     Only floating-point keys move by the rule; others (a batch counter) take the aggregate.
 
     >>> config = ServerOptimizerConfig("fedadam", lr=0.1, beta1=0.5, beta2=0.5, tau=0.5)
-    >>> new, state = server_update(config, {"w": torch.tensor([1.0])},
-    ...                            {"w": torch.tensor([2.0])}, {})
-    >>> new["w"].item(), state["m"]["w"].item(), state["v"]["w"].item()  # 1 + 0.1·0.5/(√0.625+0.5)
+    >>> new, server = server_update(config, {"w": torch.tensor([1.0])},
+    ...                             {"w": torch.tensor([2.0])}, {})
+    >>> m, v = (server[group]["w"].item() for group in MOMENTS)
+    >>> new["w"].item(), m, v  # 1 + 0.1·0.5/(√0.625+0.5)
     (1.0387..., 0.5, 0.625)
     """
     if config.is_identity:
-        return aggregate, state
-    moments = {"m": dict(state.get("m", {})), "v": dict(state.get("v", {}))}
+        return aggregate, server
+    moments = [dict(server.get(group, {})) for group in MOMENTS]
     out = {}
     for key, value in aggregate.items():
         x = current[key]
@@ -151,14 +158,16 @@ def server_update(config: ServerOptimizerConfig, current: dict[str, Tensor],
         if config.name == "fedavg":
             out[key] = x + config.lr * delta
             continue
-        m = moments["m"].get(key, torch.zeros_like(x))
-        v = moments["v"].get(key, torch.full_like(x, config.tau ** 2))
+        m = moments[0].get(key, torch.zeros_like(x))
+        v = moments[1].get(key, torch.full_like(x, config.tau ** 2))
         m = config.beta1 * m + (1 - config.beta1) * delta
         square = delta * delta
         if config.name == "fedyogi":
             v = v - (1 - config.beta2) * square * torch.sign(v - square)
         else:
             v = config.beta2 * v + (1 - config.beta2) * square
-        moments["m"][key], moments["v"][key] = m, v
+        moments[0][key], moments[1][key] = m, v
         out[key] = x + config.lr * m / (v.sqrt() + config.tau)
-    return out, moments
+    if config.name == "fedavg":
+        return out, server
+    return out, {**server, **dict(zip(MOMENTS, moments, strict=True))}

@@ -82,8 +82,8 @@ class Round:
 def default(hook: Callable) -> Callable:
     """Mark FedAvg's answer to a hook, so the engine can tell when it was replaced (`overridden`).
 
-    The engine skips `diagnostics` nobody defined, and refuses a server optimizer on top of an
-    algorithm's own server rule.
+    The engine skips `diagnostics` nobody defined; FedAvg's `server_step` refuses a server
+    optimizer on top of an algorithm's own.
     """
     hook.is_default = True  # type: ignore[attr-defined]
     return hook
@@ -92,6 +92,16 @@ def default(hook: Callable) -> Callable:
 def overridden(algorithm: object, hook: str) -> bool:
     """Whether `algorithm` replaces FedAvg's `hook` (one marked `default`)."""
     return not getattr(getattr(type(algorithm), hook), "is_default", False)
+
+
+#: Server-state groups whose names start with this are the server's own (the server optimizer's
+#: moments): the server rule sees them, the clients never receive them (`public`).
+PRIVATE = "_"
+
+
+def public(server: Tree) -> Tree:
+    """The server state the clients receive (``shared["server"]``): all but `PRIVATE` groups."""
+    return {name: group for name, group in server.items() if not name.startswith(PRIVATE)}
 
 
 def task_objective(state: Tree, batch, shared: Tree, hp, ctx) -> Tensor:
@@ -172,7 +182,11 @@ class ServerRule(_Protocol):
         """New global values of the payload keys from stacked payloads [C, ...] and weights [C]."""
 
     def server_step(self, round: Round) -> tuple[Group, Tree]:
-        """New global values (of the keys that change) and the new server state."""
+        """New global values (of the keys that change) and the new server state.
+
+        The one server rule: FedAvg's applies the server optimizer (`pflpipe.engine.optim`) to
+        the `aggregate`; an algorithm's own replaces it.
+        """
 
     def server_diagnostics(self, round: Round, server: Tree) -> dict[str, Tensor]:
         """Server-held quantities to record per client: {name: [C, ...]}."""

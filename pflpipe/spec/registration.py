@@ -57,15 +57,16 @@ def _class_problem(name: str, params: str) -> str | None:
 def server_rule_problem(name: str, optimizer: str) -> str | None:
     """Why `name` cannot run under the server optimizer `optimizer`: its own server rule.
 
-    A server optimizer is FedAvg's server rule made adaptive; an algorithm that writes its own
-    `server_step` (SCAFFOLD, Flow …) would get both, one after the other.
+    The server optimizer is applied by FedAvg's `server_step`; an algorithm that writes its own
+    (SCAFFOLD, Flow …) replaces it, so the optimizer would not apply (the algorithm's constructor
+    refuses it too, `pflpipe.algorithms.base.Algorithm`).
     """
     path = ALGORITHMS / f"{name}.py"
     if not path.is_file() or not _defines(path, None, "server_step"):
         return None
     return (f"algorithm {name!r} has its own server rule (server_step in pflpipe/algorithms/"
-            f"{name}.py); federation.server_optimizer {optimizer} would apply a second one on top "
-            "of it: leave federation.server_optimizer at fedavg, or write the optimizer into the "
+            f"{name}.py), which replaces FedAvg's and so federation.server_optimizer {optimizer}: "
+            "leave federation.server_optimizer at fedavg, or write the optimizer into the "
             "algorithm's server_step")
 
 

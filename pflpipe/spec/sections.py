@@ -114,8 +114,9 @@ class FederationSettings(Section):
     early_stop: EarlyStop | None = Field(None, description="Optional stop on a validation plateau.")
     server_optimizer: ServerOptimizer = Field(
         default_factory=ServerOptimizer,
-        description="How the server applies the round's aggregate, for every algorithm: fedavg "
-        "(the weighted mean), fedadam or fedyogi.",
+        description="How FedAvg's server rule applies the round's aggregate, for every algorithm "
+        "that keeps that rule (refused beside an algorithm's own server_step): fedavg (the "
+        "weighted mean), fedadam or fedyogi.",
     )
     eval_clients: Literal["all", "sampled"] = Field(
         "all",

@@ -172,7 +172,8 @@ def _recipe(spec, seed: int, label: str, partition_dir: Path, start: Path | None
         score_global=algorithm.has_global_model)
     store, key = common.checkpoint_store(spec, stage, {
         "seed": seed, "partition": s.partition_hash, "entry": entry.model_dump(mode="json"),
-        "plan": repr(plan), "init": _digest(init), **common.engine_key(spec, s),
+        "plan": repr(plan), "server_optimizer": repr(algorithm.server_optimizer),
+        "init": _digest(init), **common.engine_key(spec, s),
         **({} if shard is None else {"clients": [s.data.first_client, s.data.n_clients]})})
     return Recipe(algorithm, s.ctx, s.data, s.trainer, plan, store, key, init)
 

@@ -11,7 +11,7 @@ import torch
 
 from pflpipe.engine import distributed, precision
 from pflpipe.engine.data import FederatedData, SplitData
-from pflpipe.engine.optim import OptimizerConfig, ServerOptimizerConfig
+from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.trainer import Context, make_trainer
 from pflpipe.engine.tree import Group
 from pflpipe.engine.two_level import GaussianLikelihood
@@ -149,7 +149,6 @@ def plan_settings(spec) -> dict:
     """The `Plan` settings every federated stage takes from the spec as they are."""
     fed = spec.federation
     return {"optimizer": optimizer(spec), "eval_clients": fed.eval_clients,
-            "server_optimizer": ServerOptimizerConfig.from_spec(fed.server_optimizer),
             "full_eval_every": fed.full_eval_every,
             "checkpoint_every": spec.engine.checkpoint_every}
 

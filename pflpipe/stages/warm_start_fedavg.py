@@ -14,6 +14,7 @@ from pflpipe import layout
 from pflpipe.algorithms import FedAvg
 from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import Plan
+from pflpipe.engine.optim import ServerOptimizerConfig
 from pflpipe.errors import DataError
 from pflpipe.stages import common, track_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
@@ -128,7 +129,8 @@ def _recipe(spec, seed: int, partition_dir: Path) -> Recipe:
     store, key = common.checkpoint_store(spec, "warm_start_fedavg", {
         "seed": seed, "partition": s.partition_hash, "federation": fed.model_dump(mode="json"),
         **common.engine_key(spec, s)})
-    algorithm = FedAvg(None, head=s.head, lr=fed.lr, local_epochs=fed.local_epochs)
+    algorithm = FedAvg(None, head=s.head, lr=fed.lr, local_epochs=fed.local_epochs,
+                       server_optimizer=ServerOptimizerConfig.from_spec(fed.server_optimizer))
     return Recipe(algorithm, s.ctx, s.data, s.trainer, plan, store, key, s.init)
 
 

@@ -39,6 +39,8 @@ partition: {{strategy: ds1, n_clients: 4}}
 """
 VALIDATE = ("import sys; from pflpipe.cli import main; "
             "sys.exit(main(['validate', '-q', sys.argv[1]]))")
+REFERENCE = ("from pflpipe.spec.reference import markdown_reference; "
+             "print(markdown_reference(), end='')")
 
 
 def _doc_files() -> dict[str, str]:
@@ -84,12 +86,17 @@ def test_fedavgm_is_two_new_files_that_validate(tmp_path):
     # Execute
     package = _copy_with_fedavgm(tmp_path)
     done = _validate(tmp_path)
+    reference = subprocess.run([sys.executable, "-c", REFERENCE], capture_output=True, text=True,
+                               cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site")},
+                               timeout=180, check=True).stdout
 
-    # Assert
+    # Assert: two files written; the generated reference, as the doc says, is to be regenerated
     assert sorted(_doc_files()) == ["pflpipe/algorithms/fedavgm.py",
                                     "pflpipe/spec/algorithms/fedavgm.py"]
     assert _changed(PACKAGE, package) == ["algorithms/fedavgm.py", "spec/algorithms/fedavgm.py"]
     assert done.returncode == 0, done.stderr
+    committed = (REPO / "docs" / "spec-reference.md").read_text()
+    assert "server_momentum" in reference and "server_momentum" not in committed
 
 
 @pytest.fixture
@@ -178,18 +185,16 @@ def test_a_server_optimizer_on_top_of_fedavgm_fails_at_validate(tmp_path):
 
     assert done.returncode == 2, done.stderr
     assert ("spec.yaml:7: personalization[1].name: algorithm 'fedavgm' has its own server rule "
-            "(server_step in pflpipe/algorithms/fedavgm.py); federation.server_optimizer fedadam "
-            "would apply a second one on top of it") in done.stderr
+            "(server_step in pflpipe/algorithms/fedavgm.py), which replaces FedAvg's and so "
+            "federation.server_optimizer fedadam") in done.stderr
 
 
-def test_the_engine_refuses_a_server_optimizer_on_top_of_a_server_step(fedavgm, line_ctx,
-                                                                       clients):
+def test_an_own_server_step_refuses_the_server_optimizer_it_would_replace(fedavgm):
     from pflpipe.engine.optim import ServerOptimizerConfig
 
     params = fedavgm.params_type()(name="fedavgm")
-    algorithm = fedavgm(params, head=frozenset(), lr=0.1, local_epochs=1)
-    plan = Plan(rounds=1, local_epochs=1, batch_size=64, lr=0.1, seed=0,
-                server_optimizer=ServerOptimizerConfig("fedadam", lr=0.1))
 
-    with pytest.raises(ValueError, match="FedAvgM has its own server rule"):
-        Federation(algorithm, line_ctx, clients([(1, 1)]), BatchedTrainer(line_ctx), plan)
+    with pytest.raises(ValueError, match="FedAvgM has its own server rule .server_step., which "
+                                         "replaces FedAvg's and so the server optimizer 'fedadam'"):
+        fedavgm(params, head=frozenset(), lr=0.1, local_epochs=1,
+                server_optimizer=ServerOptimizerConfig("fedadam", lr=0.1))
