@@ -24,15 +24,21 @@ def results_dir(tmp_path, model: str, accuracies: dict[str, list[float]]):
     """A results directory as a training stage writes it (docs/contracts.md)."""
     directory = tmp_path / model
     directory.mkdir()
+    write_results(directory, 0, [(model, selection, values)
+                                 for selection, values in accuracies.items()])
+    return directory
+
+
+def write_results(directory, seed: int, groups):
+    """results.csv holding each (model, selection, per-client accuracies) group's test rows."""
     with (directory / "results.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, COLUMNS)
         writer.writeheader()
-        for selection, values in accuracies.items():
+        for model, selection, values in groups:
             for client, accuracy in enumerate(values):
-                writer.writerow({"seed": 0, "client": client, "model": model, "split": "test",
+                writer.writerow({"seed": seed, "client": client, "model": model, "split": "test",
                                  "selection": selection, "round": 5, "accuracy": accuracy,
                                  "loss": 1.0, "n_samples": 30})
-    return directory
 
 
 @pytest.fixture
@@ -131,14 +137,8 @@ def collected_seed(tmp_path, seed: int, models: dict[str, list[float]], records:
     """A `collect_results` directory of one seed: results.csv, collected.json, tuning.json."""
     directory = tmp_path / f"seed-{seed}"
     directory.mkdir()
-    with (directory / "results.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, COLUMNS)
-        writer.writeheader()
-        for model, values in models.items():
-            for client, accuracy in enumerate(values):
-                writer.writerow({"seed": seed, "client": client, "model": model, "split": "test",
-                                 "selection": "best_val", "round": 5, "accuracy": accuracy,
-                                 "loss": 1.0, "n_samples": 30})
+    write_results(directory, seed,
+                  [(model, "best_val", values) for model, values in models.items()])
     (directory / "collected.json").write_text(json.dumps({"seed": seed, "models": list(models)}))
     for label, record in records.items():
         (directory / label).mkdir()
