@@ -24,8 +24,10 @@ from pflpipe import layout
 from pflpipe.errors import DataError
 from pflpipe.events import notice
 from pflpipe.stages import (
+    distill_grid_search,
     partition_data,
     personalize,
+    select_teachers,
     train_local,
     tune_point,
     warm_start_fedavg,
@@ -34,6 +36,8 @@ from pflpipe.stages import (
 STAGE = "train_members"
 #: Joins the tasks of a unit trained together (hyper-parameter variants of one algorithm).
 JOINED = " + "
+#: PersFL's unit, after the warm start: every seed's teachers, then their grids as one job.
+DISTILL = "select_teachers, distill_grid_search"
 
 
 @dataclass
@@ -99,6 +103,8 @@ def groups(spec, specs: dict[str, object] | None = None) -> tuple[list[str], dic
         else:
             per_seed[name] = why
     units = _units(candidates, spec, specs)
+    if spec.has_persfl if specs is None else "distill_grid_search" in specs:
+        units.append(DISTILL)
     if len(spec.experiment.seeds) < 2:   # then only variants gain, and the warm start they need
         variants = [u for u in units if JOINED in u]
         if "warm_start_fedavg" in units and any(_needs_warm_start(u, spec, specs)
@@ -107,13 +113,9 @@ def groups(spec, specs: dict[str, object] | None = None) -> tuple[list[str], dic
         per_seed.update({u: "one seed" for u in units if u not in variants})
         units = variants
     if "warm_start_fedavg" not in units:
-        for unit in [u for u in units if _needs_warm_start(u, spec, specs)]:
+        for unit in [u for u in units if u == DISTILL or _needs_warm_start(u, spec, specs)]:
             units.remove(unit)
             per_seed[unit] = "it starts from the warm start, which trains per seed"
-    if spec.has_persfl and specs is None:
-        per_seed["select_teachers, distill_grid_search"] = (
-            "not grouped over seeds; each seed's λ × T grid points are already the members of "
-            "one batched job")
     return units, per_seed
 
 
@@ -135,7 +137,9 @@ def apart(spec, specs: dict[str, object] | None = None) -> dict[str, str]:
 
 
 def _names(spec, specs) -> list[str]:
-    return task_names(spec) if specs is None else [n for n in specs if n != "partition_data"]
+    if specs is None:
+        return task_names(spec)
+    return [n for n in specs if n not in ("partition_data", *DISTILL.split(", "))]
 
 
 def _spec_of(spec, specs, name: str):
@@ -246,12 +250,14 @@ def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
 def _train(names: list[str], specs: dict, seeds: list[int], parts: list[Path],
            checkpoints: list[Path], dirs: dict, done: list[str], **how) -> None:
     """Train the unit `names` (one task, or variants of one entry) as members."""
-    spec = specs[names[0]]
+    spec = specs.get(names[0])
     outs = [[dirs[s] / _folder(name) for s in seeds] for name in names]
     if names[0] == "warm_start_fedavg":
         warm_start_fedavg.run_members(spec, seeds, parts, checkpoints, outs[0], **how)
     elif names[0] == "train_local":
         train_local.run_members(spec, seeds, parts, outs[0], **how)
+    elif names[0] == DISTILL:
+        _distil(specs, seeds, parts, checkpoints, dirs, done, how["resume"])
     elif "warm_start_fedavg" not in done and any(
             specs[n].algorithm(_label(n)).warm_start != "none" for n in names):
         raise DataError("it starts from the warm start, which trained per seed")
@@ -261,6 +267,22 @@ def _train(names: list[str], specs: dict, seeds: list[int], parts: list[Path],
     else:
         personalize.run_variants([(specs[n], _label(n)) for n in names], seeds, parts,
                                  checkpoints, outs, **how)
+
+
+def _distil(specs: dict, seeds: list[int], parts: list[Path], checkpoints: list[Path],
+            dirs: dict, done: list[str], resume: str) -> None:
+    """Every seed's teachers (NumPy, seed by seed), then their grids as members of one job.
+
+    Each seed's grid is kept in its store, where its distill_grid_search task finds it.
+    """
+    if "warm_start_fedavg" not in done:
+        raise DataError("it starts from the warm start, which trained per seed")
+    teachers = [dirs[s] / "select_teachers" for s in seeds]
+    for checkpoint, out in zip(checkpoints, teachers, strict=True):
+        select_teachers.run(specs["select_teachers"], checkpoint, out)
+    distill_grid_search.run_members(specs["distill_grid_search"], seeds, parts, checkpoints,
+                                    teachers, [dirs[s] / "distill_grid_search" for s in seeds],
+                                    resume=resume)
 
 
 def _folder(name: str) -> str:
