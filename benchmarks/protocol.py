@@ -17,7 +17,8 @@ Per-FedAvg (the entries train federation.rounds); tracking on (an MLflow sqlite 
 Each split runs twice, one after the other, with `pflpipe run --fresh`: per seed
 (`engine.seeds_as_members: false`, today's default) and grouped (`true`: one `train_members` task
 trains every seed's warm start, local baseline and untuned entries as members of one
-federation). The engine settings are the only difference, so whatever the engine groups when
+federation, then picks every seed's teachers and trains all seeds' distillation grids as one
+job). The engine settings are the only difference, so whatever the engine groups when
 the switch is on is what is measured. Every task's wall seconds come from the CLI's task lines
 (kfp.local's start to finish, process start and exit included); the grouped task's inner stages
 from the times its outputs were written. Prints per split and stage the task seconds of both
@@ -292,12 +293,23 @@ def profile(args, split: str, work: Path, pool: Path) -> list[str]:
 
 def _per_seed(specs: dict, seed: int, out: Path) -> None:
     """The tasks train_members groups, for one seed, as its own tasks run them."""
-    from pflpipe.stages import personalize, train_local, warm_start_fedavg
+    from pflpipe.stages import (
+        distill_grid_search,
+        personalize,
+        select_teachers,
+        train_local,
+        warm_start_fedavg,
+    )
 
     part, checkpoints = out / "partition", out / "checkpoints"
     for name, spec in specs.items():
         if name == "warm_start_fedavg":
             warm_start_fedavg.run(spec, seed, part, checkpoints, out / name, resume="none")
+        elif name == "select_teachers":
+            select_teachers.run(spec, checkpoints, out / name)
+        elif name == "distill_grid_search":
+            distill_grid_search.run(spec, seed, part, checkpoints, out / "select_teachers",
+                                    out / name)
         elif name == "train_local":
             train_local.run(spec, seed, part, out / name, resume="none")
         elif name.startswith("personalize["):
