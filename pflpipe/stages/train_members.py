@@ -23,15 +23,6 @@ from pathlib import Path
 from pflpipe import layout
 from pflpipe.errors import DataError
 from pflpipe.events import notice
-from pflpipe.stages import (
-    distill_grid_search,
-    partition_data,
-    personalize,
-    select_teachers,
-    train_local,
-    tune_point,
-    warm_start_fedavg,
-)
 
 STAGE = "train_members"
 #: Joins the tasks of a unit trained together (hyper-parameter variants of one algorithm).
@@ -213,8 +204,34 @@ def _per_seed_reason(spec, name: str) -> str | None:
     return None
 
 
+def whole(spec) -> bool:
+    """Whether `train_members` trains every task of the spec's seeds, leaving them none.
+
+    So it does when nothing trains per seed (`groups`) and there is no tuning: the seeds loop
+    then only collects each seed's results from its output (`pflpipe.pipelines.graph`), and a
+    unit that cannot train as members at run time (seeds with unequal client counts) trains
+    seed by seed inside it.
+    """
+    return (spec.engine.seeds_as_members and not spec.tuning and spec.engine.shards == 1
+            and not groups(spec)[1])
+
+
+def seed_results(spec, members_dir: Path, seed: int) -> tuple[Path, Path, list[Path]]:
+    """A seed's partition, warm-start checkpoints and results directories in `run`'s output.
+
+    The results directories in the order the seeds loop collects them: the warm start, the
+    local baseline, PersFL, then the personalize entries.
+    """
+    root = Path(members_dir) / layout.seed_folder(seed)
+    names = task_names(spec)
+    if spec.has_persfl:
+        names.insert(2 if spec.runs_local else 1, "distill_grid_search")
+    return (root / layout.PARTITIONS, root / layout.CHECKPOINTS,
+            [root / _folder(name) for name in names])
+
+
 def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
-        progress: bool = False) -> MembersResult:
+        progress: bool = False, whole: bool = False) -> MembersResult:
     """Train the grouped tasks of `specs` as members; each seed's directories under `out_dir`.
 
     ``out_dir/seed-<s>/`` holds the seed's partition, warm-start checkpoints and a results
@@ -222,8 +239,11 @@ def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
 
     `specs` maps each task to group (of `task_names`), and "partition_data", to the spec it
     runs with (the pipeline's scoped specs, so the checkpoints are those its per-seed tasks
-    look for; each with the experiment's seeds).
+    look for; each with the experiment's seeds). With `whole` (`whole` of the spec: the seeds
+    loop trains nothing), a unit that cannot train as members trains seed by seed here.
     """
+    from pflpipe.stages import partition_data
+
     base = specs["warm_start_fedavg"]
     seeds = list(base.experiment.seeds)
     grouped, per_seed = groups(base, specs)
@@ -240,16 +260,47 @@ def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
             _train(unit.split(JOINED), specs, seeds, parts, checkpoints, dirs, result.grouped,
                    progress=progress, resume=resume)
         except DataError as err:
-            notice(f"{unit} trains per seed: {err}")
+            notice(f"{unit} trains per seed{' here' if whole else ''}: {err}")
             result.per_seed[unit] = str(err)
+            if whole:
+                _train_alone(unit.split(JOINED), specs, seeds, parts, checkpoints, dirs, resume)
             continue
         result.grouped.append(unit)
     return result
 
 
+def _train_alone(names: list[str], specs: dict, seeds: list[int], parts: list[Path],
+                 checkpoints: list[Path], dirs: dict, resume: str) -> None:
+    """Train the unit `names` seed by seed, each as its own task would (`whole`)."""
+    from pflpipe.stages import (
+        distill_grid_search,
+        personalize,
+        select_teachers,
+        train_local,
+        warm_start_fedavg,
+    )
+
+    for seed, part, checkpoint in zip(seeds, parts, checkpoints, strict=True):
+        for name in names:
+            spec, out = specs.get(name), dirs[seed] / _folder(name)
+            if name == "warm_start_fedavg":
+                warm_start_fedavg.run(spec, seed, part, checkpoint, out, resume=resume)
+            elif name == "train_local":
+                train_local.run(spec, seed, part, out, resume=resume)
+            elif name == DISTILL:
+                teachers = dirs[seed] / "select_teachers"
+                select_teachers.run(specs["select_teachers"], checkpoint, teachers)
+                distill_grid_search.run(specs["distill_grid_search"], seed, part, checkpoint,
+                                        teachers, dirs[seed] / "distill_grid_search")
+            else:
+                personalize.run(spec, seed, _label(name), part, checkpoint, out, resume=resume)
+
+
 def _train(names: list[str], specs: dict, seeds: list[int], parts: list[Path],
            checkpoints: list[Path], dirs: dict, done: list[str], **how) -> None:
     """Train the unit `names` (one task, or variants of one entry) as members."""
+    from pflpipe.stages import personalize, train_local, tune_point, warm_start_fedavg
+
     spec = specs.get(names[0])
     outs = [[dirs[s] / _folder(name) for s in seeds] for name in names]
     if names[0] == "warm_start_fedavg":
@@ -275,6 +326,8 @@ def _distil(specs: dict, seeds: list[int], parts: list[Path], checkpoints: list[
 
     Each seed's grid is kept in its store, where its distill_grid_search task finds it.
     """
+    from pflpipe.stages import distill_grid_search, select_teachers
+
     if "warm_start_fedavg" not in done:
         raise DataError("it starts from the warm start, which trained per seed")
     teachers = [dirs[s] / "select_teachers" for s in seeds]
