@@ -25,7 +25,8 @@ from the times its outputs were written. Prints per split and stage the task sec
 runs, the run's wall and the ratio, the load average beside each run, and — when --rounds,
 --epochs or --pool cut the protocol — the full protocol extrapolated, linearly: a task's fixed
 cost (the median task of the grouped run that trained nothing: process start, imports, reading
-the partition, writing results) stays, its rest is multiplied by full rounds / rounds for a
+the partition, writing results; when the grouped run started none, the per-seed run's shortest
+training task) stays, its rest is multiplied by full rounds / rounds for a
 round-bound task (warm start, select_teachers, personalize, and their parts of train_members),
 by full epochs / epochs for the distillation grid, and by 70,000 / pool for every task but
 collect_results and evaluate_fairness. Work done the same way in both runs is extrapolated once,
@@ -155,11 +156,17 @@ def by_stage(tasks: list[tuple[str, float]]) -> dict[str, tuple[float, int]]:
 
 
 def fixed_cost(runs: dict[bool, dict]) -> float:
-    """A task's cost beyond its work: the median task of the grouped run that trained nothing."""
-    grouped = runs[True]["tasks"]
-    idle = [s for t, s in grouped if t.startswith(("warm_start_fedavg ·", "train_local ·",
-                                                   "personalize["))]
-    return statistics.median(idle) if idle else 0.0
+    """A task's cost beyond its work: the median task of the grouped run that trained nothing.
+
+    When the grouped run started none (train_members trained every task: its seeds loop only
+    collects), the shortest training task of the per-seed run: an upper bound of the fixed
+    cost, so the per-seed run's extrapolation is a lower bound.
+    """
+    training = ("warm_start_fedavg ·", "train_local ·", "personalize[")
+    idle = [s for t, s in runs[True]["tasks"] if t.startswith(training)]
+    if idle:
+        return statistics.median(idle)
+    return min((s for t, s in runs[False]["tasks"] if t.startswith(training)), default=0.0)
 
 
 def scale(name: str, seconds: float, count: int, fixed: float, factors: dict) -> float:
