@@ -122,3 +122,18 @@ def test_validate_names_the_teachers_and_the_grid_as_grouped(tmp_path):
                                                           "rounds: 3, early_stop: {patience: 2}"))
     assert train_members.groups(early)[1][train_members.DISTILL] == (
         "it starts from the warm start, which trains per seed")
+
+
+def test_validate_says_the_seeds_loop_only_collects(tmp_path, capsys):
+    from pflpipe.cli import main
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(SPEC.format(out=tmp_path).replace("engine: {compile: false}",
+                                                      "engine: {compile: false, "
+                                                      "seeds_as_members: true}"))
+    assert main(["validate", str(path)]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("  train_members"))
+    assert line.startswith("  train_members       warm_start_fedavg, train_local, "
+                           "select_teachers, distill_grid_search: the 2 seeds as members")
+    assert line.endswith("(the loop then only collects each seed's results from it)")
