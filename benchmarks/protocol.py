@@ -66,7 +66,7 @@ TASK_START = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - INFO - Executing task 'train-
 ROUND_BOUND = ("warm_start_fedavg", "select_teachers", "personalize[")
 GRID = "distill_grid_search"
 #: Tasks whose cost does not grow with the pool's samples (tables and tracking of every seed).
-POOL_FREE = ("collect_results", "evaluate_fairness")
+POOL_FREE = ("collect_results", "collect_members", "evaluate_fairness")
 
 
 def write_pool(path: Path, samples: int) -> None:
