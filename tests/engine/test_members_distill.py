@@ -137,3 +137,22 @@ def test_validate_says_the_seeds_loop_only_collects(tmp_path, capsys):
     assert line.startswith("  train_members       warm_start_fedavg, train_local, "
                            "select_teachers, distill_grid_search: the 2 seeds as members")
     assert line.endswith("(the loop then only collects each seed's results from it)")
+
+
+def test_what_cannot_train_as_members_in_a_whole_run_trains_seed_by_seed_into_the_same_files(
+        runs, tmp_path):
+    # train_members' fallback when the seeds loop only collects (`whole`): each unit's seeds
+    # one by one, into the folders collect_members reads
+    _, _, grouped, members, _ = runs
+    specs = {k: Spec.model_validate(v) for k, v in json.loads(members_specs_json(grouped)).items()}
+    dirs = {s: tmp_path / f"seed-{s}" for s in SEEDS}
+    units = [["warm_start_fedavg"], ["train_local"], [train_members.DISTILL]]
+    for unit in units:
+        train_members._train_alone(unit, specs, SEEDS, [members[s] / "partition" for s in SEEDS],
+                                   [dirs[s] / "checkpoints" for s in SEEDS], dirs, "all")
+    for seed in SEEDS:
+        _, _, results = train_members.seed_results(grouped, tmp_path, seed)
+        assert [p.name for p in results] == ["warm_start_fedavg", "train_local",
+                                             "distill_grid_search"]
+        for path in [*results, dirs[seed] / "select_teachers"]:
+            _assert_same_files(members[seed] / path.name, path, at_least=3)
