@@ -1,12 +1,11 @@
 """Log a training stage's results directory into MLflow.
 
 The training stages are cached and take no MLflow run id (a new id on every pipeline run would
-change their inputs and so defeat the cache), so `collect_results` logs each of them into the
-pipeline's parent run from its results directory; `evaluate_fairness` does it when no parent run
-was given (a pipeline started from the KFP UI). Under the parent, each algorithm gets a run named
-after it (``fedper``; ``fedper · seed 1`` with several seeds), and under that a run per client
-(``fedper · client 3``) holding the metrics of `pflpipe.tracking.vocabulary`, its settings and its
-model.
+change their inputs and so defeat the cache), so in a pipeline `evaluate_fairness` logs each of
+them into the parent run from its collected results directory. Under the parent, each algorithm
+gets a run named after it (``fedper``; ``fedper · seed 1`` with several seeds), and under that a
+run per client (``fedper · client 3``) holding the metrics of `pflpipe.tracking.vocabulary`, its
+settings and its model.
 
 The models are pickled with torch (MLflow's pytorch format); `SavedModels` has a forked process
 do that, so that the tracking process imports no torch (docs/performance.md, start-up).
