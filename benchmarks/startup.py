@@ -5,7 +5,7 @@
 Runs ``pflpipe run SPEC --fresh`` into a new results folder with a new MLflow sqlite store (a
 first run, as on a fresh machine), with a ``sitecustomize`` hook on PYTHONPATH that makes every
 Python process of the run (the CLI and each task) append its CPU seconds (user + sys, from
-``getrusage``), those of the processes it forked (a figure drawn beside: `beside`) and its fsync
+``getrusage``), those of the processes it forked (`beside`: a figure drawn, models pickled) and its fsync
 calls and their seconds to a JSON-lines file when it exits. Prints one row per task: its wall
 time from kfp.local's log (start of the task to its end, process start-up and exit included),
 its process's CPU seconds, its forked children's, its fsyncs, the CLI's own CPU, the run's wall
