@@ -58,6 +58,30 @@ def _router(logit_gap_1, logit_gap_2):
     return router
 
 
+def test_router_exits_read_the_pre_activation_and_the_last_layer_its_relu():
+    # Prepare: one input x = 1, one hidden unit with weight −1 (pre-activation −1, ReLU 0); the
+    # exit's global logit is 2 × its input, the last layer's 5 × its input + 0.3
+    router = Router(1, [1])
+    with torch.no_grad():
+        router.trunk[0].weight.fill_(-1.0)
+        router.trunk[0].bias.zero_()
+        router.exits[0].weight.copy_(torch.tensor([[2.0], [0.0]]))
+        router.exits[0].bias.zero_()
+        router.last.weight.copy_(torch.tensor([[5.0], [0.0]]))
+        router.last.bias.copy_(torch.tensor([0.3, 0.0]))
+
+    # Execute
+    with torch.no_grad():
+        pi = Flow.route(dict(router.named_parameters()), torch.ones(1, 1),
+                        Context(Toy(), modules={"router": router}))
+
+    # Assert: exit 1 reads the pre-activation (π_g = σ(2·(−1)) = 0.1192, as the reference code's
+    # CIFAR policy network; its ReLU, as our router read until 2026-11-26, would give σ(0) = 0.5);
+    # the last layer reads the ReLU (σ(5·0 + 0.3) = 0.5744)
+    assert pi[0].tolist() == pytest.approx([1 / (1 + math.exp(2.0)), 1 / (1 + math.exp(-0.3))],
+                                           abs=1e-6)
+
+
 GLOBAL = {"base.0.weight": torch.tensor([[2.0]]), "head.weight": torch.tensor([[3.0]])}
 LOCAL = {"base.0.weight": torch.tensor([[1.0]]), "head.weight": torch.tensor([[0.5]])}
 
