@@ -129,9 +129,9 @@ def test_router_regularizer_pushes_towards_the_global_route_by_hand():
 
 def test_diagnostics_give_each_layers_mean_pi_global_and_share_routed_to_global_by_hand():
     # Prepare: the toy router at x = 1 gives π_g = [σ(−ln 3), σ(0)] = [0.25, 0.5]; at x = −1 its
-    # hidden unit is relu(−1) = 0, so both exits give logits 0: π_g = [0.5, 0.5]. The third
-    # sample is padding (mask 0).
-    #   layer 1: mean π_g (0.25 + 0.5)/2 = 0.375; hard routing: local, global (tie) → 0.5
+    # hidden unit's pre-activation is −1, which exit 1 reads (π_g = σ(ln 3) = 0.75), and its
+    # ReLU 0, which the last layer reads (logits 0: π_g = 0.5). The third sample is padding.
+    #   layer 1: mean π_g (0.25 + 0.75)/2 = 0.5; hard routing: local, global → 0.5
     #   layer 2: mean 0.5; both ties → global: 1.0
     router = _router(-math.log(3.0), 0.0)
     ctx = Context(Toy(), "regression", modules={"router": router})
@@ -143,7 +143,7 @@ def test_diagnostics_give_each_layers_mean_pi_global_and_share_routed_to_global_
     out = _flow().diagnostics(state, {}, batch, ctx)
 
     # Assert
-    assert out["pi_global"].tolist() == pytest.approx([0.375, 0.5])
+    assert out["pi_global"].tolist() == pytest.approx([0.5, 0.5])
     assert out["to_global"].tolist() == pytest.approx([0.5, 1.0])
 
 
