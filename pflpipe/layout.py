@@ -12,7 +12,8 @@ personalize entry's, distill_grid_search's)::
 
 A **checkpoint directory** (or store)::
 
-    round_0000.pt ... round_NNNN.pt  state_NNNN.pt  progress.json  [round_metrics.csv]
+    round_0000.pt ... round_NNNN.pt  state_NNNN.pt  rows_NNNN.pt ...  progress.json
+    [round_metrics.csv]
 
 A **partition directory**: ``manifest.json``, ``clients/client_NNNN.pt``, the label heatmap.
 A **collected directory** (collect_results, one seed): the results directory of every model by
@@ -80,8 +81,9 @@ CHECKPOINTS = "checkpoints"
 PROGRESS_JSON = "progress.json"
 #: warm_start_fedavg: every round's per-client validation and test scores.
 ROUND_METRICS_CSV = "round_metrics.csv"
-_ROUND, _STATE = "round_{:04d}.pt", "state_{:04d}.pt"
+_ROUND, _STATE, _ROWS = "round_{:04d}.pt", "state_{:04d}.pt", "rows_{:04d}.pt"
 _ROUND_KEY = re.compile(r"round_(\d{4,})\.pt")
+_ROWS_KEY = re.compile(r"rows_(\d{4,})\.pt")
 
 
 def stage_checkpoints(stage: str, digest: str) -> str:
@@ -97,6 +99,21 @@ def round_key(round_idx: int) -> str:
 def state_key(round_idx: int) -> str:
     """The file of everything else a resumed run needs after one round (``state_0012.pt``)."""
     return _STATE.format(round_idx)
+
+
+def rows_key(round_idx: int) -> str:
+    """The file of the score rows added since the previous checkpoint (``rows_0012.pt``)."""
+    return _ROWS.format(round_idx)
+
+
+def rows_round_of(key: str) -> int | None:
+    """The round of a rows file's name; None for any other name.
+
+    >>> rows_round_of("rows_0012.pt"), rows_round_of("round_0012.pt")
+    (12, None)
+    """
+    match = _ROWS_KEY.fullmatch(key)
+    return int(match.group(1)) if match else None
 
 
 def round_of(key: str) -> int | None:

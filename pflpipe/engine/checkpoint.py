@@ -1,8 +1,11 @@
 """A run's checkpoints in a store: what `Federation` writes after a round and resumes from.
 
 After round r the store holds ``round_r.pt`` (the global state_dict), ``state_r.pt`` (everything
-else the next rounds depend on) and, written last, ``progress.json``; older state files (and
-older round files unless every round is kept) are deleted.
+else the next rounds depend on), ``rows_r.pt`` (the score rows added since the previous
+checkpoint) and, written last, ``progress.json``; older state files (and older round files
+unless every round is kept) are deleted. The rows go in chunks, each written once, so a
+checkpoint costs the same in round 100 as in round 1 (rewriting every row each round made the
+checkpoints of a 100-round run most of its time); the state file names the chunks it continues.
 """
 
 import io
@@ -14,23 +17,44 @@ from torch import Tensor
 
 from pflpipe.data.files import load_tensors
 from pflpipe.engine.optim import MOMENTS
-from pflpipe.errors import DivergenceError
-from pflpipe.layout import PROGRESS_JSON, is_state_key, round_key, round_of, state_key
+from pflpipe.errors import DataError, DivergenceError
+from pflpipe.layout import (
+    PROGRESS_JSON,
+    is_state_key,
+    round_key,
+    round_of,
+    rows_key,
+    rows_round_of,
+    state_key,
+)
 from pflpipe.storage.base import Store
 
 log = logging.getLogger(__name__)
+#: The snapshot's record of its rows' chunks: [[round, number of rows up to it], ...].
+CHUNKS = "row_chunks"
 
 
 def save(store: Store, snap: dict, round_idx: int, fingerprint: str,
          keep_every_round: bool) -> None:
-    """Write round `round_idx`'s global model, the rest of `snap` and the progress marker."""
+    """Write round `round_idx`'s global model, the rest of `snap` and the progress marker.
+
+    `snap[CHUNKS]` (the rows' chunks written so far, as [round, rows up to it]) is updated.
+    """
+    rows, chunks = snap["rows"], [c for c in snap.get(CHUNKS, []) if c[0] < round_idx]
+    start = chunks[-1][1] if chunks else 0
+    store.put_bytes(rows_key(round_idx), dump(rows[start:]))
+    snap[CHUNKS] = chunks = [*chunks, [round_idx, len(rows)]]
     store.put_bytes(round_key(round_idx), dump(snap["global"]))
-    store.put_bytes(state_key(round_idx), dump({k: v for k, v in snap.items() if k != "global"}))
+    store.put_bytes(state_key(round_idx),
+                    dump({k: v for k, v in snap.items() if k not in ("global", "rows")}))
     mark(store, round_idx, snap["stopped"], fingerprint)
+    kept = {rows_key(r) for r, _ in chunks}
     for key in store.list():
         if is_state_key(key) and key != state_key(round_idx):
             store.delete(key)
         elif round_of(key) is not None and not keep_every_round and key != round_key(round_idx):
+            store.delete(key)
+        elif rows_round_of(key) is not None and key not in kept:
             store.delete(key)
 
 
@@ -59,11 +83,24 @@ def resume(store: Store, fingerprint: str, device: torch.device) -> dict | None:
     round_idx = progress["rounds_completed"]
     snap = load(store, state_key(round_idx), device)
     snap["global"] = load(store, round_key(round_idx), device)
+    if "rows" not in snap:                     # (a state file of the older layout holds them)
+        snap["rows"] = _rows(store, snap[CHUNKS], device)
     old = snap.pop("server_optimizer", None)   # written before the moments joined the server
     if old:                                    # state (`optim.MOMENTS`)
         snap["server"].update(zip(MOMENTS, (old["m"], old["v"]), strict=True))
     log.info("resuming from round %d of %s", round_idx, store.uri)
     return snap
+
+
+def _rows(store: Store, chunks: list, device: torch.device) -> list[dict]:
+    """The score rows of the chunks a state file names, in order; DataError if one is short."""
+    rows = []
+    for round_idx, end in chunks:
+        rows += load(store, rows_key(round_idx), device)
+        if len(rows) != end:
+            raise DataError(f"{store.uri}/{rows_key(round_idx)}: holds the rows up to {len(rows)}"
+                            f", where the checkpoint expects {end}; move the checkpoints away")
+    return rows
 
 
 def progress_of(store: Store) -> dict | None:
