@@ -2,15 +2,15 @@
 
     python benchmarks/startup.py [--spec specs/persfl-digits.yaml] [--work DIR] [--set K=V ...]
 
-Runs ``pflpipe run SPEC --fresh`` into a new results folder with a new MLflow sqlite store (a first
-run, as on a fresh machine), with a ``sitecustomize`` hook on PYTHONPATH that makes every Python
-process of the run (the CLI and each task) append its CPU seconds (user + sys, from ``getrusage``),
-those of the processes it forked (`beside`: a figure drawn, models pickled) and its fsync calls and
-their seconds to a JSON-lines file when it exits. Prints one row per task: its wall time from
-kfp.local's log (start of the task to its end, process start-up and exit included), its process's
-CPU seconds, its forked children's, its fsyncs, the CLI's own CPU, the run's wall and CPU, and the
-load average before and after (the machine is shared: compare runs made side by side).
-``--profile`` also writes a cProfile (CPU clock) of every process.
+Runs ``pflpipe run SPEC --fresh`` into a new results folder with a new MLflow sqlite store (a
+first run, as on a fresh machine), with a ``sitecustomize`` hook on PYTHONPATH that makes every
+Python process of the run (the CLI and each task) append its CPU seconds (user + sys, from
+``getrusage``), those of the processes it forked (a figure drawn beside: `beside`) and its fsync
+calls and their seconds to a JSON-lines file when it exits. Prints one row per task: its wall
+time from kfp.local's log (start of the task to its end, process start-up and exit included),
+its process's CPU seconds, its forked children's, its fsyncs, the CLI's own CPU, the run's wall
+and CPU, and the load average before and after (the machine is shared: compare runs made side
+by side). ``--profile`` also writes a cProfile (CPU clock) of every process.
 """
 
 import argparse

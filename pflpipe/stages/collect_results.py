@@ -105,14 +105,11 @@ def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
     return result
 
 
-def track(spec, out_dir: Path, tracker: Tracker, saved=None) -> None:
-    """Log a collected seed into the parent run `tracker`: its partition hash, every model.
-
-    `saved`: the models as a `track_results.SavedModels` saved them (else loaded here).
-    """
+def track(spec, out_dir: Path, tracker: Tracker) -> None:
+    """Log a collected seed into the parent run `tracker`: its partition hash, every model."""
     if tracker is NULL_TRACKER:
         return
-    from pflpipe.stages import track_results
+    from pflpipe.stages import track_results  # torch: only when there is a run to log into
 
     out = Path(out_dir)
     collected = json.loads((out / MANIFEST).read_text())
@@ -120,7 +117,7 @@ def track(spec, out_dir: Path, tracker: Tracker, saved=None) -> None:
     tracker.set_tags({f"partition_hash.seed-{collected['seed']}": manifest["content_hash"]})
     for model in reversed(collected["models"]):  # the runs table lists the newest first
         track_results.track_model(tracker, spec, collected["seed"], out / model,
-                                  out / layout.PARTITION, saved)
+                                  out / layout.PARTITION)
 
 
 def _keep_sources(out: Path, partition_dir: Path, checkpoints_dir: Path | None) -> None:

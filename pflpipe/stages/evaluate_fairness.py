@@ -127,19 +127,6 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
     uploaded and started in the KFP UI) and a tracking URI (the pipeline parameter, the spec's or
     $MLFLOW_TRACKING_URI), it opens the parent run (tagged ``kfp_run_id``) and finishes it.
     """
-    from contextlib import nullcontext
-
-    from pflpipe.stages.track_results import SavedModels
-
-    # Forked first, before mlflow is imported here: the models are pickled (torch) over there.
-    tracking = parent_run_id and spec.tracking.enabled and spec.tracking.log_models
-    with SavedModels(spec, results_dirs) if tracking else nullcontext() as saved:
-        return _in_pipeline(spec, results_dirs, out_dir, tracking_uri, experiment, parent_run_id,
-                            kfp_run_id, saved)
-
-
-def _in_pipeline(spec, results_dirs, out_dir, tracking_uri, experiment, parent_run_id,
-                 kfp_run_id, saved) -> ReportResult:
     from pflpipe.stages import collect_results
     from pflpipe.tracking import open_parent_run, parent_tracker
 
@@ -157,7 +144,7 @@ def _in_pipeline(spec, results_dirs, out_dir, tracking_uri, experiment, parent_r
     try:
         def track_seeds() -> None:
             for directory in results_dirs:
-                collect_results.track(spec, Path(directory), tracker, saved)
+                collect_results.track(spec, Path(directory), tracker)
 
         result = run(spec, results_dirs, out_dir, tracker=tracker, run_info=info,
                      alongside=None if tracker is NULL_TRACKER else track_seeds)

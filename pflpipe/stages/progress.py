@@ -1,29 +1,23 @@
 """What a training stage logs per client (its rounds' progress: `pflpipe.events`)."""
 
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING
+
+import torch
 
 from pflpipe.layout import client_file
 from pflpipe.tracking import Tracker, vocabulary
-
-if TYPE_CHECKING:
-    import torch
 
 
 def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],
                 history: list[dict], extra: Callable[[int], dict] | None = None,
                 models: dict[str, dict] | None = None, *, seed: int | None = None,
-                template: "torch.nn.Module | None" = None,
-                saved: Callable[[str], Path] | None = None) -> None:
+                template: torch.nn.Module | None = None) -> None:
     """One MLflow child run per client, in the metric vocabulary of `pflpipe.tracking.vocabulary`.
 
     Each run (named ``client 3 · fedper``, `seed` appended when given) holds the per-round
     history (step = round), the final ``best.*`` and ``last.*`` values, `extra` params and, when
     given, the client's model (`models["client_0000"]`): an MLflow model loaded into `template`,
-    or a state_dict artifact without one; with `saved` (the models' names → the folders another
-    process saved them into, `track_results.SavedModels`), `models` only says which clients
-    have one. `tracker` itself gets the mean over clients of every
+    or a state_dict artifact without one. `tracker` itself gets the mean over clients of every
     metric, so the algorithms' runs compare on one chart.
     """
     per_client_rounds, per_client_final = [], []
@@ -34,10 +28,7 @@ def log_clients(tracker: Tracker, stage: str, model: str, results: list[dict],
         final = vocabulary.final_metrics(r for r in results if int(r["client"]) == client)
         with tracker.child(vocabulary.run_name(model, client, seed), tags) as run:
             state, model_id = (models or {}).get(client_file(client)), None
-            if state is not None and saved is not None:
-                name = f"{model}-client-{client}"
-                model_id = run.log_saved_model(saved(name), name)
-            elif state is not None and template is not None:
+            if state is not None and template is not None:
                 # the network's own keys; other state groups are prefixed "<group>/"
                 template.load_state_dict({k: v for k, v in state.items() if "/" not in k})
                 model_id = run.log_model(template, f"{model}-client-{client}")

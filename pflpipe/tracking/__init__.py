@@ -17,12 +17,5 @@ from pflpipe.tracking.runs import (
 
 __all__ = [
     "NULL_TRACKER", "ParentRun", "Tracker", "child_run", "finish_parent", "open_parent_run",
-    "parent_tracker", "record_failure", "resolve_tracking_uri", "save_model",
+    "parent_tracker", "record_failure", "resolve_tracking_uri",
 ]
-
-
-def save_model(module, path) -> None:
-    """Write `module` into the folder `path` as `Tracker.log_model` logs it (MLflow's format)."""
-    from pflpipe.tracking.mlflow import save_torch_model
-
-    save_torch_model(module, path)

@@ -52,10 +52,6 @@ class Tracker:
         """Log a torch module as an MLflow model of this run; return its id (None: not logged)."""
         return None
 
-    def log_saved_model(self, path: Path, name: str) -> str | None:
-        """`log_model` of a module saved into `path` by `pflpipe.tracking.save_model`."""
-        return None
-
     def log_batch(self, rows: list[dict[str, float]] = (), metrics: dict[str, float] | None = None,
                   params: dict[str, Any] | None = None, *, step_key: str = "round",
                   model_id: str | None = None) -> None:

@@ -181,23 +181,18 @@ class MlflowTracker(Tracker):
         """
         if not self.log_models:
             return None
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "model"
-            save_torch_model(module, path)
-            return self.log_saved_model(path, name)
-
-    def log_saved_model(self, path: Path, name: str) -> str | None:
-        """`log_model` of a model `save_torch_model` wrote into `path` (e.g. in another process)."""
-        if not self.log_models:
-            return None
         from mlflow.entities import LoggedModelOutput
 
-        self._refuse_secrets(Path(path))
-        model = self._call("creation of a logged model", self.client.create_logged_model,
-                           self.experiment_id, name=scrub_text(name), source_run_id=self.run_id,
-                           tags=scrub_mapping(self.context_tags, "tag"))
-        self._call("upload of a logged model", self.client.log_model_artifacts,
-                   model.model_id, str(path))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model"
+            _save_torch_model(module, path)
+            self._refuse_secrets(path)
+            model = self._call("creation of a logged model", self.client.create_logged_model,
+                               self.experiment_id, name=scrub_text(name),
+                               source_run_id=self.run_id,
+                               tags=scrub_mapping(self.context_tags, "tag"))
+            self._call("upload of a logged model", self.client.log_model_artifacts,
+                       model.model_id, str(path))
         self._call("finalize of a logged model", self.client.finalize_logged_model,
                    model.model_id, "READY")
         self._call("log_outputs", self.client.log_outputs, self.run_id,
@@ -245,12 +240,8 @@ def _history_metrics(rows, step_key: str, stamp: int) -> list:
     return entries
 
 
-def save_torch_model(module: Any, path: Path) -> None:
-    """Save `module` in MLflow's pytorch format; pickled (pt2 export needs an input example).
-
-    What `MlflowTracker.log_model` uploads; no store is touched, so another process may save
-    while this one tracks (`log_saved_model`).
-    """
+def _save_torch_model(module: Any, path: Path) -> None:
+    """Save `module` in MLflow's pytorch format; pickled (pt2 export needs an input example)."""
     import mlflow.pytorch
     import torch
 
@@ -273,7 +264,7 @@ def save_torch_model(module: Any, path: Path) -> None:
 def _requirements_unchecked() -> Iterator[None]:
     """Skip MLflow's check of a saved model's pip requirements against the installed packages.
 
-    The requirements `save_torch_model` writes are the versions of this very process (pflpipe,
+    The requirements `_save_torch_model` writes are the versions of this very process (pflpipe,
     torch, and mlflow's own pin), so the check cannot find a mismatch; yet for each model it maps
     every installed distribution to its modules (mlflow 3.x) — seconds per stage that logs a
     model per client.

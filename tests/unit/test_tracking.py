@@ -239,11 +239,11 @@ def test_saved_model_pins_this_environment_and_mlflow_check_is_restored(tmp_path
     from mlflow.utils import environment
 
     import pflpipe
-    from pflpipe.tracking.mlflow import save_torch_model
+    from pflpipe.tracking.mlflow import _save_torch_model
 
     check = environment.warn_dependency_requirement_mismatches
 
-    save_torch_model(torch.nn.Linear(2, 1), tmp_path / "model")
+    _save_torch_model(torch.nn.Linear(2, 1), tmp_path / "model")
 
     requirements = (tmp_path / "model" / "requirements.txt").read_text().split()
     assert requirements == [f"mlflow=={mlflow.__version__}", f"pflpipe=={pflpipe.__version__}",
