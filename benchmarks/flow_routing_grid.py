@@ -18,6 +18,12 @@ to [0, 1] (`--normalization standard` or `per_feature` standardise them). `--spl
 tries other splits);
 `--router-lr-scale` multiplies the routing network's learning rate only: a probe, neither the
 paper's (one learning rate η) nor the reference code's (one optimizer for every group).
+`--warm-start` first trains FedAvg for the same rounds and starts Flow's global layers from its
+final model, as the pipeline's default `warm_start: final` does for other personalization
+algorithms (the paper's Algorithm 1 and the reference code start Flow from a random model).
+`--router-exit activation` puts each exit on its trunk layer's ReLU output, as the reference
+code's EMNIST policy network does (less its dropout) and Flow did until 2026-11-26; the default,
+`pre`, is Flow's router (exits on the pre-activations, as the reference code's CIFAR one).
 """
 
 import argparse
@@ -30,7 +36,8 @@ from pathlib import Path
 
 import torch
 
-from pflpipe.algorithms.flow import Flow, routing_shares
+from pflpipe.algorithms.fedavg import FedAvg
+from pflpipe.algorithms.flow import Flow, Router, routing_shares
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.trainer import BatchedTrainer
@@ -60,6 +67,14 @@ class ScaledRouterLr(Flow):
     """Flow whose routing network trains at `scale` × the learning rate (`--router-lr-scale`)."""
 
     scale = 1.0
+    exit = "pre"
+
+    def modules(self, in_shape, n_outputs, model=None):
+        """Flow's router, its exits moved to the activations for `--router-exit activation`."""
+        router = super().modules(in_shape, n_outputs, model)["router"]
+        if self.exit == "activation":
+            router.__class__ = ActivationRouter
+        return {"router": router}
 
     def phases(self):
         """Flow's phases, the router's group at its own learning rate."""
@@ -67,10 +82,31 @@ class ScaledRouterLr(Flow):
         return local, replace(routing, group_lr={"router": self.lr * self.scale})
 
 
+class ActivationRouter(Router):
+    """Router whose exits read the trunk layers' ReLU outputs (`--router-exit activation`)."""
+
+    def forward(self, x):
+        """Return the routing logits [B, K, 2]."""
+        h, logits = x.flatten(1), []
+        for layer, exit_ in zip(self.trunk, self.exits, strict=True):
+            h = torch.relu(layer(h))
+            logits.append(exit_(h))
+        return torch.stack([*logits, self.last(h)], 1)
+
+
+def warm_start(s, plan: Plan, args):
+    """FedAvg's final global model after `plan`'s rounds (`--warm-start`)."""
+    fedavg = FedAvg(None, head=s.head, lr=args.lr, local_epochs=args.epochs)
+    federation = Federation(fedavg, s.ctx, s.data, BatchedTrainer(s.ctx),
+                            replace(plan, score_global=False))
+    return federation.run(s.init).global_params
+
+
 def run_point(s, seed: int, args, lam: float, momentum: float) -> dict:
     """Train one grid point on one seed; its scores and routing."""
     start = time.perf_counter()
     ScaledRouterLr.scale = args.router_lr_scale
+    ScaledRouterLr.exit = args.router_exit
     flow = ScaledRouterLr(FlowParams(name="flow", lam=lam, global_update=args.global_update,
                                      split=args.split,
                                      local_epochs_first=args.local_epochs_first),
@@ -79,8 +115,10 @@ def run_point(s, seed: int, args, lam: float, momentum: float) -> dict:
                 lr=args.lr, seed=seed, client_fraction=args.client_fraction,
                 eval_every=args.rounds, optimizer=OptimizerConfig(momentum=momentum))
     federation = Federation(flow, s.ctx, s.data, BatchedTrainer(s.ctx), plan)
-    result = federation.run(s.init)
-    return {"seed": seed, "lam": lam, "momentum": momentum, "global_update": args.global_update,
+    result = federation.run(warm_start(s, plan, args) if args.warm_start else s.init)
+    return {"seed": seed, "lam": lam, "warm_start": args.warm_start,
+            "router_exit": args.router_exit, "momentum": momentum,
+            "global_update": args.global_update,
             "normalization": args.normalization, "split": args.split,
             "E_l": args.local_epochs_first or args.epochs, "router_lr_scale": args.router_lr_scale,
             "val_PA": round(100 * result.last["val_accuracy"].nanmean().item(), 1),
@@ -109,6 +147,8 @@ def main() -> None:
     parser.add_argument("--split", type=float, default=0.5)
     parser.add_argument("--local-epochs-first", type=int)
     parser.add_argument("--router-lr-scale", type=float, default=1.0)
+    parser.add_argument("--warm-start", action="store_true")
+    parser.add_argument("--router-exit", default="pre", choices=("pre", "activation"))
     args = parser.parse_args()
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="flow-routing-"))

@@ -71,7 +71,9 @@ def routed_forward(model: nn.Module, global_params, local_params, pi_global, x):
 class Router(nn.Module):
     """Eq. 2: an MLP over the flattened input with an exit of 2 logits after each hidden layer.
 
-    The last layer is the K-th exit; outputs [B, K, 2] logits, column 0 the global route.
+    Exit k reads hidden layer k's pre-activation, as the reference code's CIFAR policy network
+    (its EMNIST one reads dropout-then-ReLU of it); the last layer, on the ReLU of the last
+    hidden layer, is the K-th exit. Outputs [B, K, 2] logits, column 0 the global route.
     """
 
     def __init__(self, in_features: int, widths: list[int]):
@@ -85,8 +87,9 @@ class Router(nn.Module):
         """Return the routing logits [B, K, 2]."""
         h, logits = x.flatten(1), []
         for layer, exit_ in zip(self.trunk, self.exits, strict=True):
-            h = torch.relu(layer(h))
-            logits.append(exit_(h))
+            pre = layer(h)
+            logits.append(exit_(pre))
+            h = torch.relu(pre)
         return torch.stack([*logits, self.last(h)], 1)
 
 

@@ -14,9 +14,10 @@ sources.json      where the partition and the warm start's checkpoints are
                   (`pflpipe personalize-new` reads them from there)
 ```
 
-The training stages are cached and take no MLflow run id, so this stage logs each of them into
-the pipeline's parent run (`pflpipe.stages.track_results`), and tags the parent with the
-partition's content hash.
+The training stages are cached and take no MLflow run id, so `track` logs each of them into
+the pipeline's parent run (`pflpipe.stages.track_results`) and tags the parent with the
+partition's content hash; in the pipeline `evaluate_fairness` calls it for every seed, and this
+stage's task tracks nothing.
 """
 
 import csv

@@ -1,9 +1,10 @@
 """Log a training stage's results directory into MLflow.
 
 The training stages are cached and take no MLflow run id (a new id on every pipeline run would
-change their inputs and so defeat the cache), so `collect_results` logs each of them into the
-pipeline's parent run from its results directory; `evaluate_fairness` does it when no parent run
-was given (a pipeline started from the KFP UI). Under the parent, each algorithm gets a run named
+change their inputs and so defeat the cache), so the pipeline's last task, `evaluate_fairness`,
+logs each of them into the pipeline's parent run from every seed's collected directory
+(`collect_results.track`; the per-seed `collect_results` tasks track nothing, so that they import
+neither mlflow nor torch). Under the parent, each algorithm gets a run named
 after it (``fedper``; ``fedper · seed 1`` with several seeds), and under that a run per client
 (``fedper · client 3``) holding the metrics of `pflpipe.tracking.vocabulary`, its settings and its
 model.

@@ -272,6 +272,27 @@ def test_evaluate_fairness_logs_the_cached_warm_start_with_round_histories(chain
     assert means[-1].value == pytest.approx(sum(h[-1].value for h in per_client) / N_CLIENTS)
 
 
+def test_evaluate_fairness_logs_each_clients_own_weights_as_an_mlflow_model(chain):
+    # Each client's logged model holds that client's weights; fedavg's the best global one.
+    import torch
+    from mlflow.entities import LoggedModelStatus
+
+    client = mlflow.MlflowClient(chain["parent"].tracking_uri)
+    models = client.search_logged_models([chain["parent"].experiment_id])
+    by_name = {m.name: m for m in models}
+    expected = {f"{model}-client-{c}": chain["seed0"] / model / "models" / f"client_{c:04d}.pt"
+                for model in ("local", "fedper", "persfl") for c in range(N_CLIENTS)}
+    expected["fedavg-global"] = chain["seed0"] / "fedavg" / "models" / "global_best_val.pt"
+    assert set(by_name) == set(expected) and len(models) == len(expected)
+    for name in ("fedper-client-2", "persfl-client-0", "fedavg-global"):
+        loaded = mlflow.pytorch.load_model(by_name[name].artifact_location)
+        state = torch.load(expected[name], weights_only=True)
+        own = {k: v for k, v in state.items() if "/" not in k}
+        assert loaded.state_dict().keys() == own.keys()
+        assert all(torch.equal(loaded.state_dict()[k], v) for k, v in own.items()), name
+        assert by_name[name].status == LoggedModelStatus.READY
+
+
 @pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.name)
 def test_component_compiles_alone_on_the_project_image_without_pip(component, tmp_path):
     path = tmp_path / "component.yaml"
