@@ -17,14 +17,16 @@ Per-FedAvg (the entries train federation.rounds); tracking on (an MLflow sqlite 
 Each split runs twice, one after the other, with `pflpipe run --fresh`: per seed
 (`engine.seeds_as_members: false`, today's default) and grouped (`true`: one `train_members` task
 trains every seed's warm start, local baseline and untuned entries as members of one
-federation). The engine settings are the only difference, so whatever the engine groups when
+federation, then picks every seed's teachers and trains all seeds' distillation grids as one
+job). The engine settings are the only difference, so whatever the engine groups when
 the switch is on is what is measured. Every task's wall seconds come from the CLI's task lines
 (kfp.local's start to finish, process start and exit included); the grouped task's inner stages
 from the times its outputs were written. Prints per split and stage the task seconds of both
 runs, the run's wall and the ratio, the load average beside each run, and — when --rounds,
 --epochs or --pool cut the protocol — the full protocol extrapolated, linearly: a task's fixed
 cost (the median task of the grouped run that trained nothing: process start, imports, reading
-the partition, writing results) stays, its rest is multiplied by full rounds / rounds for a
+the partition, writing results; when the grouped run started none, the per-seed run's shortest
+training task) stays, its rest is multiplied by full rounds / rounds for a
 round-bound task (warm start, select_teachers, personalize, and their parts of train_members),
 by full epochs / epochs for the distillation grid, and by 70,000 / pool for every task but
 collect_results and evaluate_fairness. Work done the same way in both runs is extrapolated once,
@@ -64,7 +66,7 @@ TASK_START = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - INFO - Executing task 'train-
 ROUND_BOUND = ("warm_start_fedavg", "select_teachers", "personalize[")
 GRID = "distill_grid_search"
 #: Tasks whose cost does not grow with the pool's samples (tables and tracking of every seed).
-POOL_FREE = ("collect_results", "evaluate_fairness")
+POOL_FREE = ("collect_results", "collect_members", "evaluate_fairness")
 
 
 def write_pool(path: Path, samples: int) -> None:
@@ -154,11 +156,17 @@ def by_stage(tasks: list[tuple[str, float]]) -> dict[str, tuple[float, int]]:
 
 
 def fixed_cost(runs: dict[bool, dict]) -> float:
-    """A task's cost beyond its work: the median task of the grouped run that trained nothing."""
-    grouped = runs[True]["tasks"]
-    idle = [s for t, s in grouped if t.startswith(("warm_start_fedavg ·", "train_local ·",
-                                                   "personalize["))]
-    return statistics.median(idle) if idle else 0.0
+    """A task's cost beyond its work: the median task of the grouped run that trained nothing.
+
+    When the grouped run started none (train_members trained every task: its seeds loop only
+    collects), the shortest training task of the per-seed run: an upper bound of the fixed
+    cost, so the per-seed run's extrapolation is a lower bound.
+    """
+    training = ("warm_start_fedavg ·", "train_local ·", "personalize[")
+    idle = [s for t, s in runs[True]["tasks"] if t.startswith(training)]
+    if idle:
+        return statistics.median(idle)
+    return min((s for t, s in runs[False]["tasks"] if t.startswith(training)), default=0.0)
 
 
 def scale(name: str, seconds: float, count: int, fixed: float, factors: dict) -> float:
@@ -292,12 +300,23 @@ def profile(args, split: str, work: Path, pool: Path) -> list[str]:
 
 def _per_seed(specs: dict, seed: int, out: Path) -> None:
     """The tasks train_members groups, for one seed, as its own tasks run them."""
-    from pflpipe.stages import personalize, train_local, warm_start_fedavg
+    from pflpipe.stages import (
+        distill_grid_search,
+        personalize,
+        select_teachers,
+        train_local,
+        warm_start_fedavg,
+    )
 
     part, checkpoints = out / "partition", out / "checkpoints"
     for name, spec in specs.items():
         if name == "warm_start_fedavg":
             warm_start_fedavg.run(spec, seed, part, checkpoints, out / name, resume="none")
+        elif name == "select_teachers":
+            select_teachers.run(spec, checkpoints, out / name)
+        elif name == "distill_grid_search":
+            distill_grid_search.run(spec, seed, part, checkpoints, out / "select_teachers",
+                                    out / name)
         elif name == "train_local":
             train_local.run(spec, seed, part, out / name, resume="none")
         elif name.startswith("personalize["):

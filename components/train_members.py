@@ -13,8 +13,12 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 
 @dsl.component(base_image=PFLPIPE_IMAGE, install_kfp_package=False)
 def train_members(specs_json: str, members: Output[Model], summary: Output[Markdown],
-                  resume: str = "all"):
-    """Train every seed of the grouped stages as members (resume: all, unfinished, none)."""
+                  resume: str = "all", whole: bool = False):
+    """Train every seed of the grouped stages as members (resume: all, unfinished, none).
+
+    `whole`: the seeds loop trains nothing; what cannot train as members trains here, seed by
+    seed.
+    """
     from pflpipe import events
 
     with events.stage("train_members"):
@@ -26,5 +30,6 @@ def train_members(specs_json: str, members: Output[Model], summary: Output[Markd
 
         specs = {name: Spec.model_validate(data)
                  for name, data in json.loads(specs_json).items()}
-        result = stage.run(specs, Path(members.path), resume=resume, progress=True)
+        result = stage.run(specs, Path(members.path), resume=resume, progress=True,
+                           whole=whole)
         Path(summary.path).write_text(result.to_markdown())

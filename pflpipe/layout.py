@@ -79,6 +79,8 @@ def client_model_files(results_dir: Path) -> list[Path]:
 CHECKPOINTS = "checkpoints"
 #: Written last after every round: rounds completed, stopped early, the configuration's key.
 PROGRESS_JSON = "progress.json"
+#: distill_grid_search: a grid trained as members of its seeds' job, kept for the seed's task.
+GRID_RESULT = "grid_result.pt"
 #: warm_start_fedavg: every round's per-client validation and test scores.
 ROUND_METRICS_CSV = "round_metrics.csv"
 _ROUND, _STATE, _ROWS = "round_{:04d}.pt", "state_{:04d}.pt", "rows_{:04d}.pt"

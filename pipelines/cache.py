@@ -94,8 +94,9 @@ def task_spec_json(spec: Spec) -> str:
 def members_specs_json(spec: Spec) -> str:
     """The `train_members` task's specs: each task it may group, scoped as that task's own.
 
-    Keys are `pflpipe.stages.train_members.task_names` but tuned entries, and
-    "partition_data"; the seeds are the experiment's (a scoped spec keeps only the default).
+    Keys are `pflpipe.stages.train_members.task_names` but tuned entries, "partition_data",
+    and for PersFL "select_teachers" and "distill_grid_search"; the seeds are the experiment's
+    (a scoped spec keeps only the default).
     """
     from pflpipe.stages.train_members import task_names
 
@@ -111,6 +112,8 @@ def members_specs_json(spec: Spec) -> str:
             specs[name] = scoped(name)
         elif not (spec.tuning and spec.tuning.find(label)):   # tuned: trains per seed
             specs[name] = scoped("personalize", label)
+    if spec.has_persfl:   # its teachers and grid, after the warm start
+        specs.update({stage: scoped(stage) for stage in ("select_teachers", "distill_grid_search")})
     return json.dumps(specs)
 
 

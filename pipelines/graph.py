@@ -21,6 +21,9 @@ partition_data follows it): it trains the seeds of warm_start_fedavg, train_loca
 personalize entries (entries of one algorithm that differ in hyper-parameters it takes per
 member: together) as members of one federation and leaves each seed's checkpoints finished
 (`pflpipe.stages.train_members`); the loop's tasks, unchanged and resuming, then train nothing.
+When it trains every task of the seeds (`pflpipe.stages.train_members.whole`: nothing trains per
+seed, no tuning), the seeds loop is one collect_members task per seed, which collects the seed's
+results from its output as collect_results would: no task is started only to find its work done.
 With a tuning section, a second one does the same before the tuning seeds loop: their warm
 starts, and every tuned entry's grid points × tuning seeds as members.
 With `engine.shards` = N, train_local and distill_grid_search are each a loop of N tasks, one per
@@ -38,6 +41,7 @@ boundaries unharmed.
 from kfp import dsl
 from kfp.dsl import Artifact
 
+from pflpipe.components.collect_members import collect_members
 from pflpipe.components.collect_results import collect_results
 from pflpipe.components.distill_grid_search import distill_grid_search
 from pflpipe.components.evaluate_fairness import evaluate_fairness
@@ -63,6 +67,7 @@ from pflpipe.pipelines.cache import (
 from pflpipe.pipelines.platform import configure
 from pflpipe.spec import Spec
 from pflpipe.spec.algorithms import PERSONALIZE
+from pflpipe.stages.train_members import whole
 
 
 def personalize_labels(spec: Spec) -> list[str]:
@@ -132,17 +137,28 @@ def build_pipeline(spec: Spec):
         members = None
         if spec.engine.seeds_as_members:
             members = configure(train_members(specs_json=members_specs_json(spec),
-                                              resume=resume), spec, "train_members")
+                                              resume=resume, **_whole(spec)), spec,
+                                "train_members")
         with dsl.ParallelFor(spec.experiment.seeds, name="for each seed",
                              parallelism=seeds_at_once) as seed:
-            collect = _seed_tasks(spec, seed, spec_json, scoped, (entries, labels_at_once),
-                                  "all" if members else resume, chosen, members)
+            if members is not None and whole(spec):   # it trained everything: collect only
+                collect = configure(collect_members(
+                    spec_json=spec_json, seed=seed, members=members.outputs["members"]),
+                    spec, "collect_members")
+            else:
+                collect = _seed_tasks(spec, seed, spec_json, scoped, (entries, labels_at_once),
+                                      "all" if members else resume, chosen, members)
         report = configure(evaluate_fairness(
             spec_json=spec_json, results=dsl.Collected(collect.outputs["results"]),
             kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, **tracking), spec, "evaluate_fairness")
         return report.outputs["report"]
 
     return pipeline
+
+
+def _whole(spec: Spec) -> dict:
+    """train_members' `whole` argument: given only when set (so other graphs keep their IR)."""
+    return {"whole": True} if whole(spec) else {}
 
 
 def _tuning_tasks(spec: Spec, scoped: dict[str, str], resume):

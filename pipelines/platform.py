@@ -10,6 +10,7 @@ from pflpipe.pipelines.cache import CACHED
 
 #: The resources a stage without a section of its own in `resources` uses.
 RESOURCE_STAGE = {"collect_results": "evaluate_fairness", "merge_shards": "evaluate_fairness",
+                  "collect_members": "evaluate_fairness",
                   "tune_point": "personalize", "tune": "evaluate_fairness",
                   "train_members": "personalize"}
 #: The variable each credential of an S3 secret is mounted as (what boto3 reads).

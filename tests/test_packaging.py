@@ -31,7 +31,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 PEP639_SETUPTOOLS = Version("77")
 STAGES = {"partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",
           "distill_grid_search", "merge_shards", "collect_results", "evaluate_fairness",
-          "tune_point", "tune", "train_members"}
+          "tune_point", "tune", "train_members", "collect_members"}
 
 
 def _local_setuptools_can_build() -> bool:

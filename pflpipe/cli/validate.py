@@ -128,14 +128,16 @@ def members_plan(spec) -> list[str]:
 
 def _members_lines(spec, specs, which: str) -> list[str]:
     """One seeds loop's train_members line: its units, then what trains per seed or apart."""
-    from pflpipe.stages.train_members import JOINED, apart, groups
+    from pflpipe.stages.train_members import JOINED, apart, groups, whole
 
     grouped, per_seed = groups(spec, specs)
     seeds = spec.experiment.seeds
     counted = f"the {len(seeds)} {which}" if len(seeds) > 1 else f"the one {which[:-1]}"
+    after = ("the loop then only collects each seed's results from it" if specs is None
+             and whole(spec) else "their per-seed tasks then reuse its checkpoints")
     lines = [f"  train_members       {', '.join(grouped)}: {counted} as members "
-             f"of one federation each, in one task before the {which} loop (their per-seed "
-             "tasks then reuse its checkpoints)" if grouped else
+             f"of one federation each, in one task before the {which} loop ({after})"
+             if grouped else
              f"  train_members       nothing to group over the {which}: every task trains per "
              "seed"]
     if any(JOINED in unit for unit in grouped):

@@ -8,7 +8,8 @@ engine: docs/performance.md, start-up).
 import importlib
 
 _WHERE = {"GridConfig": "grid", "GridResult": "grid", "chosen_history": "grid",
-          "run_grid": "grid", "teacher_logits": "grid", "distillation_loss": "objective",
+          "chosen_histories": "grid", "run_grid": "grid", "run_grids": "grid",
+          "teacher_logits": "grid", "distillation_loss": "objective",
           "soft_loss": "objective", "choose_rounds": "teachers"}
 
 __all__ = sorted(_WHERE)

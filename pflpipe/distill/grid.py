@@ -4,6 +4,9 @@ All clients × all grid points are trained at once on the engine; each client ke
 scores best on the selection split (thesis Alg. 1 lines 12-25).
 """
 
+import dataclasses
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -82,42 +85,84 @@ def teacher_logits(ctx: Context, teachers: Group, split: SplitData) -> Tensor:
 def run_grid(ctx: Context, trainer, data: FederatedData, teachers: Group, config: GridConfig
              ) -> GridResult:
     """Train C × |λ| × |T| students from their clients' teachers and choose one per client."""
-    pairs, n_clients = config.pairs, data.n_clients
-    device = data.train.x.device
-    clients = torch.arange(n_clients, device=device).repeat_interleave(len(pairs))
-    hp = {"lam": torch.tensor([p[0] for p in pairs], device=device).repeat(n_clients),
-          "temperature": torch.tensor([p[1] for p in pairs], device=device).repeat(n_clients)}
-    job = _job(ctx, data, teachers, clients, hp, torch.full_like(clients, config.epochs), config)
+    return run_grids(ctx, trainer, [data], [teachers], [config])[0]
+
+
+def run_grids(ctx: Context, trainer, datas: Sequence[FederatedData], teachers: Sequence[Group],
+              configs: Sequence[GridConfig]) -> list[GridResult]:
+    """`run_grid` of K runs (a stage's seeds) as members of one job; each run's result as alone.
+
+    Run k's students are members of the job beside the other runs' (`_joined`): each keeps its
+    run's data, teacher and seed, a member's arithmetic does not depend on the others, and each
+    run is scored and chooses apart, so every number is the one `run_grid` gives it alone.
+    """
+    pairs = configs[0].pairs
+    device = datas[0].train.x.device
+    runs = []
+    for data in datas:
+        clients = torch.arange(data.n_clients, device=device).repeat_interleave(len(pairs))
+        hp = {"lam": torch.tensor([p[0] for p in pairs], device=device).repeat(data.n_clients),
+              "temperature": torch.tensor([p[1] for p in pairs],
+                                          device=device).repeat(data.n_clients)}
+        runs.append((clients, hp, torch.full_like(clients, configs[0].epochs)))
+    job, rows = _joined(ctx, datas, teachers, runs, configs)
     result = trainer.train(job)
-    _check_finite(result.bad_step, clients + data.first_client, hp, config.lr)
-    students = result.state["model"]
-    scores = _score(ctx, students, data, clients)
-    chosen_index = _choose(scores, config.selection_split, n_clients, len(pairs))
-    grid = [{"client": data.client_id(c), "lam": float(hp["lam"][m]),
-             "temperature": float(hp["temperature"][m]),
-             **{name: float(values[m]) for name, values in scores.items()}}
-            for m, c in enumerate(clients.tolist())]
-    chosen = [grid[int(m)] for m in chosen_index]
     steps, samples = job_compute(ctx, job)
-    return GridResult(grid, chosen, {k: v[chosen_index] for k, v in students.items()},
-                      steps.view(n_clients, -1).sum(1), samples.view(n_clients, -1).sum(1))
+    out = []
+    for data, config, (clients, hp, _), part in zip(datas, configs, runs, rows, strict=True):
+        _check_finite(result.bad_step[part], clients + data.first_client, hp, config.lr)
+        students = {k: v[part] for k, v in result.state["model"].items()}
+        scores = _score(ctx, students, data, clients)
+        chosen_index = _choose(scores, config.selection_split, data.n_clients, len(pairs))
+        grid = [{"client": data.client_id(c), "lam": float(hp["lam"][m]),
+                 "temperature": float(hp["temperature"][m]),
+                 **{name: float(values[m]) for name, values in scores.items()}}
+                for m, c in enumerate(clients.tolist())]
+        out.append(GridResult(grid, [grid[int(m)] for m in chosen_index],
+                              {k: v[chosen_index] for k, v in students.items()},
+                              steps[part].view(data.n_clients, -1).sum(1),
+                              samples[part].view(data.n_clients, -1).sum(1)))
+    return out
 
 
-def _job(ctx: Context, data: FederatedData, teachers: Group, clients: Tensor,
-         hp: dict[str, Tensor], epochs: Tensor, config: GridConfig) -> Job:
-    """Students of `clients` (one per member) starting from their client's teacher."""
+def _joined(ctx: Context, datas: Sequence[FederatedData], teachers: Sequence[Group],
+            runs: list[tuple[Tensor, dict[str, Tensor], Tensor]],
+            configs: Sequence[GridConfig]) -> tuple[Job, list[slice]]:
+    """One job of every run's students, run after run, and each run's rows of it.
+
+    `runs[k]`: run k's clients (positions in `datas[k]`), per-member hyper-parameters and
+    epochs. Run k's clients are joined after the runs before it (`members.concat`); its members
+    read its teacher logits and keep its seed's mini-batch orders.
+    """
+    from pflpipe.engine.members import concat
+
+    if any(dataclasses.replace(c, seed=0) != dataclasses.replace(configs[0], seed=0)
+           for c in configs):
+        raise ValueError("grids join as members only when they differ in the seed alone")
+    data = datas[0] if len(datas) == 1 else concat(datas)
+    offsets = [0, *itertools.accumulate(d.n_clients for d in datas)]
+    clients = torch.cat([c + offsets[k] for k, (c, _, _) in enumerate(runs)])
+    logits = torch.cat([teacher_logits(ctx, t, d.train) for d, t in zip(datas, teachers,
+                                                                         strict=True)])
+    model = {k: torch.cat([t[k][c] for t, (c, _, _) in zip(teachers, runs, strict=True)])
+             for k in teachers[0]}
     counts = data.train.counts.cpu()[clients.cpu()]
-    return Job(
-        state={"model": {k: v[clients] for k, v in teachers.items()}},
-        train=("model",), objective=distill_objective(config.objective),
-        data=data.train.with_extra(teacher_logits=teacher_logits(ctx, teachers, data.train)),
-        clients=clients, steps=steps_for_epochs(counts, config.batch_size, epochs.cpu()),
+    epochs = torch.cat([e for _, _, e in runs])
+    config = configs[0]
+    job = Job(
+        state={"model": model}, train=("model",), objective=distill_objective(config.objective),
+        data=data.train.with_extra(teacher_logits=logits), clients=clients,
+        steps=steps_for_epochs(counts, config.batch_size, epochs.cpu()),
         lr={"model": torch.full((len(clients),), config.lr, device=clients.device)},
         batch_size=config.batch_size,
         # one mini-batch order per client, shared by its grid points: pairs differ only in (λ, T)
-        seeds=[member_seed(config.seed, config.stream, data.client_id(c))
-               for c in clients.tolist()],
-        hp=hp, optimizer=config.optimizer)
+        seeds=[member_seed(cfg.seed, cfg.stream, d.client_id(c))
+               for d, cfg, (c_run, _, _) in zip(datas, configs, runs, strict=True)
+               for c in c_run.tolist()],
+        hp={name: torch.cat([hp[name] for _, hp, _ in runs]) for name in runs[0][1]},
+        optimizer=config.optimizer)
+    sizes = list(itertools.accumulate(len(c) for c, _, _ in runs))
+    return job, [slice(a, b) for a, b in zip([0, *sizes], sizes, strict=False)]
 
 
 def chosen_history(ctx: Context, trainer, data: FederatedData, teachers: Group,
@@ -130,19 +175,34 @@ def chosen_history(ctx: Context, trainer, data: FederatedData, teachers: Group,
     epoch, about (E + 1) / (2 |λ| |T|) of the grid's work. Rows: client, round (= epoch), split,
     loss, accuracy (none on train: the federated stages record a training loss only).
     """
-    device = data.train.x.device
-    n_epochs = config.epochs + 1
-    clients = torch.arange(data.n_clients, device=device).repeat_interleave(n_epochs)
-    epochs = torch.arange(n_epochs, device=device).repeat(data.n_clients)
-    hp = {name: torch.tensor([chosen[c][name] for c in clients.tolist()], device=device)
-          for name in ("lam", "temperature")}   # `chosen` by position, like the clients
-    result = trainer.train(_job(ctx, data, teachers, clients, hp, epochs, config))
-    scores = _score(ctx, result.state["model"], data, clients)
-    return [{"client": data.client_id(c), "round": int(e), "split": split,
-             "loss": float(scores[f"{split}_loss"][m]),
-             "accuracy": "" if split == "train" else float(scores[f"{split}_accuracy"][m])}
-            for m, (c, e) in enumerate(zip(clients.tolist(), epochs.tolist(), strict=True))
-            for split in ("train", "val", "test")]
+    return chosen_histories(ctx, trainer, [data], [teachers], [config], [chosen])[0]
+
+
+def chosen_histories(ctx: Context, trainer, datas: Sequence[FederatedData],
+                     teachers: Sequence[Group], configs: Sequence[GridConfig],
+                     chosen: Sequence[list[dict]]) -> list[list[dict]]:
+    """`chosen_history` of K runs as members of one job (`run_grids`); each run's rows."""
+    device = datas[0].train.x.device
+    n_epochs = configs[0].epochs + 1
+    runs = []
+    for data, picked in zip(datas, chosen, strict=True):
+        clients = torch.arange(data.n_clients, device=device).repeat_interleave(n_epochs)
+        hp = {name: torch.tensor([picked[c][name] for c in clients.tolist()], device=device)
+              for name in ("lam", "temperature")}   # `chosen` by position, like the clients
+        runs.append((clients, hp, torch.arange(n_epochs, device=device).repeat(data.n_clients)))
+    job, rows = _joined(ctx, datas, teachers, runs, configs)
+    result = trainer.train(job)
+    out = []
+    for data, (clients, _, epochs), part in zip(datas, runs, rows, strict=True):
+        students = {k: v[part] for k, v in result.state["model"].items()}
+        scores = _score(ctx, students, data, clients)
+        out.append([{"client": data.client_id(c), "round": int(e), "split": split,
+                     "loss": float(scores[f"{split}_loss"][m]),
+                     "accuracy": "" if split == "train" else float(scores[f"{split}_accuracy"][m])}
+                    for m, (c, e) in enumerate(zip(clients.tolist(), epochs.tolist(),
+                                                   strict=True))
+                    for split in ("train", "val", "test")])
+    return out
 
 
 def _score(ctx: Context, students: Group, data: FederatedData,

@@ -435,8 +435,10 @@ class Engine(Section):
         False,
         description="Train every seed of the experiment as members of one batched federation: "
         "one `train_members` task before the seeds loop runs warm_start_fedavg, train_local "
-        "and each untuned personalize entry for all seeds at once, and leaves each seed's "
-        "finished checkpoints where that seed's own tasks find them (they then train nothing). "
+        "and each untuned personalize entry for all seeds at once (then PersFL's teachers, "
+        "and every seed's distillation grid as one job), and leaves each seed's finished "
+        "checkpoints where that seed's own tasks find them (they then train nothing); when it "
+        "trains every task, the seeds loop only collects each seed's results from it. "
         "Entries of one algorithm that differ only in hyper-parameters it takes per member "
         "(Ditto's lam, FedProx's mu, pFedMe's beta, …) train together, and with a tuning "
         "section a second such task trains the tuning seeds' warm starts and grid points. "

@@ -4,6 +4,8 @@ Every client × every (λ, T) student is trained at once from the client's teach
 the pair best on the selection split.
 """
 
+import hashlib
+import io
 import json
 import shutil
 from dataclasses import dataclass
@@ -12,12 +14,14 @@ from pathlib import Path
 import torch
 
 from pflpipe import layout, markdown
-from pflpipe.distill import GridConfig, chosen_history, run_grid
+from pflpipe.distill import GridConfig, GridResult, chosen_history, run_grid
 from pflpipe.distill.figures import lambda_t_figure
+from pflpipe.events import notice
 from pflpipe.stages import common, track_results
 from pflpipe.stages.beside import Beside
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
+STAGE = "distill_grid_search"
 #: Where (λ, T) is chosen when the partition has no validation split.
 NO_VALIDATION_SPLIT = "train"
 GRID_FIELDS = ("client", "lam", "temperature", "train_loss", "train_accuracy", "val_loss",
@@ -76,9 +80,53 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     return summary
 
 
-def _distil(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_dir: Path,
-            out: Path, figure: Beside, shard: int | None) -> DistillResult:
-    """`run` but the tracking: the figure's arguments go to `figure` once the grid is done."""
+def run_members(spec, seeds: list[int], partition_dirs: list[Path], checkpoints_dirs: list[Path],
+                teachers_dirs: list[Path], results_dirs: list[Path], *, resume: str = "all"
+                ) -> list[DistillResult]:
+    """`run` of every seed of `seeds`, their grids trained as members of one job.
+
+    Every seed × client × (λ, T) student is a member (`pflpipe.distill.run_grids`); each seed's
+    grid is kept in its own store (`_store`), where the seed's `run` finds it and trains nothing,
+    and each seed's results directory is written as its `run` writes it. The directories are
+    each seed's, in the order of `seeds`; `resume` "all" reuses grids kept before.
+    """
+    from pflpipe.distill import chosen_histories, run_grids
+
+    inputs = [_inputs(spec, seed, Path(p), Path(c), Path(t), None) for seed, p, c, t in zip(
+        seeds, partition_dirs, checkpoints_dirs, teachers_dirs, strict=True)]
+    stores = [_store(spec, seed, one, Path(c)) for seed, one, c in zip(
+        seeds, inputs, checkpoints_dirs, strict=True)]
+    if resume != "all" or not all(store.exists(layout.GRID_RESULT) for store in stores):
+        s = inputs[0].setup
+        args = ([one.setup.data for one in inputs], [one.params for one in inputs],
+                [one.config for one in inputs])
+        grids = run_grids(s.ctx, s.trainer, *args)
+        histories = chosen_histories(s.ctx, s.trainer, *args, [g.chosen for g in grids])
+        for store, grid, history in zip(stores, grids, histories, strict=True):
+            buffer = io.BytesIO()
+            torch.save({**vars(grid), "history": history}, buffer)
+            store.put_bytes(layout.GRID_RESULT, buffer.getvalue())
+    summaries = []
+    for seed, one, store, t, r in zip(seeds, inputs, stores, teachers_dirs, results_dirs,
+                                      strict=True):
+        with Beside(lambda_t_figure, preload=("matplotlib.figure",), name="λ–T figure") as fig:
+            summaries.append(_write(spec, seed, one, *_kept(store), Path(t), Path(r), fig, None))
+            fig.result()
+    return summaries
+
+
+@dataclass
+class _Inputs:
+    """What a seed's grid starts from: its partition, teachers and settings."""
+
+    setup: object        # `common.Setup`
+    teachers: list[dict]
+    params: dict         # each client's teacher [C, ...]
+    config: GridConfig
+
+
+def _inputs(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_dir: Path,
+            shard: int | None) -> _Inputs:
     s = common.setup(spec, seed, partition_dir, shard)
     dist = spec.distillation
     teachers = json.loads((Path(teachers_dir) / layout.TEACHERS_JSON).read_text())["teachers"]
@@ -94,7 +142,53 @@ def _distil(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teacher
         batch_size=dist.batch_size or spec.federation.batch_size,
         lr=dist.lr or spec.federation.lr, objective=dist.objective,
         selection_split=selection_split, optimizer=common.optimizer(spec), seed=seed)
-    grid = run_grid(s.ctx, s.trainer, s.data, params, config)
+    return _Inputs(s, teachers, params, config)
+
+
+def _store(spec, seed: int, one: _Inputs, checkpoints_dir: Path):
+    """The store of a seed's grid trained as members, keyed on all the grid depends on.
+
+    The teachers count by their round files' bytes (the warm start's output).
+    """
+    rounds = sorted({t["round"] for t in one.teachers})
+    digests = {r: hashlib.sha256(common.round_file(checkpoints_dir, r).read_bytes()).hexdigest()
+               for r in rounds}
+    return common.checkpoint_store(spec, STAGE, {
+        "seed": seed, "partition": one.setup.partition_hash, "teachers": one.teachers,
+        "rounds": digests, "distillation": spec.distillation.model_dump(mode="json"),
+        "federation": spec.federation.model_dump(mode="json"),
+        **common.engine_key(spec, one.setup)})[0]
+
+
+def _kept(store) -> tuple[GridResult, list[dict]]:
+    """A grid kept by `run_members`, and its chosen students' history."""
+    kept = torch.load(io.BytesIO(store.get_bytes(layout.GRID_RESULT)), weights_only=True)
+    history = kept.pop("history")
+    return GridResult(**kept), history
+
+
+def _distil(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_dir: Path,
+            out: Path, figure: Beside, shard: int | None) -> DistillResult:
+    """`run` but the tracking: the figure's arguments go to `figure` once the grid is done.
+
+    A grid its seeds trained as members (`run_members`) is read from its store, not trained.
+    """
+    one = _inputs(spec, seed, partition_dir, checkpoints_dir, teachers_dir, shard)
+    store = None if shard is not None else _store(spec, seed, one, checkpoints_dir)
+    if store is not None and store.exists(layout.GRID_RESULT):
+        notice("reused the grid its seeds trained as members: nothing trained", reused=True)
+        grid, history = _kept(store)
+    else:
+        grid = run_grid(one.setup.ctx, one.setup.trainer, one.setup.data, one.params, one.config)
+        history = chosen_history(one.setup.ctx, one.setup.trainer, one.setup.data, one.params,
+                                 one.config, grid.chosen)
+    return _write(spec, seed, one, grid, history, teachers_dir, out, figure, shard)
+
+
+def _write(spec, seed: int, one: _Inputs, grid: GridResult, history: list[dict],
+           teachers_dir: Path, out: Path, figure: Beside, shard: int | None) -> DistillResult:
+    """Write a seed's results directory from its grid and its chosen students' history."""
+    s, teachers, config = one.setup, one.teachers, one.config
     out.mkdir(parents=True, exist_ok=True)
     figure.send(grid.grid, grid.chosen, out / FIGURES[0])
     model = model_name(spec)
@@ -106,11 +200,10 @@ def _distil(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teacher
                for selection in ("best_val", "last_round")
                for split in common.scored_splits(s.data) for c in chosen]
     summary = DistillResult(model, chosen, sum(c["test_accuracy"] for c in chosen) / len(chosen),
-                            selection_split, s.has_validation)
+                            config.selection_split, s.has_validation)
     models = common.client_models(grid.params, s.data.first_client)
-    history = common.history_rows(grid.epoch_compute(
-        chosen_history(s.ctx, s.trainer, s.data, params, config, grid.chosen), config.epochs,
-        s.data.first_client), model, seed)
+    history = common.history_rows(grid.epoch_compute(history, config.epochs,
+                                                     s.data.first_client), model, seed)
     common.write_results(out, results, history, models, summary.to_markdown())
     common.write_csv(out / layout.GRID_CSV, GRID_FIELDS, grid.grid)
     common.write_csv(out / layout.CHOSEN_CSV, CHOSEN_FIELDS, list(chosen))

@@ -23,17 +23,12 @@ from pathlib import Path
 from pflpipe import layout
 from pflpipe.errors import DataError
 from pflpipe.events import notice
-from pflpipe.stages import (
-    partition_data,
-    personalize,
-    train_local,
-    tune_point,
-    warm_start_fedavg,
-)
 
 STAGE = "train_members"
 #: Joins the tasks of a unit trained together (hyper-parameter variants of one algorithm).
 JOINED = " + "
+#: PersFL's unit, after the warm start: every seed's teachers, then their grids as one job.
+DISTILL = "select_teachers, distill_grid_search"
 
 
 @dataclass
@@ -99,6 +94,8 @@ def groups(spec, specs: dict[str, object] | None = None) -> tuple[list[str], dic
         else:
             per_seed[name] = why
     units = _units(candidates, spec, specs)
+    if spec.has_persfl if specs is None else "distill_grid_search" in specs:
+        units.append(DISTILL)
     if len(spec.experiment.seeds) < 2:   # then only variants gain, and the warm start they need
         variants = [u for u in units if JOINED in u]
         if "warm_start_fedavg" in units and any(_needs_warm_start(u, spec, specs)
@@ -107,13 +104,9 @@ def groups(spec, specs: dict[str, object] | None = None) -> tuple[list[str], dic
         per_seed.update({u: "one seed" for u in units if u not in variants})
         units = variants
     if "warm_start_fedavg" not in units:
-        for unit in [u for u in units if _needs_warm_start(u, spec, specs)]:
+        for unit in [u for u in units if u == DISTILL or _needs_warm_start(u, spec, specs)]:
             units.remove(unit)
             per_seed[unit] = "it starts from the warm start, which trains per seed"
-    if spec.has_persfl and specs is None:
-        per_seed["select_teachers, distill_grid_search"] = (
-            "not grouped over seeds; each seed's λ × T grid points are already the members of "
-            "one batched job")
     return units, per_seed
 
 
@@ -135,7 +128,9 @@ def apart(spec, specs: dict[str, object] | None = None) -> dict[str, str]:
 
 
 def _names(spec, specs) -> list[str]:
-    return task_names(spec) if specs is None else [n for n in specs if n != "partition_data"]
+    if specs is None:
+        return task_names(spec)
+    return [n for n in specs if n not in ("partition_data", *DISTILL.split(", "))]
 
 
 def _spec_of(spec, specs, name: str):
@@ -209,8 +204,34 @@ def _per_seed_reason(spec, name: str) -> str | None:
     return None
 
 
+def whole(spec) -> bool:
+    """Whether `train_members` trains every task of the spec's seeds, leaving them none.
+
+    So it does when nothing trains per seed (`groups`) and there is no tuning: the seeds loop
+    then only collects each seed's results from its output (`pflpipe.pipelines.graph`), and a
+    unit that cannot train as members at run time (seeds with unequal client counts) trains
+    seed by seed inside it.
+    """
+    return (spec.engine.seeds_as_members and not spec.tuning and spec.engine.shards == 1
+            and not groups(spec)[1])
+
+
+def seed_results(spec, members_dir: Path, seed: int) -> tuple[Path, Path, list[Path]]:
+    """A seed's partition, warm-start checkpoints and results directories in `run`'s output.
+
+    The results directories in the order the seeds loop collects them: the warm start, the
+    local baseline, PersFL, then the personalize entries.
+    """
+    root = Path(members_dir) / layout.seed_folder(seed)
+    names = task_names(spec)
+    if spec.has_persfl:
+        names.insert(2 if spec.runs_local else 1, "distill_grid_search")
+    return (root / layout.PARTITIONS, root / layout.CHECKPOINTS,
+            [root / _folder(name) for name in names])
+
+
 def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
-        progress: bool = False) -> MembersResult:
+        progress: bool = False, whole: bool = False) -> MembersResult:
     """Train the grouped tasks of `specs` as members; each seed's directories under `out_dir`.
 
     ``out_dir/seed-<s>/`` holds the seed's partition, warm-start checkpoints and a results
@@ -218,8 +239,11 @@ def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
 
     `specs` maps each task to group (of `task_names`), and "partition_data", to the spec it
     runs with (the pipeline's scoped specs, so the checkpoints are those its per-seed tasks
-    look for; each with the experiment's seeds).
+    look for; each with the experiment's seeds). With `whole` (`whole` of the spec: the seeds
+    loop trains nothing), a unit that cannot train as members trains seed by seed here.
     """
+    from pflpipe.stages import partition_data
+
     base = specs["warm_start_fedavg"]
     seeds = list(base.experiment.seeds)
     grouped, per_seed = groups(base, specs)
@@ -236,22 +260,55 @@ def run(specs: dict[str, object], out_dir: Path, *, resume: str = "all",
             _train(unit.split(JOINED), specs, seeds, parts, checkpoints, dirs, result.grouped,
                    progress=progress, resume=resume)
         except DataError as err:
-            notice(f"{unit} trains per seed: {err}")
+            notice(f"{unit} trains per seed{' here' if whole else ''}: {err}")
             result.per_seed[unit] = str(err)
+            if whole:
+                _train_alone(unit.split(JOINED), specs, seeds, parts, checkpoints, dirs, resume)
             continue
         result.grouped.append(unit)
     return result
 
 
+def _train_alone(names: list[str], specs: dict, seeds: list[int], parts: list[Path],
+                 checkpoints: list[Path], dirs: dict, resume: str) -> None:
+    """Train the unit `names` seed by seed, each as its own task would (`whole`)."""
+    from pflpipe.stages import (
+        distill_grid_search,
+        personalize,
+        select_teachers,
+        train_local,
+        warm_start_fedavg,
+    )
+
+    for seed, part, checkpoint in zip(seeds, parts, checkpoints, strict=True):
+        for name in names:
+            spec, out = specs.get(name), dirs[seed] / _folder(name)
+            if name == "warm_start_fedavg":
+                warm_start_fedavg.run(spec, seed, part, checkpoint, out, resume=resume)
+            elif name == "train_local":
+                train_local.run(spec, seed, part, out, resume=resume)
+            elif name == DISTILL:
+                teachers = dirs[seed] / "select_teachers"
+                select_teachers.run(specs["select_teachers"], checkpoint, teachers)
+                distill_grid_search.run(specs["distill_grid_search"], seed, part, checkpoint,
+                                        teachers, dirs[seed] / "distill_grid_search")
+            else:
+                personalize.run(spec, seed, _label(name), part, checkpoint, out, resume=resume)
+
+
 def _train(names: list[str], specs: dict, seeds: list[int], parts: list[Path],
            checkpoints: list[Path], dirs: dict, done: list[str], **how) -> None:
     """Train the unit `names` (one task, or variants of one entry) as members."""
-    spec = specs[names[0]]
+    from pflpipe.stages import personalize, train_local, tune_point, warm_start_fedavg
+
+    spec = specs.get(names[0])
     outs = [[dirs[s] / _folder(name) for s in seeds] for name in names]
     if names[0] == "warm_start_fedavg":
         warm_start_fedavg.run_members(spec, seeds, parts, checkpoints, outs[0], **how)
     elif names[0] == "train_local":
         train_local.run_members(spec, seeds, parts, outs[0], **how)
+    elif names[0] == DISTILL:
+        _distil(specs, seeds, parts, checkpoints, dirs, done, how["resume"])
     elif "warm_start_fedavg" not in done and any(
             specs[n].algorithm(_label(n)).warm_start != "none" for n in names):
         raise DataError("it starts from the warm start, which trained per seed")
@@ -261,6 +318,24 @@ def _train(names: list[str], specs: dict, seeds: list[int], parts: list[Path],
     else:
         personalize.run_variants([(specs[n], _label(n)) for n in names], seeds, parts,
                                  checkpoints, outs, **how)
+
+
+def _distil(specs: dict, seeds: list[int], parts: list[Path], checkpoints: list[Path],
+            dirs: dict, done: list[str], resume: str) -> None:
+    """Every seed's teachers (NumPy, seed by seed), then their grids as members of one job.
+
+    Each seed's grid is kept in its store, where its distill_grid_search task finds it.
+    """
+    from pflpipe.stages import distill_grid_search, select_teachers
+
+    if "warm_start_fedavg" not in done:
+        raise DataError("it starts from the warm start, which trained per seed")
+    teachers = [dirs[s] / "select_teachers" for s in seeds]
+    for checkpoint, out in zip(checkpoints, teachers, strict=True):
+        select_teachers.run(specs["select_teachers"], checkpoint, out)
+    distill_grid_search.run_members(specs["distill_grid_search"], seeds, parts, checkpoints,
+                                    teachers, [dirs[s] / "distill_grid_search" for s in seeds],
+                                    resume=resume)
 
 
 def _folder(name: str) -> str:

@@ -135,8 +135,7 @@ def test_groups_name_what_trains_per_seed_and_why(tmp_path):
         "personalize[flow]": "flow builds networks of its own",
         **{f"personalize[{name}]": after_warm_start
            for name in ("pfedme", "scaffold", "per_fedavg", "fedper", "ditto")},
-        "select_teachers, distill_grid_search": "not grouped over seeds; each seed's λ × T grid "
-        "points are already the members of one batched job"}
+        "select_teachers, distill_grid_search": after_warm_start}
 
 
 def test_members_stage_groups_what_the_pipeline_hands_it(tmp_path):

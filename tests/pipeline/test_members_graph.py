@@ -1,5 +1,6 @@
 """`engine.seeds_as_members` in the graph: one train_members task before the seeds loop, which
-every seed's partition_data follows; the loop's tasks keep their inputs (and so cache keys)."""
+every seed's partition_data follows; the loop's tasks keep their inputs (and so cache keys).
+When it trains every task of the seeds, the loop starts only a collect_members task per seed."""
 
 from pathlib import Path
 
@@ -20,8 +21,15 @@ personalization:
 """
 
 
-def _ir(tmp_path: Path, on: bool) -> dict:
-    path = compile_pipeline(parse_spec(SPEC.format(on=str(on).lower())), tmp_path / f"{on}.yaml")
+#: Early stopping keeps the warm start (and the entries after it) per seed: the loop trains.
+EARLY_STOP = ("federation: {rounds: 2}", "federation: {rounds: 2, early_stop: {patience: 2}}")
+
+
+def _ir(tmp_path: Path, on: bool, whole: bool = False) -> dict:
+    text = SPEC.format(on=str(on).lower())
+    if not whole:
+        text = text.replace(*EARLY_STOP)
+    path = compile_pipeline(parse_spec(text), tmp_path / f"{on}-{whole}.yaml")
     return next(yaml.safe_load_all(path.read_text(encoding="utf-8")))
 
 
@@ -68,3 +76,17 @@ def test_a_tuning_grid_gets_a_train_members_task_the_tuning_seeds_loop_follows(t
     tuning_loop = next(t for t in tasks.values() if t.get("taskInfo", {}).get("name") ==
                        "for each tuning seed")
     assert set(tuning_loop["dependentTasks"]) & set(members)
+
+
+def test_when_train_members_trains_every_task_the_seeds_loop_only_collects(tmp_path):
+    # persfl's teachers and grid, fedper and the local baseline all train as members: no task
+    # of the loop would train anything, so none is started
+    ir = _ir(tmp_path, True, whole=True)
+    tasks = _tasks(ir)
+
+    assert sorted(tasks) == ["collect-members", "evaluate-fairness", "for-loop-2",
+                             "train-members"]
+    assert tasks["train-members"]["inputs"]["parameters"]["whole"] == {
+        "runtimeValue": {"constant": True}}
+    assert "members" in tasks["collect-members"]["inputs"]["artifacts"]   # run: test_members_run
+    assert "whole" not in _tasks(_ir(tmp_path, True))["train-members"]["inputs"]["parameters"]

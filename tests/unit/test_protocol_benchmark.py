@@ -73,3 +73,13 @@ def test_work_done_the_same_both_ways_is_extrapolated_once_from_the_mean(bench):
     # the mean, 25 s: 15 s of work × 40 more: each run's own seconds + 585
     assert rows[0] == ("ds1", "distill_grid_search", 30.0, pytest.approx(615.0), 20.0,
                        pytest.approx(605.0))
+
+
+def test_without_idle_tasks_the_fixed_cost_is_the_shortest_per_seed_training_task(bench):
+    # train_members trained everything: the grouped run's seeds loop only collected
+    apart = {"wall": 100.0, "inner": {}, "tasks": [
+        ("partition_data · seed 0", 2.0), ("warm_start_fedavg · seed 0", 9.0),
+        ("personalize[fedper] · seed 0", 7.0), ("evaluate_fairness", 3.0)]}
+    together = {"wall": 60.0, "inner": {}, "tasks": [("train_members", 30.0),
+                                                     ("collect_members · seed 0", 1.0)]}
+    assert bench.fixed_cost({False: apart, True: together}) == 7.0
