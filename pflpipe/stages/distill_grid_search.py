@@ -102,15 +102,18 @@ def run_members(spec, seeds: list[int], partition_dirs: list[Path], checkpoints_
                 [one.config for one in inputs])
         grids = run_grids(s.ctx, s.trainer, *args)
         histories = chosen_histories(s.ctx, s.trainer, *args, [g.chosen for g in grids])
-        for store, grid, history in zip(stores, grids, histories, strict=True):
+        kept = list(zip(grids, histories, strict=True))
+        for store, (grid, history) in zip(stores, kept, strict=True):
             buffer = io.BytesIO()
             torch.save({**vars(grid), "history": history}, buffer)
             store.put_bytes(layout.GRID_RESULT, buffer.getvalue())
+    else:
+        kept = [_kept(store) for store in stores]
     summaries = []
-    for seed, one, store, t, r in zip(seeds, inputs, stores, teachers_dirs, results_dirs,
-                                      strict=True):
+    for seed, one, grid, t, r in zip(seeds, inputs, kept, teachers_dirs, results_dirs,
+                                     strict=True):
         with Beside(lambda_t_figure, preload=("matplotlib.figure",), name="λ–T figure") as fig:
-            summaries.append(_write(spec, seed, one, *_kept(store), Path(t), Path(r), fig, None))
+            summaries.append(_write(spec, seed, one, *grid, Path(t), Path(r), fig, None))
             fig.result()
     return summaries
 
