@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from pflpipe.algorithms.fedavg import FedAvg
-from pflpipe.algorithms.flow import Flow, Router, routing_shares
+from pflpipe.algorithms.flow import Flow, Router, routed_forward, routing_shares
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.trainer import BatchedTrainer
@@ -57,10 +57,63 @@ def shares(federation: Federation, result, split) -> dict[str, list[float]]:
         pis.append(pi)
         per_client.append(routing_shares(pi)["to_global"])
     pooled, clients = routing_shares(torch.cat(pis)), torch.stack(per_client)
+    within = torch.stack([pi.std(0) if len(pi) > 1 else torch.zeros_like(pi[0]) for pi in pis])
     return {"to_global": [round(100 * v, 1) for v in pooled["to_global"].tolist()],
             "pi_global": [round(100 * v, 1) for v in pooled["pi_global"].tolist()],
             "pi_sd": [round(100 * v, 1) for v in torch.cat(pis).std(0).tolist()],
-            "mixed_clients": ((clients > 0.05) & (clients < 0.95)).sum(0).tolist()}
+            "pi_sd_within": [round(100 * v, 1) for v in within.mean(0).tolist()],
+            "mixed_clients": ((clients > 0.05) & (clients < 0.95)).sum(0).tolist(),
+            **routes(federation, result, split)}
+
+
+def routes(federation: Federation, result, split) -> dict:
+    """What per-instance routing changes on `split`, over every client's last scored model.
+
+    ``majority_changes``: predictions that change when each client routes every instance by its
+    own majority route per layer (the route hard routing picks for most of its instances);
+    ``route_sensitive``: instances whose correctness differs between the 2^K constant routes
+    (what a per-instance router could act on); ``global_only``: instances the all-global route
+    gets right and the client's hard routing gets wrong (Flow's Fig. 3 category).
+    """
+    ctx, model = federation.ctx, result.last_model
+    changes = sensitive = global_only = 0
+    for client in range(split.n_clients):
+        x, y = split.client(client)
+        own = {group: {k: v[client] for k, v in model[group].items()}
+               for group in ("model", "local", "router")}
+        with torch.no_grad():
+            hard = (Flow.route(own["router"], x, ctx) >= 0.5).float()
+            routed = _predict(ctx, own, hard, x)
+            majority = (hard.mean(0, keepdim=True) >= 0.5).float().expand_as(hard)
+            changes += int((_predict(ctx, own, majority, x) != routed).sum())
+            k = hard.shape[1]
+            correct = torch.stack([
+                _predict(ctx, own, torch.tensor(bits, dtype=hard.dtype).expand_as(hard), x) == y
+                for bits in itertools.product((0.0, 1.0), repeat=k)])
+            sensitive += int((correct.any(0) & ~correct.all(0)).sum())
+            global_only += int((correct[-1] & (routed != y)).sum())
+    return {"majority_changes": changes, "route_sensitive": sensitive,
+            "global_only": global_only, "instances": int(split.counts.sum())}
+
+
+def _predict(ctx, own: dict, pi, x):
+    """A client's predictions routed by `pi` [B, K] (hard or soft)."""
+    return routed_forward(ctx.model, own["model"], own["local"], pi, x).argmax(-1)
+
+
+def trajectory(rows: list[dict], every: int) -> dict[int, list[float]]:
+    """Per round (every `every`-th), the share routed to global per layer, %.
+
+    From the engine's train rows (``diag.to_global.k``: each sampled client's router after the
+    round, on its training samples), averaged over the round's clients.
+    """
+    out = {}
+    for row in rows:
+        if row["split"] == "train" and row["round"] % every == 0:
+            keys = sorted(k for k in row if k.startswith("diag.to_global."))
+            out.setdefault(row["round"], []).append([row[k] for k in keys])
+    return {r: [round(100 * sum(c) / len(c), 1) for c in zip(*v, strict=True)]
+            for r, v in sorted(out.items())}
 
 
 class ScaledRouterLr(Flow):
@@ -125,6 +178,8 @@ def run_point(s, seed: int, args, lam: float, momentum: float) -> dict:
             "val_GA": round(100 * result.last["global_val_accuracy"].nanmean().item(), 1),
             **{f"{name}_{key}": value for name in ("val", "test")
                for key, value in shares(federation, result, getattr(s.data, name)).items()},
+            **({"trajectory": trajectory(result.rows, args.trajectory_every)}
+               if args.trajectory_every else {}),
             "seconds": round(time.perf_counter() - start)}
 
 
@@ -149,6 +204,9 @@ def main() -> None:
     parser.add_argument("--router-lr-scale", type=float, default=1.0)
     parser.add_argument("--warm-start", action="store_true")
     parser.add_argument("--router-exit", default="pre", choices=("pre", "activation"))
+    parser.add_argument("--trajectory-every", type=int, default=0,
+                        help="also print the sampled clients' mean share routed to global per "
+                        "layer every this many rounds (their routers after the round)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     root = Path(tempfile.mkdtemp(prefix="flow-routing-"))

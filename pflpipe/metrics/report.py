@@ -24,7 +24,8 @@ report.json::
                         "clients": [...], "seeds": [...], "figures": {...},
                         "generalization": {MODEL: {"GA", "PA", "beats_global",
                                                    "std_over_seeds", "n_clients"}}}},
-     "rules": {"best", "fairest", "seeds", "nulls"}, "protocol": "...", "sources": [...]}
+     "rules": {"best", "fairest", "seeds", "nulls"}, "protocol": "...", "sources": [...],
+     "notes": ["MODEL: ...", ...]}      # what the scores do not show (`pflpipe.metrics.notes`)
 
 Metric values are means over seeds; a null value has its reason in the model's "reasons".
 """
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe import layout
-from pflpipe.metrics import compute, curves, figures, generalization, render, tuning
+from pflpipe.metrics import compute, curves, figures, generalization, notes, render, tuning
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
@@ -69,7 +70,10 @@ def protocol(selection: str, local: str, global_: str, validation: bool | None =
             "validation split. The warm start's global model (FedAvg) is one model, so its "
             "best-on-validation round is one round for every client: the round with the best "
             "mean validation accuracy over the clients, weighted by their samples. An algorithm's "
-            "own global model is scored at the round its personalized model was chosen. Test is "
+            "own global model is scored at the round its personalized model was chosen. Round 0, "
+            "the model a run started from (the warm start, or the initial model), is never "
+            "chosen when the run trained a round: a model is scored only at rounds it trained "
+            "(the notes count the clients that validated better at round 0). Test is "
             "never used to choose; both the last-round and the best-on-validation models are "
             f"recorded, and this report evaluates {chosen[selection]} ({selection}).")
     return (
@@ -154,6 +158,7 @@ class Report:
             "tables": dict(self.context.links),
             "compute": compute.totals(self.context.history),
             "compute_warning": self.compute_warning(),
+            "notes": self.notes(),
             **({"tuning": self.context.tuning} if self.context.tuning else {}),
         }
 
@@ -177,6 +182,7 @@ class Report:
             ("p", protocol(self.selection, self.local, self.global_, self.validation, self.unit)),
             *tuning.blocks(self.context.tuning),
             ("h2", "Answers"), ("list", [s.answer() for s in self.splits.values()]),
+            *([("h2", "Notes"), ("list", self.notes())] if self.notes() else []),
         ]
         out += self._compute_blocks()
         for name, summary in self.splits.items():
@@ -193,6 +199,10 @@ class Report:
             out += [("h2", "The split"),
                     *(("figure", name, caption) for name, caption in pictures)]
         return out + render.rule_blocks()
+
+    def notes(self) -> list[str]:
+        """What the scores do not show, per model (`pflpipe.metrics.notes`)."""
+        return notes.lines(self.context.history, self.selection)
 
     def compute_warning(self) -> str | None:
         """The unequal-compute warning of the compared models (all but the baselines), if any."""

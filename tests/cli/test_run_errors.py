@@ -44,7 +44,7 @@ def test_failing_stage_exits_1_with_its_own_error_and_no_traceback(failed):
     assert "✗ personalize[fedper] · seed 0" in first.stdout
     error = first.stderr
     assert "error: stage personalize[fedper] · seed 0 failed:" in error
-    assert "DivergenceError: client " in error and "learning rate 1e+08" in error
+    assert "DivergenceError: entry 'fedper', client " in error and "learning rate 1e+08" in error
     log = work / "results" / "logs" / "personalize_fedper_seed_0.log"
     assert f"(its full output: {log})" in error and log.is_file()
     assert len(error.splitlines()) <= 4  # the stage's error, not a wall of runner logs
@@ -63,7 +63,7 @@ def test_parent_run_is_failed_and_the_successful_stages_are_kept(failed):
     # the cached stage tracks nothing itself: the CLI leaves its error and log in MLflow
     (run, _) = failed_stage
     assert run.info.run_name == "personalize[fedper] · seed 0"
-    assert "DivergenceError: client " in run.data.tags["mlflow.note.content"]
+    assert "DivergenceError: entry 'fedper', client " in run.data.tags["mlflow.note.content"]
     assert [a.path for a in client.list_artifacts(run.info.run_id, "logs")] == [
         "logs/personalize_fedper_seed_0.log"]
     assert "✓ warm_start_fedavg · seed 0" in first.stdout
