@@ -121,12 +121,17 @@ class ScaledRouterLr(Flow):
 
     scale = 1.0
     exit = "pre"
+    router_input = "raw"
 
     def modules(self, in_shape, n_outputs, model=None):
         """Flow's router, its exits moved to the activations for `--router-exit activation`."""
         router = super().modules(in_shape, n_outputs, model)["router"]
         if self.exit == "activation":
             router.__class__ = ActivationRouter
+        if self.router_input != "raw":
+            router.__class__ = type("InputRouter", (router.__class__,),
+                                    {"forward": _prepared(router.__class__.forward,
+                                                          self.router_input)})
         return {"router": router}
 
     def phases(self):
@@ -147,6 +152,23 @@ class ActivationRouter(Router):
         return torch.stack([*logits, self.last(h)], 1)
 
 
+def _prepared(forward, how: str):
+    """`forward` on the router's input as the reference code prepares it (`--router-input`).
+
+    per_image: tf.image.per_image_standardization (its CIFAR loader): (x − mean) / max(std,
+    1/√N) per image; inverted: 1 − x, TFF's EMNIST pixels (background 1, ink 0).
+    """
+    def prepared(self, x):
+        flat = x.flatten(1)
+        if how == "inverted":
+            return forward(self, 1 - flat)
+        floor = torch.full_like(flat[:, :1], flat.shape[1] ** -0.5)
+        std = torch.maximum(flat.std(1, unbiased=False, keepdim=True), floor)
+        return forward(self, (flat - flat.mean(1, keepdim=True)) / std)
+
+    return prepared
+
+
 def warm_start(s, plan: Plan, args):
     """FedAvg's final global model after `plan`'s rounds (`--warm-start`)."""
     fedavg = FedAvg(None, head=s.head, lr=args.lr, local_epochs=args.epochs)
@@ -160,6 +182,7 @@ def run_point(s, seed: int, args, lam: float, momentum: float) -> dict:
     start = time.perf_counter()
     ScaledRouterLr.scale = args.router_lr_scale
     ScaledRouterLr.exit = args.router_exit
+    ScaledRouterLr.router_input = args.router_input
     flow = ScaledRouterLr(FlowParams(name="flow", lam=lam, global_update=args.global_update,
                                      split=args.split,
                                      local_epochs_first=args.local_epochs_first),
@@ -170,7 +193,8 @@ def run_point(s, seed: int, args, lam: float, momentum: float) -> dict:
     federation = Federation(flow, s.ctx, s.data, BatchedTrainer(s.ctx), plan)
     result = federation.run(warm_start(s, plan, args) if args.warm_start else s.init)
     return {"seed": seed, "lam": lam, "warm_start": args.warm_start,
-            "router_exit": args.router_exit, "momentum": momentum,
+            "router_exit": args.router_exit, "router_input": args.router_input,
+            "momentum": momentum,
             "global_update": args.global_update,
             "normalization": args.normalization, "split": args.split,
             "E_l": args.local_epochs_first or args.epochs, "router_lr_scale": args.router_lr_scale,
@@ -204,6 +228,11 @@ def main() -> None:
     parser.add_argument("--router-lr-scale", type=float, default=1.0)
     parser.add_argument("--warm-start", action="store_true")
     parser.add_argument("--router-exit", default="pre", choices=("pre", "activation"))
+    parser.add_argument("--router-input", default="raw",
+                        choices=("raw", "per_image", "inverted"),
+                        help="what the router reads: the model's input (raw), or it prepared as "
+                        "the reference code's data is (per_image: CIFAR's per-image "
+                        "standardisation; inverted: TFF EMNIST's 1 − x)")
     parser.add_argument("--trajectory-every", type=int, default=0,
                         help="also print the sampled clients' mean share routed to global per "
                         "layer every this many rounds (their routers after the round)")
