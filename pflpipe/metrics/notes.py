@@ -105,10 +105,10 @@ def lines(history: Iterable[dict], selection: str = "best_val") -> list[str]:
             sums = counted.setdefault(model, [0, 0])
             sums[0], sums[1] = sums[0] + better, sums[1] + total
         out += [f"{model}: {better} of {total} clients validated better at round 0 (the model "
-                "it started from, before it trained) than at any round it trained; each is "
-                "scored at its best trained round, so these clients' scores are below what its "
-                "starting model gave them." + (" (Clients summed over the seeds.)" if
-                                                 _seeds(history, model) > 1 else "")
+                "it started from, before it trained) than at any round it trained: it made them "
+                "worse than where it started. They are scored at a round it trained, never at "
+                "round 0." + (" (Clients summed over the seeds.)" if _seeds(history, model) > 1
+                              else "")
                 for model, (better, total) in sorted(counted.items()) if better]
     for model, seeds in routing_shares(history).items():
         low, high = ROUTED

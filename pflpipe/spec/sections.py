@@ -219,8 +219,9 @@ class Evaluation(Section):
     baselines: Baselines = Field(default_factory=Baselines, description="Baseline model names.")
     selection: Literal["best_val", "last_round"] = Field(
         "best_val",
-        description="Which per-client model is scored: the round/epoch best on validation, or the "
-        "last one. Both are recorded; without a validation split both are the last one.",
+        description="Which per-client model is scored: the round/epoch best on validation among "
+        "those the algorithm trained (never round 0, the model it started from), or the last "
+        "one. Both are recorded; without a validation split both are the last one.",
     )
     compute_mismatch: float = Field(
         1.5, ge=1,
