@@ -49,7 +49,7 @@ class BlowUp:
     def describe(self, split: str, factor: float) -> str:
         """What happened, in words (the client is named by the caller)."""
         return (f"the {self.model} model's mean {split} loss rose to {self.loss:.4g}, "
-                f"{self.loss / self.start:.1f}× its round-0 value {self.start:.4g} (more than "
+                f"{self.loss / self.start:.3g}× its round-0 value {self.start:.4g} (more than "
                 f"federation.divergence_factor = {factor:g}), and its {split} accuracy fell to "
                 f"{self.accuracy:.1%}, no better than predicting each client's most frequent "
                 f"label ({self.chance:.1%}); the worst client's loss went from "

@@ -29,7 +29,7 @@ def test_blowup_needs_the_loss_factor_and_accuracy_at_chance_by_hand():
     assert found.loss == pytest.approx(1.25) and found.start == pytest.approx(0.375)
     assert found.accuracy == pytest.approx(0.5) and found.chance == pytest.approx(0.75)
     text = found.describe("val", 3.0)
-    assert "mean val loss rose to 1.25, 3.3× its round-0 value 0.375" in text
+    assert "mean val loss rose to 1.25, 3.33× its round-0 value 0.375" in text
     assert "val accuracy fell to 50.0%" in text and "(75.0%)" in text
 
 
