@@ -5,13 +5,20 @@ it trains Flow alone on digits with Dirichlet(α) label skew (no FedAvg, no base
 once after the last round (each client re-creates its personalized model first, as Flow does
 before scoring) and prints one JSON line: the mean validation PA and GA over clients, and per
 routed layer the share of each split's instances hard-routed to global (π_g ≥ 0.5), the mean
-π_g, its standard deviation over instances and the number of clients whose own share is
-strictly inside 5-95 %. Run it on tuning seeds only (never the reported ones).
+π_g, its standard deviation over instances (pooled, and within a client: ``pi_sd_within``, the
+mean over clients) and the number of clients whose own share is strictly inside 5-95 %; per
+split, how many predictions change when each client routes every instance by its majority route
+(``majority_changes``), how many instances some constant route gets right and another wrong
+(``route_sensitive``) and how many the all-global route gets right and Flow's routing wrong
+(``global_only``); with `--trajectory-every n`, the sampled clients' mean share per layer every
+n rounds. Choose settings on tuning seeds only (never the reported ones).
 
     python benchmarks/flow_routing_grid.py --seeds 100 101 102 103 \\
         --lam 0.1 0.01 0.001 0.0001 --momentum 0 0.9
 
-Defaults: 20 clients, α = 0.1, 60 rounds, half the clients per round, 3 local epochs, batch 20,
+The shipped spec's scale is `--clients 100 --rounds 300 --client-fraction 0.1` (about a minute
+a seed on one thread). Defaults: 20 clients, α = 0.1, 60 rounds, half the clients per round, 3
+local epochs, batch 20,
 lr 0.05, Eq. 5 `standalone` (`--global-update routed` for the paper-text reading), digits scaled
 to [0, 1] (`--normalization standard` or `per_feature` standardise them). `--split` and
 `--local-epochs-first` set Flow's ζ_l share and E_l (the paper allows E_l ≠ E_g; Appendix D.3
