@@ -90,3 +90,23 @@ def test_with_the_rule_off_no_client_is_scored_at_the_warm_start_and_the_count_i
     assert f"{by_hand} of 40 clients validated better at round 0" in summary
     assert notes.lines(history)[0].startswith(
         f"pfedbayes: {by_hand} of 40 clients validated better at round 0")
+
+
+def test_seeds_as_members_name_the_diverged_run_client_and_round_as_alone(tmp_path):
+    # Prepare: pFedBayes with plain SGD at lr 0.3 from scratch, seeds 0 and 1 as members of one
+    # federation; alone, seed 0 stops at client 33, round 1 (test_pfedbayes.py)
+    spec = parse_spec(SPEC.format(federation=", local_epochs: 5", store=tmp_path / "store",
+                                  entry=", warm_start: none, local_epochs: 5, "
+                                        "optimizer: federation, rounds: 1"))
+    parts = [tmp_path / f"partition{seed}" for seed in (0, 1)]
+    for seed, part in zip((0, 1), parts, strict=True):
+        partition_data.run(spec, seed, part)
+
+    # Execute
+    with pytest.raises(DivergenceError) as info:
+        personalize.run_members(spec, [0, 1], "pfedbayes", parts, None,
+                                [tmp_path / "out0", tmp_path / "out1"])
+
+    # Assert: each run is checked on its own clients; the first that blew up is named as alone
+    assert (info.value.client, info.value.round_idx) == (33, 1)
+    assert str(info.value).startswith("entry 'pfedbayes', client 33 (seed 0, member 0), round 1: ")
