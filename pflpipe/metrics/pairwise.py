@@ -18,7 +18,7 @@ vote stay as they are):
 """
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,9 +57,10 @@ RULE = (
     f"(α = {ALPHA}); every p in the answers is Holm-corrected. The vote above names a leader; "
     "it is the answer only where the corrected test puts it ahead of every other contender, "
     "otherwise the answer is the models tied at the top. For a pair left unresolved, 'to "
-    "resolve' is the normal-approximation size of a paired test at power 0.8 and Holm's "
-    "strictest α / m: n' = n · ((z_{1−α/2m} + z_{0.8}) · SE / |Δ|)², SE the standard error of "
-    "Δ at the n units compared."
+    "resolve' is the size of a paired t-test at power 0.8 and Holm's strictest α / m: the "
+    "smallest n' ≥ ((t_{1−α/2m, n'−1} + t_{0.8, n'−1}) · σ_d / |Δ|)², σ_d the spread of the "
+    "per-unit differences observed (√n times the standard error of Δ), at least one more unit "
+    "than compared."
 )
 
 
@@ -209,16 +210,59 @@ def verdict(decision: Decision, contenders: list[str], metric: str, summary: Spl
     means = {m: summary.models[m].mean[metric] for m in contenders}
     ranked = sorted(contenders, key=lambda m: (  # best mean first; on a tie, the leader
         math.inf if means[m] is None else -means[m] if higher else means[m], m != leader, m))
+    pairs = compare(ranked, metric, gap)
+    return Verdict(decision.question, metric, leader, top_with(leader, ranked, pairs), pairs)
+
+
+def top_with(leader: str, ranked: Sequence[str], pairs: Sequence[Pair]) -> tuple[str, ...]:
+    """The models tied at the top with `leader`: it, then every model of `ranked` it does not beat.
+
+    A model is beaten where the corrected test resolves `leader` ahead of it.
+
+    >>> from pflpipe.metrics.uncertainty import Gap
+    >>> gap = Gap(0.05, 0.01, 0.09, 0.01, 0.02, 10, "clients", "Wilcoxon signed-rank")
+    >>> pairs = [Pair("a", "b", "accuracy.AA", gap, 0.01), Pair("a", "c", "accuracy.AA", gap, 0.2)]
+    >>> top_with("a", ["a", "b", "c"], pairs)
+    ('a', 'c')
+    """
+    beaten = {p.b if p.a == leader else p.a for p in pairs
+              if p.ahead == leader and leader in (p.a, p.b)}
+    return (leader, *(m for m in ranked if m != leader and m not in beaten))
+
+
+def compare(ranked: Sequence[str], metric: str, gap: Callable[[str, str, str], Gap | None]
+            ) -> tuple[Pair, ...]:
+    """Every pair of `ranked` (a before b), its `gap`, Holm-corrected together.
+
+    A pair the corrected test leaves unresolved gets `units_needed` at Holm's strictest α / m.
+    """
     tested = [(a, b, g) for i, a in enumerate(ranked) for b in ranked[i + 1:]
               if (g := gap(a, b, metric)) is not None]
     adjusted = holm([g.p for _, _, g in tested])
-    pairs = tuple(Pair(a, b, metric, g, p, None if p < ALPHA else
-                       units_needed(g.delta, g.se, g.n, ALPHA / len(tested)))
-                  for (a, b, g), p in zip(tested, adjusted, strict=True))
-    beaten = {m for m in contenders
-              if any(p.ahead == leader and {p.a, p.b} == {leader, m} for p in pairs)}
-    top = (leader, *(m for m in ranked if m != leader and m not in beaten))
-    return Verdict(decision.question, metric, leader, top, pairs)
+    return tuple(Pair(a, b, metric, g, p, None if p < ALPHA else
+                      units_needed(g.delta, g.se, g.n, ALPHA / len(tested)))
+                 for (a, b, g), p in zip(tested, adjusted, strict=True))
+
+
+def compare_cells(cells: Mapping[str, np.ndarray], metric: str = "accuracy.AA"
+                  ) -> tuple[Pair, ...]:
+    """Compare every pair of models by their per-client scores, Holm-corrected together.
+
+    `cells` holds each model's [S, K] scores (seeds × clients, the same clients in the same
+    order for every model); their mean is the model's mean client score. Over seeds (paired t
+    on the per-seed means) when S ≥ 2, else over the clients (Wilcoxon, bootstrap interval), as
+    the report compares accuracy. Models are ranked by their mean, best first.
+    """
+    arrays = {m: np.atleast_2d(np.asarray(c, dtype=float)) for m, c in cells.items()}
+    ranked = sorted(arrays, key=lambda m: -arrays[m].mean())
+    seeds, clients = next(iter(arrays.values())).shape
+    resamples = client_resamples(clients)
+
+    def gap(a: str, b: str, _: str) -> Gap | None:
+        if seeds > 1:
+            return over_seeds(arrays[a].mean(axis=1).tolist(), arrays[b].mean(axis=1).tolist())
+        return over_clients(arrays[a][0], arrays[b][0], resamples)
+    return compare(ranked, metric, gap)
 
 
 def _qoi(seed: Scores, model: str, summary: SplitSummary, local: str, global_: str

@@ -9,6 +9,7 @@ import io
 import math
 from collections.abc import Mapping, Sequence
 
+from pflpipe import markdown
 from pflpipe.metrics.pairwise import Assessment, Pair, Verdict
 from pflpipe.metrics.render import Block, fmt, heading
 from pflpipe.metrics.summary import PATHS, Decision, SplitSummary
@@ -136,6 +137,15 @@ def blocks(assessment: Assessment, summary: SplitSummary, metrics: Sequence[str]
                   ("p", f"Each metric's 95 % interval {over_text(assessment)}; — where the "
                         "metric is undefined (or defined on too few resamples or seeds)."),
                   ("table", ["Metric", *models], rows)]
+
+
+def pairs_markdown(pairs: Sequence[Pair], unit: str = "fraction") -> list[str]:
+    """The lines of a Markdown table of `pairs` (as the report's, without the question column).
+
+    `unit` is the scores' (fraction, percent, neg_mse): accuracy gaps show in percentage points.
+    """
+    rows = [_pair_row("best", pair, unit)[1:] for pair in pairs]
+    return markdown.table(PAIR_HEADER[1:], rows, "l" + "r" * 5 + "lll")
 
 
 def _pair_row(question: str, pair: Pair, unit: str) -> list[str]:

@@ -123,6 +123,22 @@ def bootstrap_means(cells: np.ndarray, resamples: np.ndarray) -> np.ndarray:
     return cells[:, resamples].mean(axis=2).mean(axis=0)
 
 
+def mean_interval(cells: np.ndarray, n_resamples: int = RESAMPLES) -> Interval:
+    """Return the 95 % interval of the mean of `cells` ([S, K]: seeds × clients).
+
+    Over seeds (the t-interval of the S per-seed means) when S ≥ 2, else the percentile
+    bootstrap over the K clients.
+
+    >>> mean_interval(np.array([[0.8, 0.6], [0.9, 0.7]]))   # per-seed means 0.7, 0.8
+    Interval(low=0.1146..., high=1.3853..., over='seeds', n=2, reason=None)
+    """
+    cells = np.atleast_2d(np.asarray(cells, dtype=float))
+    if cells.shape[0] > 1:
+        return Interval(*t_interval(cells.mean(axis=1)), SEEDS, cells.shape[0])
+    replicates = bootstrap_means(cells, client_resamples(cells.shape[1], n_resamples))
+    return Interval(*percentile_interval(replicates), CLIENTS, cells.shape[1])
+
+
 def percentile_interval(replicates: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
     """Return the (1 − level)/2 and (1 + level)/2 quantiles of the finite `replicates`.
 
@@ -207,20 +223,31 @@ def units_needed(delta: float, se: float, n: int, alpha: float = ALPHA,
                  power: float = POWER) -> int | None:
     """Return about how many units a paired test needs to resolve `delta` at this spread.
 
-    The normal-approximation sample size of a paired test, written with the standard error
-    SE = σ_d / √n observed at n units: n' = n · ((z_{1−α/2} + z_{power}) · SE / |Δ|)², rounded up
-    (σ_d: the standard deviation of the per-unit differences). Pass the α the comparison faces
-    (Holm's strictest, α / m, for m pairs). The Wilcoxon test needs about π/3 ≈ 1.05 times as
-    many under normal data (its efficiency); the bootstrap about as many. None when Δ is 0 or
-    there is no spread: more units would not settle it.
+    The sample size of a paired t-test: the smallest n' with
+    n' ≥ ((t_{1−α/2, n'−1} + t_{power, n'−1}) · σ_d / |Δ|)², σ_d = SE · √n the standard
+    deviation of the per-unit differences observed at n units (the normal approximation to the
+    noncentral t; with z for t it is the textbook n' = ((z_{1−α/2} + z_{power}) σ_d / Δ)²), and
+    at least n + 1: the test did not resolve it at n. Pass the α the comparison faces (Holm's
+    strictest, α / m, for m pairs). The Wilcoxon test needs about π/3 ≈ 1.05 times as many
+    under normal data (its efficiency), the bootstrap about as many. None when Δ is 0 or there
+    is no spread: more units would not settle it.
 
-    >>> units_needed(1.0, 0.5, 10)   # 10 · ((1.959964 + 0.841621) · 0.5 / 1)² = 19.6
-    20
+    >>> units_needed(1.0, 0.5, 10)   # σ_d = 0.5 √10 = 1.58: z gives 19.6, t 21.6 at n' = 22
+    22
+    >>> units_needed(0.25, 0.05, 2)   # two seeds, d = 0.2, 0.3: a third would do (t, 2 df)
+    3
     """
     if delta == 0 or se == 0 or not math.isfinite(se):
         return None
+    ratio = se * math.sqrt(n) / abs(delta)
     z = float(stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power))
-    return math.ceil(n * (z * se / abs(delta)) ** 2)
+    need = max(2, math.ceil((z * ratio) ** 2))
+    while need < 100_000:  # t → z: the z start is within a few units of the answer
+        t = float(stats.t.ppf(1 - alpha / 2, need - 1) + stats.t.ppf(power, need - 1))
+        if need >= (t * ratio) ** 2:
+            break
+        need += 1
+    return max(need, n + 1)
 
 
 def over_seeds(a: Sequence[float | None], b: Sequence[float | None]) -> Gap | None:

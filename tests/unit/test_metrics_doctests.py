@@ -7,7 +7,7 @@ import pytest
 
 MODULES = ["pflpipe.metrics.performance", "pflpipe.metrics.fairness",
            "pflpipe.metrics.generalization", "pflpipe.metrics.uncertainty",
-           "pflpipe.metrics.pairwise_report"]
+           "pflpipe.metrics.pairwise", "pflpipe.metrics.pairwise_report"]
 
 
 @pytest.mark.parametrize("name", MODULES)

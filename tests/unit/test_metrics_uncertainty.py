@@ -144,9 +144,24 @@ def test_bootstrapped_needs_both_values_and_half_the_resamples():
     assert gap.delta == pytest.approx(0.1) and gap.p == 2 * (1 + 1) / 4
 
 
-def test_units_needed_by_hand():
-    # n' = 10 · ((z_0.975 + z_0.8) · 0.5 / 1)² = 10 · (2.8016 · 0.5)² = 19.62 → 20
-    assert units_needed(1.0, 0.5, 10) == 20
-    # Holm's α / m: z_{1 − 0.05/6} = 2.6383 → 10 · ((2.6383 + 0.8416) · 0.5)² = 30.28 → 31
-    assert units_needed(1.0, 0.5, 10, alpha=0.05 / 6) == 31
+def paired_t_size(ratio: float, alpha: float, power: float = 0.8) -> int:
+    """By brute force: the smallest n ≥ 2 with n ≥ ((t_{1−α/2,n−1} + t_{power,n−1}) · ratio)²."""
+    n = 2
+    while n < ((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * ratio) ** 2:
+        n += 1
+    return n
+
+
+def test_units_needed_is_the_paired_t_tests_sample_size():
+    # σ_d = SE · √n = 0.5 · √10; the z formula alone gives 10 · (2.8016 · 0.5)² = 19.6
+    assert units_needed(1.0, 0.5, 10) == paired_t_size(0.5 * math.sqrt(10), 0.05) == 22
+    # Holm's strictest α / m for m = 6 pairs
+    assert units_needed(1.0, 0.5, 10, alpha=0.05 / 6) == paired_t_size(0.5 * math.sqrt(10),
+                                                                       0.05 / 6)
+    # two seeds, differences 0.2 and 0.3: with t at 2 df a third seed would do (z says 1)
+    assert units_needed(0.25, 0.05, 2) == 3
+
+
+def test_units_needed_is_at_least_one_more_than_compared_and_none_without_a_gap():
+    assert units_needed(1.0, 0.01, 40) == 41   # the formula says 2, the test did not resolve
     assert units_needed(0.0, 0.5, 10) is None and units_needed(1.0, 0.0, 10) is None
