@@ -21,7 +21,7 @@ CSV_COLUMNS = ("split", "question", "metric", "a", "b", "delta", "ci_low", "ci_h
                "p_holm", "n", "over", "test", "resolved", "ahead", "units_needed")
 PAIR_HEADER = ["question", "a − b", "Δ", "95 % CI", "p", "p (Holm)", "n", "test", "verdict",
                "to resolve"]
-QUESTION_TEXT = {"best": "best (accuracy)", "fairest": "fairest (JI over U⁺)"}
+QUESTION_TEXT = {"best": "best ({measure})", "fairest": "fairest (JI over U⁺)"}
 GROUP_TEXT = {"improved": "QoI over U⁺", "decreased": "|QoI| over U⁻"}
 
 
@@ -155,7 +155,8 @@ def _pair_row(question: str, pair: Pair, unit: str) -> list[str]:
     verdict = f"{pair.ahead} ahead" if pair.ahead else (
         "indistinguishable" if not pair.resolved else "resolved")
     need = f"about {pair.needed} {g.over}" if pair.needed else "—"
-    return [QUESTION_TEXT[question], f"{pair.a} − {pair.b}", number(g.delta, pair.metric, unit),
+    return [QUESTION_TEXT[question].format(measure=measure(unit)), f"{pair.a} − {pair.b}",
+            number(g.delta, pair.metric, unit),
             ci, format_p(g.p), format_p(pair.p_holm), f"{g.n} {g.over}", g.test, verdict, need]
 
 
