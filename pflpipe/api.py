@@ -4,7 +4,11 @@
 
     result = pflpipe.run("specs/persfl-digits.yaml", federation={"rounds": 50})
     result.results            # every seed's per-client table (pandas)
-    result.best, result.report_html, result.mlflow_run_id
+    result.best               # ("persfl",) when resolved; ("fedper", "persfl") when tied
+    result.report_html, result.mlflow_run_id
+
+`best` and `fairest` are tuples: the models tied at the top of the primary split, one name where
+the Holm-corrected paired test resolves the winner (`pflpipe.metrics.pairwise`).
 
 Overrides are keyword arguments: a section as a mapping merged into the spec's
 (``federation={"rounds": 50}``) or a dotted path (``**{"federation.rounds": 50}``), validated
@@ -103,14 +107,19 @@ class RunResult:
         return json.loads((self.report_dir / layout.REPORT_JSON).read_text(encoding="utf-8"))
 
     @property
-    def best(self) -> str | None:
-        """The best-performing personalized model on the primary split (test)."""
-        return self.report["best"]
+    def best(self) -> tuple[str, ...]:
+        """The best-performing personalized models on the primary split (test).
+
+        One name where the corrected paired test resolves the winner; several, the thesis
+        vote's leader first, where the data cannot tell them apart; empty when the run has no
+        personalized model.
+        """
+        return tuple(self.report["verdicts"]["best"]["top"])
 
     @property
-    def fairest(self) -> str | None:
-        """The fairest personalized model on the primary split (test)."""
-        return self.report["fairest"]
+    def fairest(self) -> tuple[str, ...]:
+        """The fairest personalized models on the primary split (test), as `best`."""
+        return tuple(self.report["verdicts"]["fairest"]["top"])
 
     @property
     def results(self):

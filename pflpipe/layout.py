@@ -187,6 +187,8 @@ PARTITION = PARTITIONS
 
 # ---- a report directory (evaluate_fairness) ---------------------------------------------
 REPORT_JSON, REPORT_MD, REPORT_HTML = "report.json", "report.md", "report.html"
+#: Every pair of models compared, per split and question (`pflpipe.metrics.pairwise_report`).
+PAIRWISE_CSV = "pairwise.csv"
 FIGURES = "figures"
 
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pflpipe.layout import REPORT_HTML, REPORT_JSON, REPORT_MD
+from pflpipe.layout import PAIRWISE_CSV, REPORT_HTML, REPORT_JSON, REPORT_MD
 
 
 def register(subparsers) -> None:
@@ -11,8 +11,9 @@ def register(subparsers) -> None:
         "report", help="Evaluate a per-client accuracy table: performance, fairness, report.",
         description="Evaluate one or more per-client results tables (columns client, model, "
         "accuracy; optional seed, split, selection, loss, n_samples, round) and write "
-        f"{REPORT_JSON}, {REPORT_MD}, {REPORT_HTML} and figures into DIR. Exit 2 on a bad "
-        "table.")
+        f"{REPORT_JSON}, {REPORT_MD}, {REPORT_HTML}, {PAIRWISE_CSV} and figures into DIR. A "
+        "model is named best or fairest only where a Holm-corrected paired test separates it "
+        "from every other; otherwise the models tied at the top are. Exit 2 on a bad table.")
     parser.add_argument("tables", nargs="+", type=Path, metavar="TABLE.csv")
     parser.add_argument("-o", "--output", type=Path, default=Path("report"), metavar="DIR",
                         help="Output directory (default: ./report).")

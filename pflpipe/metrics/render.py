@@ -102,8 +102,12 @@ def _best(values: Sequence[float | None], higher: bool) -> list[int]:
 
 
 def split_blocks(summary: SplitSummary, metrics: Sequence[str],
-                 figures: Mapping[str, str]) -> list[Block]:
-    """Return the blocks of one split: answers, tables, figures and notes."""
+                 figures: Mapping[str, str], answer: str | None = None) -> list[Block]:
+    """Return the blocks of one split: answers, tables, figures and notes.
+
+    `answer` replaces the summary's own (the thesis vote's) answer: the report's, gated by the
+    pairwise tests (`pflpipe.metrics.pairwise_report.answer`).
+    """
     personalized = [m for m, r in summary.models.items() if r.is_personalized]
     everyone = list(summary.models)
     seeds = ", ".join(map(str, summary.seeds))
@@ -112,7 +116,7 @@ def split_blocks(summary: SplitSummary, metrics: Sequence[str],
              "fair_measure": measure(summary.unit, fairness=True)}
     out: list[Block] = [
         ("h2", f"Split: {summary.split}"),
-        ("p", f"{len(summary.clients)} clients, seed(s) {seeds}. {summary.answer()}"),
+        ("p", f"{len(summary.clients)} clients, seed(s) {seeds}. {answer or summary.answer()}"),
         ("h3", f"Per-client {name} (thesis Table 6.2 style; mean over seeds)"),
         _client_table(summary),
     ]
@@ -189,10 +193,10 @@ def _notes(summary: SplitSummary, personalized: list[str]) -> list[str]:
             for (reason, where), models in grouped.items()]
 
 
-def rule_blocks() -> list[Block]:
-    """Return the blocks stating how the answers and the numbers are made."""
+def rule_blocks(*more: str) -> list[Block]:
+    """Return the blocks stating how the answers and the numbers are made (`more` appended)."""
     return [("h2", "How the answers are decided"),
-            ("list", [BEST_RULE, FAIREST_RULE, SEED_RULE, NULL_RULE])]
+            ("list", [BEST_RULE, FAIREST_RULE, SEED_RULE, NULL_RULE, *more])]
 
 
 def to_markdown(blocks: Sequence[Block]) -> str:

@@ -8,6 +8,7 @@ report.json::
      "baselines": {"local": "local", "global": "fedavg"}, "primary_split": "test",
      "models": {MODEL: ...},            # the primary split's models (test if present)
      "best": MODEL | null, "fairest": MODEL | null, "answer": "...",   # primary split
+     "verdicts": {"best" | "fairest": ...},   # the primary split's (see "uncertainty")
      "splits": {SPLIT: {"models": {MODEL: {
                             "role": "personalized" | "local baseline" | "global baseline",
                             "performance": {"PUI", "PUD", "MPI", "API", "MPD", "APD", "AA"},
@@ -21,12 +22,21 @@ report.json::
                         "best": MODEL | null, "fairest": MODEL | null, "answer": "...",
                         "decisions": {"best" | "fairest": {"model", "votes", "winners",
                                                            "tie_break", "reason"}},
+                        "uncertainty": {"over": "seeds" | "clients", "n", "level", "alpha",
+                                        "resamples", "intervals": {MODEL: {PATH: {"low",
+                                        "high", "over", "n"[, "reason"]}}},
+                                        "verdicts": {"best" | "fairest": {"metric", "leader",
+                                        "winner", "top", "resolved", "reason", "pairs": [...]}}},
                         "clients": [...], "seeds": [...], "figures": {...},
                         "generalization": {MODEL: {"GA", "PA", "beats_global",
                                                    "std_over_seeds", "n_clients"}}}},
-     "rules": {"best", "fairest", "seeds", "nulls"}, "protocol": "...", "sources": [...]}
+     "rules": {"best", "fairest", "seeds", "nulls", "uncertainty"}, "protocol": "...",
+     "sources": [...]}
 
 Metric values are means over seeds; a null value has its reason in the model's "reasons".
+"decisions" hold the thesis's vote; "best" and "fairest" name a model only where the
+Holm-corrected paired test resolves the vote's leader against every other contender
+(`pflpipe.metrics.pairwise`), and each verdict's "top" lists the models tied at the top.
 """
 
 import json
@@ -35,7 +45,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe import layout
-from pflpipe.metrics import compute, curves, figures, generalization, render, tuning
+from pflpipe.metrics import (
+    compute,
+    curves,
+    figures,
+    generalization,
+    pairwise,
+    pairwise_report,
+    render,
+    tuning,
+)
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
@@ -123,6 +142,8 @@ class Report:
     context: ReportContext = field(default_factory=ReportContext)
     #: GA, PA and beats_global per split and model (`pflpipe.metrics.generalization`).
     comparisons: dict[str, dict[str, generalization.Comparison]] = field(default_factory=dict)
+    #: Intervals, pairwise tests and gated verdicts per split (`pflpipe.metrics.pairwise`).
+    uncertainty: dict[str, pairwise.Assessment] = field(default_factory=dict)
 
     @property
     def primary(self) -> SplitSummary:
@@ -131,11 +152,17 @@ class Report:
 
     def answers(self) -> str:
         """Return the two answers of every split, one line per split."""
-        return "\n".join(summary.answer() for summary in self.splits.values())
+        return "\n".join(self.answer(split) for split in self.splits)
+
+    def answer(self, split: str) -> str:
+        """The split's answers, naming a model only where the corrected paired test does."""
+        summary, assessment = self.splits[split], self.uncertainty.get(split)
+        return pairwise_report.answer(summary, assessment) if assessment else summary.answer()
 
     def to_json(self, figure_files: dict[str, dict[str, str]] | None = None) -> dict:
         """Return report.json's content (see the module docstring)."""
-        splits = {name: {**_split_json(s, (figure_files or {}).get(name, {})),
+        splits = {name: {**_split_json(s, (figure_files or {}).get(name, {}),
+                                       self.uncertainty.get(name)),
                          "generalization": {m: c.to_json() for m, c in
                                             self.comparisons.get(name, {}).items()}}
                   for name, s in self.splits.items()}
@@ -145,9 +172,10 @@ class Report:
             "baselines": {"local": self.local, "global": self.global_},
             "primary_split": self.primary.split, "models": primary["models"],
             "best": primary["best"], "fairest": primary["fairest"], "answer": primary["answer"],
+            "verdicts": primary.get("uncertainty", {}).get("verdicts", {}),
             "splits": splits,
             "rules": {"best": BEST_RULE, "fairest": FAIREST_RULE, "seeds": render.SEED_RULE,
-                      "nulls": render.NULL_RULE},
+                      "nulls": render.NULL_RULE, "uncertainty": pairwise.RULE},
             "protocol": protocol(self.selection, self.local, self.global_, self.validation,
                                  self.unit),
             "sources": list(self.sources), "run": dict(self.context.run),
@@ -176,11 +204,14 @@ class Report:
             ("h2", "Protocol"),
             ("p", protocol(self.selection, self.local, self.global_, self.validation, self.unit)),
             *tuning.blocks(self.context.tuning),
-            ("h2", "Answers"), ("list", [s.answer() for s in self.splits.values()]),
+            ("h2", "Answers"), ("list", [self.answer(s) for s in self.splits]),
         ]
         out += self._compute_blocks()
         for name, summary in self.splits.items():
-            out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}))
+            out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}),
+                                       self.answer(name))
+            if name in self.uncertainty:
+                out += pairwise_report.blocks(self.uncertainty[name], summary, self.metrics)
             comparisons = self.comparisons.get(name, {})
             if any(c.mean["GA"] is not None and c.mean["PA"] is not None
                    for c in comparisons.values()):
@@ -192,7 +223,7 @@ class Report:
         if pictures:
             out += [("h2", "The split"),
                     *(("figure", name, caption) for name, caption in pictures)]
-        return out + render.rule_blocks()
+        return out + render.rule_blocks(pairwise.RULE)
 
     def compute_warning(self) -> str | None:
         """The unequal-compute warning of the compared models (all but the baselines), if any."""
@@ -254,14 +285,19 @@ def _diagnostic_figure(model: str) -> str:
     return layout.report_figure("diagnostics", model)
 
 
-def _split_json(summary: SplitSummary, figure_files: dict[str, str]) -> dict:
+def _split_json(summary: SplitSummary, figure_files: dict[str, str],
+                assessment: pairwise.Assessment | None = None) -> dict:
+    gated = {} if assessment is None else {
+        "best": assessment.best.winner, "fairest": assessment.fairest.winner,
+        "answer": pairwise_report.answer(summary, assessment),
+        "uncertainty": assessment.to_json()}
     return {
         "models": {m: r.to_json() for m, r in summary.models.items()},
         "best": summary.best.model, "fairest": summary.fairest.model,
         "answer": summary.answer(),
         "decisions": {"best": summary.best.to_json(), "fairest": summary.fairest.to_json()},
         "clients": list(summary.clients), "seeds": list(summary.seeds), "figures": figure_files,
-    }
+    } | gated
 
 
 def build_report(table: ResultsTable, *, local: str = "local", global_: str = "fedavg",
@@ -281,8 +317,10 @@ def build_report(table: ResultsTable, *, local: str = "local", global_: str = "f
         raise ValueError(f"unknown metric(s) {unknown}; choose among {', '.join(ALL_METRICS)}")
     splits = summarize(table, local=local, global_=global_, selection=selection)
     comparisons = generalization.compare(table, global_=global_, selection=selection)
+    uncertainty = pairwise.assess(table, splits, local=local, global_=global_,
+                                  selection=selection)
     return Report(splits, table.unit, selection, local, global_, tuple(metrics), table.sources,
-                  validation, context or ReportContext(), comparisons)
+                  validation, context or ReportContext(), comparisons, uncertainty)
 
 
 @dataclass(frozen=True)
@@ -294,6 +332,7 @@ class ReportFiles:
     markdown: Path
     html: Path
     figures: tuple[Path, ...]
+    pairwise: Path | None = None
 
 
 def write_report(report: Report, out_dir: Path) -> ReportFiles:
@@ -325,7 +364,9 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
     for relative, data in images.items():
         (out_dir / relative).write_bytes(data)
     paths = ReportFiles(out_dir, out_dir / layout.REPORT_JSON, out_dir / layout.REPORT_MD,
-                        out_dir / layout.REPORT_HTML, tuple(out_dir / r for r in images))
+                        out_dir / layout.REPORT_HTML, tuple(out_dir / r for r in images),
+                        out_dir / layout.PAIRWISE_CSV)
+    paths.pairwise.write_text(pairwise_report.pairwise_csv(report.uncertainty), encoding="utf-8")
     text = json.dumps(report.to_json(figure_files), indent=2, ensure_ascii=False)
     paths.json.write_text(text + "\n", encoding="utf-8")
     blocks = report.blocks(figure_files)

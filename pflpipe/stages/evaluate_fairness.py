@@ -38,7 +38,11 @@ PICTURES = {
 
 @dataclass(frozen=True)
 class ReportResult:
-    """What evaluate_fairness wrote, and the answers per split."""
+    """What evaluate_fairness wrote, and the answers per split.
+
+    `best` and `fairest` name a model per split only where the corrected paired test resolves
+    it (`pflpipe.metrics.pairwise`); None where models are tied at the top or undecided.
+    """
 
     out_dir: Path
     files: tuple[Path, ...]
@@ -98,9 +102,8 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
                         "evaluation.baselines.global": evaluation.baselines.global_,
                         "evaluation.unit": report.unit})
     tracker.log_metrics(tracked_metrics(report))
-    tracker.set_tags({f"best.{s}": r.best.model or "" for s, r in report.splits.items()}
-                     | {f"fairest.{s}": r.fairest.model or "" for s, r in report.splits.items()})
-    for path in (files.json, files.markdown, files.html):
+    tracker.set_tags(verdict_tags(report))
+    for path in (files.json, files.markdown, files.html, files.pairwise):
         tracker.log_artifact(path, "report")
     tracker.log_artifact(files.out_dir / "figures", "report/figures")
     for directory in map(Path, results_dirs):  # the report links ../seed-N/results.csv
@@ -110,8 +113,8 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     upload_results(spec, files.out_dir, "report")
     return ReportResult(
         out_dir=files.out_dir, files=(files.json, files.markdown, files.html, *files.figures),
-        best={s: r.best.model for s, r in report.splits.items()},
-        fairest={s: r.fairest.model for s, r in report.splits.items()},
+        best={s: a.best.winner for s, a in report.uncertainty.items()},
+        fairest={s: a.fairest.winner for s, a in report.uncertainty.items()},
         answers=report.answers(), markdown=files.markdown.read_text(encoding="utf-8"),
         seed_dirs={seed: Path(d) for d in results_dirs if (seed := _seed_of(d)) is not None},
     )
@@ -321,8 +324,12 @@ def tracked_metrics(report) -> dict[str, float]:
     Names are ``{model}.{split}.{metric}`` (e.g. ``persfl.test.AA``),
     ``{model}.{split}.{group}.{metric}`` for fairness (e.g. ``persfl.test.improved.JI``), and
     ``{model}.{split}.GA``, ``.PA`` and ``.beats_global`` for the generalized vs personalized
-    comparison (`pflpipe.metrics.generalization`).
+    comparison (`pflpipe.metrics.generalization`); each mean's 95 % interval beside it
+    (``persfl.test.AA.ci_low``, ``.ci_high``) and every pair of models compared
+    (``pairwise.test.persfl_vs_fedper.AA.p_holm``, ...: `pairwise_report.tracked_metrics`).
     """
+    from pflpipe.metrics import pairwise_report
+
     metrics: dict[str, float] = {}
     for split, summary in report.splits.items():
         for model, result in summary.models.items():
@@ -340,7 +347,23 @@ def tracked_metrics(report) -> dict[str, float]:
             metrics |= {_metric_name(f"{model}.{split}.{name}"): value
                         for name, value in comparison.mean.items()
                         if value is not None and math.isfinite(value)}
+    metrics |= {_metric_name(name): value for name, value in
+                pairwise_report.tracked_metrics(report.uncertainty, report.metrics).items()}
     return metrics
+
+
+def verdict_tags(report) -> dict[str, str]:
+    """The parent run's answers as tags: ``best.{split}`` and ``fairest.{split}``.
+
+    Each holds the models tied at the top, comma-separated (one name where the corrected paired
+    test resolves the winner; empty where undecided), with ``.resolved`` beside it.
+    """
+    tags = {}
+    for split, assessment in report.uncertainty.items():
+        for question, verdict in (("best", assessment.best), ("fairest", assessment.fairest)):
+            tags[f"{question}.{split}"] = ", ".join(verdict.top)
+            tags[f"{question}.{split}.resolved"] = str(verdict.winner is not None).lower()
+    return tags
 
 
 def _metric_name(name: str) -> str:
