@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe import layout
-from pflpipe.metrics import compute, curves, figures, generalization, render, tuning
+from pflpipe.metrics import compute, cost, curves, figures, generalization, render, tuning
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
@@ -93,6 +93,8 @@ class ReportContext:
         links: (text, relative href) of the per-seed results tables.
         tuning: Each tuned entry's grid, scores and choice, the tuning and reported seeds and
             the untuned entries (`pflpipe.metrics.tuning`); empty without tuning.
+        plan: What the spec scheduled per model: its warm-start round, its epochs
+            (`pflpipe.metrics.cost`); compute is counted in all, the warm start included.
 
     """
 
@@ -106,6 +108,7 @@ class ReportContext:
     #: with the mechanism diagnostics.
     mechanism_images: tuple[str, ...] = ()
     tuning: dict = field(default_factory=dict)
+    plan: cost.Plan = field(default_factory=cost.Plan)
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ class Report:
                                             self.comparisons.get(name, {}).items()}}
                   for name, s in self.splits.items()}
         primary = splits[self.primary.split]
+        found = self.unequal_compute()
         return {
             "format": 1, "unit": self.unit, "selection": self.selection,
             "baselines": {"local": self.local, "global": self.global_},
@@ -153,7 +157,10 @@ class Report:
             "sources": list(self.sources), "run": dict(self.context.run),
             "tables": dict(self.context.links),
             "compute": compute.totals(self.context.history),
-            "compute_warning": self.compute_warning(),
+            "compute_in_all": cost.in_all(self.context.history, self.context.plan),
+            "warm_starts": dict(self.context.plan.starts),
+            "compute_warning": found.text if found else None,
+            "compute_by_design": bool(found and found.by_design),
             **({"tuning": self.context.tuning} if self.context.tuning else {}),
         }
 
@@ -194,16 +201,21 @@ class Report:
                     *(("figure", name, caption) for name, caption in pictures)]
         return out + render.rule_blocks()
 
+    def unequal_compute(self) -> cost.Mismatch | None:
+        """The compared models' (all but the baselines) unequal compute in all, if any."""
+        history, plan = self.context.history, self.context.plan
+        return cost.mismatch(cost.in_all(history, plan), (self.local, self.global_),
+                             self.context.compute_mismatch, plan, cost.in_all(history, cost.Plan()))
+
     def compute_warning(self) -> str | None:
-        """The unequal-compute warning of the compared models (all but the baselines), if any."""
-        return compute.mismatch(compute.totals(self.context.history), (self.local, self.global_),
-                                self.context.compute_mismatch)
+        """The text of `unequal_compute` (a warning, or a note when the gap is by design)."""
+        found = self.unequal_compute()
+        return found.text if found else None
 
     def _compute_blocks(self) -> list[tuple]:
-        totals = compute.totals(self.context.history)
-        if not totals:
+        if not compute.totals(self.context.history):
             return []
-        warning = self.compute_warning()
+        found = self.unequal_compute()
         return [("h2", "Compute"),
                 ("p", "What each model cost, counted by the engine from what it ran: local "
                       "optimizer steps; samples processed, a sample counted once per network "
@@ -215,10 +227,17 @@ class Report:
                       "adaptation, Flow's re-personalization) at every evaluation, not "
                       "matched. Scoring, PersFL's teacher selection and its teachers' logits "
                       "are forward passes only and not counted. A model started from the FedAvg "
-                      "warm start also cost the warm start's compute (its row 'fedavg')."),
-                *([("p", f"**Warning.** {warning}")] if warning else []),
-                ("table", compute.TABLE_HEADER,
-                 compute.table_rows(totals, list(self.primary.models))),
+                      "warm start also cost the warm start's compute up to the round it started "
+                      "from (PersFL: every round, its teachers): steps, samples and MB are "
+                      "counted in all, the warm start included, and so is the figure. Passes "
+                      "per sample and epoch: the model's own samples over the passes over its "
+                      "clients' data its settings schedule (FedAvg 1, Ditto 2, PersFL its grid's "
+                      "students)."),
+                *([("p", f"**{'Note' if found.by_design else 'Warning'}.** {found.text}")]
+                  if found else []),
+                ("table", cost.TABLE_HEADER,
+                 cost.table_rows(self.context.history, self.context.plan,
+                                 list(self.primary.models))),
                 ("figure", COMPUTE_FIGURE, "Accuracy against samples processed: one line per "
                  "model, a point per evaluated round.")]
 
@@ -318,7 +337,8 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
         figure_files[name] = files
     if compute.totals(history):
         images[COMPUTE_FIGURE] = compute.accuracy_vs_samples_png(
-            history, report.primary.split, list(report.primary.models))
+            history, report.primary.split, list(report.primary.models),
+            cost.starting_samples(history, report.context.plan))
     for model, series in compute.diagnostics(history).items():
         images[_diagnostic_figure(model)] = compute.diagnostics_png(model, series)
     images |= {f"{layout.FIGURES}/{n}": data for n, (data, _) in report.context.images.items()}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pflpipe import layout
 from pflpipe.errors import DataError
+from pflpipe.stages import schedules
 from pflpipe.stages.beside import Beside
 from pflpipe.stages.tables import read_csv
 from pflpipe.storage import upload_results
@@ -89,10 +90,11 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     files = (write_report(report, Path(out_dir)) if alongside is None
              else _write_beside(report, Path(out_dir), alongside))
     log.info("evaluate_fairness: %s", report.answers())
-    if report.compute_warning():
-        from pflpipe.events import warning
+    unequal = report.unequal_compute()
+    if unequal:   # said once: a gap by design is a note, one the settings make a warning
+        from pflpipe.events import notice, warning
 
-        warning(report.compute_warning())
+        (notice if unequal.by_design else warning)(unequal.text)
     tracker.log_params({"evaluation.selection": evaluation.selection,
                         "evaluation.baselines.local": evaluation.baselines.local,
                         "evaluation.baselines.global": evaluation.baselines.global_,
@@ -202,16 +204,29 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
                 images[name] = (path.read_bytes(), caption)
     reported = list(spec.experiment.seeds if reported_seeds is None else reported_seeds)
     records = tuning_records(spec, results_dirs)
+    plan = schedules.plan(spec, records, _train_samples(list(seeds.values())))
     info = {"experiment": spec.experiment.name, "spec hash": spec.content_hash(), **run_info,
             "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
                     f"{spec.partition.n_clients} clients",
-            "rounds": rounds_line(spec, records), **_seed_rows(spec, reported, records)}
+            "rounds": ", ".join(plan.described.values()),
+            **_seed_rows(spec, reported, records)}
     links = tuple((f"seed {s}: {RESULTS}", f"../{layout.seed_folder(s)}/{RESULTS}")
                   for s in sorted(seeds))
     chosen = tuple(name for (folder, name) in PICTURES if folder == "persfl" and name in images)
     tuned = _tuning(spec, records, reported) if records else {}
     return ReportContext(info, history, images, links, spec.evaluation.compute_mismatch, chosen,
-                         tuned)
+                         tuned, plan)
+
+
+def _train_samples(seed_dirs: list[Path]) -> float:
+    """One pass over every client's training rows, the mean over the seeds' partitions."""
+    totals = []
+    for directory in seed_dirs:
+        manifest = Path(directory) / layout.PARTITION / layout.MANIFEST_JSON
+        if manifest.is_file():
+            clients = json.loads(manifest.read_text())["clients"]
+            totals.append(sum(client["n"]["train"] for client in clients))
+    return sum(totals) / len(totals) if totals else 0.0
 
 
 def tuning_records(spec, results_dirs: list[Path]) -> dict[str, dict]:
@@ -271,8 +286,9 @@ def _tuning(spec, records: dict[str, dict], reported: list[int]) -> dict:
 def rounds_line(spec, records: dict[str, dict] | None = None) -> str:
     """How long each model that ran trained, e.g. ``fedavg 30 rounds, local 20 epochs, ...``.
 
-    A tuned entry counts with the setting chosen for it (`records`, `tuning_records`); where its
-    grid chose the rounds (or epochs), the line says so and on which seeds.
+    A model started from the warm start names its warm-start rounds (``fedper 30 + 30
+    warm-start rounds``); a tuned entry counts with the setting chosen for it (`records`,
+    `tuning_records`, see `pflpipe.stages.schedules.plan`).
 
     >>> from pflpipe.spec import Spec
     >>> rounds_line(Spec.model_validate({
@@ -280,30 +296,9 @@ def rounds_line(spec, records: dict[str, dict] | None = None) -> str:
     ...     "partition": {"strategy": "ds1", "n_clients": 2}, "personalization": []}))
     'fedavg 20 rounds'
     """
-    from pflpipe.spec.tuning import rounds_field, with_values
+    from pflpipe.stages.schedules import plan
 
-    records = records or {}
-    parts = [f"fedavg {spec.federation.rounds} rounds",
-             *([f"local {spec.local_params.epochs} epochs"] if spec.runs_local else [])]
-    for entry in spec.personalization:
-        label = entry.display_name
-        if entry.name == "persfl":
-            parts.append(f"{label} {spec.distillation.epochs} distillation epochs")
-            continue
-        if entry.name == "local":
-            continue
-        chosen = records[label]["entries"][label]["chosen"] if label in records else {}
-        entry = with_values(entry, chosen)
-        count = entry.rounds_of(spec.federation).rounds
-        part = f"{label} {count} {'epochs' if rounds_field(entry) == 'epochs' else 'rounds'}"
-        if rounds_field(entry) in chosen:
-            seeds = ", ".join(map(str, records[label]["seeds"]))
-            part += f" (tuned on tuning seed(s) {seeds})"
-        elif spec.tuning and label not in records and (tuned := spec.tuning.find(label)) \
-                and rounds_field(entry) in tuned.grid:
-            part = f"{label}: {rounds_field(entry)} tuned, the choice is not in these results"
-        parts.append(part)
-    return ", ".join(parts)
+    return ", ".join(plan(spec, records).described.values())
 
 
 def _seed_of(directory: Path) -> int | None:
