@@ -133,10 +133,15 @@ def starting_samples(history: Iterable[dict], plan: Plan) -> dict[tuple[str, str
 
 @dataclass(frozen=True)
 class Mismatch:
-    """The unequal-compute message and whether the gap is by design (a note, not a warning)."""
+    """The unequal-compute message and whether the gap is by design (a note, not a warning).
+
+    `text` is the report's; `line` what a run prints once: the text itself for a warning, a
+    sentence pointing at the report for a gap by design.
+    """
 
     text: str
     by_design: bool
+    line: str = ""
 
 
 def mismatch(totals: Mapping[str, Mapping[str, float]], baselines: Sequence[str], factor: float,
@@ -181,7 +186,15 @@ def mismatch(totals: Mapping[str, Mapping[str, float]], baselines: Sequence[str]
                      f"{_names(design)}'s scores as those of a method that costs more "
                      f"({', '.join(f'{m} {ratio(compared[m], compared[least])}×' for m in design)}"
                      f" {least}'s compute).")
-    return Mismatch(" ".join(parts), len(design) == len(over))
+    if len(design) < len(over):
+        return Mismatch(" ".join(parts), False, " ".join(parts))
+    each = "; ".join(f"{m} {ratio(compared[m], compared[least])}× the samples of {least}"
+                     + (f" ({p:.3g} network passes per sample and epoch, FedAvg's 1)"
+                        if (p := plan.passes(m, (own or totals)[m][MATCHED_ON])) else "")
+                     for m in design)
+    line = (f"compute by design{', the warm start included' if warm else ''}: {each}. That is the method's own "
+            "cost, not a setting to match; the report's Compute section says what it means.")
+    return Mismatch(" ".join(parts), True, line)
 
 
 def _explained(model: str, least: str, times: float, plan: Plan, own_samples: float) -> str:

@@ -35,9 +35,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe import layout
-from pflpipe.metrics import compute, cost, curves, figures, generalization, render, tuning
+from pflpipe.metrics import (
+    compute,
+    cost,
+    curves,
+    figures,
+    generalization,
+    render,
+    stability,
+    tuning,
+)
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
+from pflpipe.metrics.stability import Stability
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
 from pflpipe.metrics.table import ResultsTable, measure
 
@@ -126,6 +136,8 @@ class Report:
     context: ReportContext = field(default_factory=ReportContext)
     #: GA, PA and beats_global per split and model (`pflpipe.metrics.generalization`).
     comparisons: dict[str, dict[str, generalization.Comparison]] = field(default_factory=dict)
+    #: The primary split's selected and last-round scores per model (`pflpipe.metrics.stability`).
+    stability: dict[str, Stability] = field(default_factory=dict)
 
     @property
     def primary(self) -> SplitSummary:
@@ -161,6 +173,7 @@ class Report:
             "warm_starts": dict(self.context.plan.starts),
             "compute_warning": found.text if found else None,
             "compute_by_design": bool(found and found.by_design),
+            "stability": {m: s.to_json() for m, s in self.stability.items()},
             **({"tuning": self.context.tuning} if self.context.tuning else {}),
         }
 
@@ -185,6 +198,7 @@ class Report:
             *tuning.blocks(self.context.tuning),
             ("h2", "Answers"), ("list", [s.answer() for s in self.splits.values()]),
         ]
+        out += stability.blocks(self.stability, self.primary.split, self.selection, self.unit)
         out += self._compute_blocks()
         for name, summary in self.splits.items():
             out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}))
@@ -300,8 +314,11 @@ def build_report(table: ResultsTable, *, local: str = "local", global_: str = "f
         raise ValueError(f"unknown metric(s) {unknown}; choose among {', '.join(ALL_METRICS)}")
     splits = summarize(table, local=local, global_=global_, selection=selection)
     comparisons = generalization.compare(table, global_=global_, selection=selection)
+    context = context or ReportContext()
+    primary = "test" if "test" in splits else next(iter(splits))
     return Report(splits, table.unit, selection, local, global_, tuple(metrics), table.sources,
-                  validation, context or ReportContext(), comparisons)
+                  validation, context, comparisons,
+                  stability.assess(table, context.history, primary, selection))
 
 
 @dataclass(frozen=True)

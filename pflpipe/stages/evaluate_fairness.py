@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pflpipe import layout
 from pflpipe.errors import DataError
+from pflpipe.events import notice, warning
 from pflpipe.stages import schedules
 from pflpipe.stages.beside import Beside
 from pflpipe.stages.tables import read_csv
@@ -90,11 +91,14 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     files = (write_report(report, Path(out_dir)) if alongside is None
              else _write_beside(report, Path(out_dir), alongside))
     log.info("evaluate_fairness: %s", report.answers())
+    from pflpipe.metrics.stability import said
+
+    for found in report.stability.values():
+        if (sentence := said(found, report.primary.split, report.unit)):
+            warning(sentence)
     unequal = report.unequal_compute()
     if unequal:   # said once: a gap by design is a note, one the settings make a warning
-        from pflpipe.events import notice, warning
-
-        (notice if unequal.by_design else warning)(unequal.text)
+        (notice if unequal.by_design else warning)(unequal.line or unequal.text)
     tracker.log_params({"evaluation.selection": evaluation.selection,
                         "evaluation.baselines.local": evaluation.baselines.local,
                         "evaluation.baselines.global": evaluation.baselines.global_,

@@ -15,7 +15,7 @@ MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.sto
            "pflpipe.stages.prepare",
            "pflpipe.layout", "pflpipe.markdown",
            "pflpipe.spec.algorithms.base", "pflpipe.stages.evaluate_fairness",
-           "pflpipe.metrics.cost", "pflpipe.stages.schedules"]
+           "pflpipe.metrics.cost", "pflpipe.stages.schedules", "pflpipe.metrics.stability"]
 
 
 @pytest.mark.parametrize("name", MODULES)
