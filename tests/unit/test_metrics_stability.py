@@ -4,7 +4,7 @@ import pytest
 
 from pflpipe.metrics import table_from_records
 from pflpipe.metrics.report import ReportContext, build_report
-from pflpipe.metrics.stability import FAR, assess, late_falls
+from pflpipe.metrics.stability import FAR, SWING, assess, late_falls
 
 # pFedMe as issue 43 saw it: 0.897 → 0.487 after one round, 0.81-0.86 at the end; its clients'
 # best rounds average 0.936, its last round 0.874.
@@ -57,12 +57,14 @@ def test_the_report_says_so_per_model(report):
     assert report.to_json()["stability"]["pfedme"]["far_below"] is True
 
 
-def test_the_margin_is_two_points_exactly():
+def test_the_margins_are_three_and_four_points_exactly():
     table = table_from_records(records("local", 0.8, 0.8) + records("fedavg", 0.9, 0.9)
-                               + records("a", 0.90, 0.90 - FAR) + records("b", 0.90, 0.879))
-    found = assess(table, (), "test", "best_val")
+                               + records("a", 0.90, 0.90 - FAR) + records("b", 0.90, 0.869))
+    rows = history("a", [0.5, 0.9, 0.9, 0.9 - SWING]) + history("b", [0.5, 0.9, 0.9, 0.859])
+    found = assess(table, rows, "test", "best_val")
 
     assert not found["a"].far_below and found["b"].far_below
+    assert not found["a"].swings and found["b"].swings
 
 
 def test_rounds_that_scored_only_some_clients_are_not_read_as_swings():
