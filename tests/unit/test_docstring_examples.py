@@ -15,7 +15,8 @@ MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.sto
            "pflpipe.stages.prepare",
            "pflpipe.layout", "pflpipe.markdown",
            "pflpipe.spec.algorithms.base", "pflpipe.stages.evaluate_fairness",
-           "pflpipe.metrics.cost", "pflpipe.stages.schedules", "pflpipe.metrics.stability"]
+           "pflpipe.metrics.cost", "pflpipe.stages.schedules", "pflpipe.metrics.stability",
+           "pflpipe.stages.preview"]
 
 
 @pytest.mark.parametrize("name", MODULES)
