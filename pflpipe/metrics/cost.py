@@ -188,12 +188,15 @@ def mismatch(totals: Mapping[str, Mapping[str, float]], baselines: Sequence[str]
                      f" {least}'s compute).")
     if len(design) < len(over):
         return Mismatch(" ".join(parts), False, " ".join(parts))
-    each = "; ".join(f"{m} {ratio(compared[m], compared[least])}× the samples of {least}"
-                     + (f" ({p:.3g} network passes per sample and epoch, FedAvg's 1)"
-                        if (p := plan.passes(m, (own or totals)[m][MATCHED_ON])) else "")
-                     for m in design)
-    line = (f"compute by design{', the warm start included' if warm else ''}: {each}. That is the method's own "
-            "cost, not a setting to match; the report's Compute section says what it means.")
+    each = []
+    for model in design:
+        passes = plan.passes(model, (own or totals)[model][MATCHED_ON])
+        how = (f"its method makes {passes:.3g} network passes per sample and epoch where FedAvg "
+               "makes 1" if passes else "its method processes more per epoch")
+        each.append(f"{model} processed {ratio(compared[model], compared[least])}× the samples "
+                    f"of {least}{', the warm start included' if warm else ''}: by design, {how}")
+    line = (f"compute: {'; '.join(each)}. Read {_names(design)}'s scores as those of a method "
+            "that costs more; no setting removes that (the report's Compute section).")
     return Mismatch(" ".join(parts), True, line)
 
 

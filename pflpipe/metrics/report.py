@@ -41,6 +41,7 @@ from pflpipe.metrics import (
     curves,
     figures,
     generalization,
+    notes,
     render,
     stability,
     tuning,
@@ -138,15 +139,21 @@ class Report:
     comparisons: dict[str, dict[str, generalization.Comparison]] = field(default_factory=dict)
     #: The primary split's selected and last-round scores per model (`pflpipe.metrics.stability`).
     stability: dict[str, Stability] = field(default_factory=dict)
+    #: Per split, what its accuracy summaries need said (`pflpipe.metrics.notes`).
+    notes: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def primary(self) -> SplitSummary:
         """The split the top-level answers refer to: test when present."""
         return self.splits.get("test") or next(iter(self.splits.values()))
 
+    def answered(self) -> list[SplitSummary]:
+        """The splits the headline answers: not val beside another split (it chose the models)."""
+        return [s for s in self.splits.values() if s.split != "val" or s is self.primary]
+
     def answers(self) -> str:
-        """Return the two answers of every split, one line per split."""
-        return "\n".join(summary.answer() for summary in self.splits.values())
+        """Return the two answers of every answered split, one line per split."""
+        return "\n".join(summary.answer() for summary in self.answered())
 
     def to_json(self, figure_files: dict[str, dict[str, str]] | None = None) -> dict:
         """Return report.json's content (see the module docstring)."""
@@ -196,12 +203,13 @@ class Report:
             ("h2", "Protocol"),
             ("p", protocol(self.selection, self.local, self.global_, self.validation, self.unit)),
             *tuning.blocks(self.context.tuning),
-            ("h2", "Answers"), ("list", [s.answer() for s in self.splits.values()]),
+            ("h2", "Answers"), ("list", [s.answer() for s in self.answered()]),
         ]
         out += stability.blocks(self.stability, self.primary.split, self.selection, self.unit)
         out += self._compute_blocks()
         for name, summary in self.splits.items():
-            out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}))
+            out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}),
+                                       self.notes.get(name, ()))
             comparisons = self.comparisons.get(name, {})
             if any(c.mean["GA"] is not None and c.mean["PA"] is not None
                    for c in comparisons.values()):
@@ -318,7 +326,8 @@ def build_report(table: ResultsTable, *, local: str = "local", global_: str = "f
     primary = "test" if "test" in splits else next(iter(splits))
     return Report(splits, table.unit, selection, local, global_, tuple(metrics), table.sources,
                   validation, context, comparisons,
-                  stability.assess(table, context.history, primary, selection))
+                  stability.assess(table, context.history, primary, selection),
+                  {s: notes.accuracy_notes(table, s, metrics) for s in splits})
 
 
 @dataclass(frozen=True)

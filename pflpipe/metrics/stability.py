@@ -200,7 +200,8 @@ def blocks(found: Mapping[str, Stability], split: str, selection: str, unit: str
         return []
     scale = _scale(unit)
     rows = [[s.model, _show(s.selected, unit), _show(s.last, unit),
-             "—" if s.selected is None or s.last is None else f"{(s.last - s.selected) * scale:+.3g}",
+             "—" if s.selected is None or s.last is None
+             else f"{(s.last - s.selected) * scale:+.3g}",
              "—" if s.fall is None else (f"{s.fall * scale:.3g} (round {s.fall_from} → "
                                          f"{s.fall_to})" if s.fall_from is not None else "0"),
              ", ".join(flag for flag, on in (("far below", s.far_below), ("swings", s.swings))

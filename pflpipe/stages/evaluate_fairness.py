@@ -208,10 +208,11 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
                 images[name] = (path.read_bytes(), caption)
     reported = list(spec.experiment.seeds if reported_seeds is None else reported_seeds)
     records = tuning_records(spec, results_dirs)
-    plan = schedules.plan(spec, records, _train_samples(list(seeds.values())))
+    n_clients, train_samples = _partitions(list(seeds.values()))
+    plan = schedules.plan(spec, records, train_samples)
     info = {"experiment": spec.experiment.name, "spec hash": spec.content_hash(), **run_info,
             "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
-                    f"{spec.partition.n_clients} clients",
+                    f"{n_clients or spec.partition.n_clients} clients",
             "rounds": ", ".join(plan.described.values()),
             **_seed_rows(spec, reported, records)}
     links = tuple((f"seed {s}: {RESULTS}", f"../{layout.seed_folder(s)}/{RESULTS}")
@@ -222,15 +223,20 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
                          tuned, plan)
 
 
-def _train_samples(seed_dirs: list[Path]) -> float:
-    """One pass over every client's training rows, the mean over the seeds' partitions."""
-    totals = []
+def _partitions(seed_dirs: list[Path]) -> tuple[int | None, float]:
+    """The seeds' partitions: the first's clients and one pass over the training rows.
+
+    A predefined file decides the clients; the pass is every client's training rows, the mean
+    over the seeds.
+    """
+    clients, totals = None, []
     for directory in seed_dirs:
         manifest = Path(directory) / layout.PARTITION / layout.MANIFEST_JSON
         if manifest.is_file():
-            clients = json.loads(manifest.read_text())["clients"]
-            totals.append(sum(client["n"]["train"] for client in clients))
-    return sum(totals) / len(totals) if totals else 0.0
+            entries = json.loads(manifest.read_text())["clients"]
+            clients = clients or len(entries)
+            totals.append(sum(entry["n"]["train"] for entry in entries))
+    return clients, sum(totals) / len(totals) if totals else 0.0
 
 
 def tuning_records(spec, results_dirs: list[Path]) -> dict[str, dict]:

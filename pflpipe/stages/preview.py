@@ -119,7 +119,7 @@ def _numbers(values) -> str:
 
 
 def _scaled(scale: float) -> str:
-    """x · scale, as x / n when the scale is 1/n: x / 255, x / 16."""
+    """The scaling in words, as x / n when the scale is 1/n: x / 255, x / 16, x · 0.5."""
     inverse = 1 / scale if scale else 0
     return f"x / {round(inverse)}" if scale and abs(inverse - round(inverse)) < 1e-9 \
         else f"x · {scale:.6g}"

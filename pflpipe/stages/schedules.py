@@ -20,8 +20,9 @@ def plan(spec, records: dict[str, dict] | None = None, train_samples: float = 0.
     ...     "partition": {"strategy": "ds1", "n_clients": 2}, "federation": {"rounds": 30},
     ...     "personalization": [{"name": "fedper"}, {"name": "ditto", "warm_start": "none"},
     ...                         {"name": "fedavg_ft", "epochs": 2}]}))
-    >>> list(p.described.values())
-    ['fedavg 30 rounds', 'local 20 epochs', 'fedper 30 + 30 warm-start rounds', 'ditto 30 rounds', 'fedavg_ft 2 epochs + 30 warm-start rounds']
+    >>> print("; ".join(p.described.values()))
+    fedavg 30 rounds; local 20 epochs; fedper 30 + 30 warm-start rounds; ditto 30 rounds; \
+fedavg_ft 2 epochs + 30 warm-start rounds
     >>> p.starts["fedper"], p.epochs["ditto"], p.scheduled("fedavg_ft")
     (30, 30.0, 32.0)
     """

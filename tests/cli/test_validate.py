@@ -276,9 +276,9 @@ def test_validate_prints_the_plan_of_a_predefined_split(tmp_path, capsys, partit
         for split, n in (("train", 4), ("test", 2)):
             np.savez(tmp_path / "data" / f"partition_{k}" / f"{split}.npz",
                      x=np.full((n, 2), k, dtype=np.float32), y=np.arange(n) % 2)
-    np.savez(tmp_path / "data" / "idx.npz",
-             **{f"{s}_{k}": rows for k in range(4) for s, rows in (
-                 ("train", np.arange(6 * k, 6 * k + 4)), ("test", np.arange(6 * k + 4, 6 * k + 6)))})
+    rows = {"train": (0, 4), "test": (4, 6)}
+    np.savez(tmp_path / "data" / "idx.npz", **{f"{s}_{k}": np.arange(6 * k + a, 6 * k + b)
+                                                for k in range(4) for s, (a, b) in rows.items()})
     path = tmp_path / "spec.yaml"
     path.write_text(f"experiment: {{name: t}}\ndataset: {{name: client_files, root: {tmp_path}, "
                     f"path: data, layout: flower}}\npartition: {partition}\n")
