@@ -24,7 +24,12 @@ report.json::
                         "clients": [...], "seeds": [...], "figures": {...},
                         "generalization": {MODEL: {"GA", "PA", "beats_global",
                                                    "std_over_seeds", "n_clients"}}}},
-     "rules": {"best", "fairest", "seeds", "nulls"}, "protocol": "...", "sources": [...]}
+     "rules": {"best", "fairest", "seeds", "nulls"}, "protocol": "...", "sources": [...],
+     "compute": {MODEL: {COUNT: own}}, "compute_in_all": {MODEL: {COUNT: warm start included}},
+     "warm_starts": {MODEL: round}, "compute_warning": "..." | null,
+     "compute_by_design": bool,        # the gap is the method's own cost: a note, not a warning
+     "stability": {MODEL: {"selected", "last_round", "late_fall", "late_fall_rounds",
+                           "margins", "far_below", "swings"}}}     # `pflpipe.metrics.stability`
 
 Metric values are means over seeds; a null value has its reason in the model's "reasons".
 """
