@@ -6,7 +6,7 @@ and used through `Figure` (no pyplot state).
 """
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -55,11 +55,18 @@ def round_bands(history: Iterable[dict], split: str, unit: str = "fraction"
 
 
 def accuracy_rounds_png(history: list[dict], split: str, models: list[str],
-                        unit: str = "fraction") -> bytes:
+                        unit: str = "fraction", starts: Mapping[str, int] | None = None) -> bytes:
+    """The PNG of `accuracy_rounds_figure`."""
+    return _png(accuracy_rounds_figure(history, split, models, unit, starts))
+
+
+def accuracy_rounds_figure(history: list[dict], split: str, models: list[str],
+                           unit: str = "fraction", starts: Mapping[str, int] | None = None):
     """One panel per model: the mean score over rounds, a band of ± 1 std over clients and seeds.
 
     The panels share the y axis (0 to 1 for an accuracy) so the algorithms compare by eye;
-    models without a history (results given as a table only) are left out.
+    models without a history (results given as a table only) are left out. A model started from
+    the warm start (`starts`: its warm-start round) says after how many warm-start rounds.
     """
     from matplotlib.figure import Figure
 
@@ -80,7 +87,9 @@ def accuracy_rounds_png(history: list[dict], split: str, models: list[str],
             (np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1))
         ax.fill_between(rounds, low, high, color=palette[model], alpha=0.2, linewidth=0)
         ax.set_title(f"{model}: {mean[-1]:.4g} at the end", fontsize=9)
-        ax.set_xlabel(EPOCHS.get(model, "round"), fontsize=8)
+        after = (starts or {}).get(model, 0)
+        ax.set_xlabel(EPOCHS.get(model, "round") + (f", after {after} warm-start rounds"
+                                                     if after else ""), fontsize=8)
         if accuracy:
             ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
@@ -94,7 +103,7 @@ def accuracy_rounds_png(history: list[dict], split: str, models: list[str],
                         va="center", transform=axes[0][0].transAxes)
     fig.suptitle(f"Mean {split} {name} over rounds, band: ± 1 std over clients and seeds",
                  fontsize=10)
-    return _png(fig)
+    return fig
 
 
 def client_axis(summary: SplitSummary) -> tuple[float, float]:

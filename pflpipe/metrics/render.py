@@ -41,7 +41,9 @@ NULL_RULE = (
 #: Captions of the score figures; {measure} is the unit's score (accuracy, −MSE).
 ROUNDS_CAPTION = ("{Measure} over rounds, one panel per model: the mean over clients and seeds "
                   "with a band of ± 1 std (local: epochs alone; PersFL: distillation epochs from "
-                  "each client's teacher, epoch 0 being the teacher).")
+                  "each client's teacher, epoch 0 being the teacher; a model started from the "
+                  "FedAvg warm start says after how many of its rounds, round 0 being the warm "
+                  "start's model).")
 CLIENTS_CAPTION = ("Each client's {measure} under every model (mean over seeds; error bars: std "
                    "over seeds).{axis}")
 #: The client table's row of means (thesis Table 6.2 calls it "Avg Acc").

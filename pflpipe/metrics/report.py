@@ -359,9 +359,8 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
                  "fairness": layout.report_figure("fairness", name)}
         if history and name == report.primary.split:  # the curves of the reported split
             files["rounds"] = layout.report_figure("accuracy_rounds", name)
-            images[files["rounds"]] = curves.accuracy_rounds_png(history, name,
-                                                                 list(summary.models),
-                                                                 report.unit)
+            images[files["rounds"]] = curves.accuracy_rounds_png(
+                history, name, list(summary.models), report.unit, report.context.plan.starts)
         images[files["clients"]] = curves.client_bars_png(summary)
         images[files["qoi"]] = figures.qoi_strip_png(summary)
         images[files["fairness"]] = figures.fairness_bars_png(summary, report.metrics)

@@ -140,3 +140,15 @@ def test_the_rounds_row_names_each_models_warm_start_rounds():
         "fedavg 3 rounds", "local 20 epochs", "persfl 10 distillation epochs + 3 warm-start "
         "rounds", "fedper 3 + 3 warm-start rounds", "fedavg_ft 5 epochs + 3 warm-start rounds",
         "ditto 3 + 2 warm-start rounds", "apfl 3 rounds"]
+
+
+def test_the_rounds_figure_says_after_how_many_warm_start_rounds_a_model_started():
+    from pflpipe.metrics.curves import accuracy_rounds_figure
+
+    history = trained("fedavg", 3, 50) + trained("fedper", 2, 50) + trained("ditto", 2, 50)
+
+    figure = accuracy_rounds_figure(history, "test", ["fedavg", "fedper", "ditto"],
+                                    starts={"fedper": 3})
+
+    labels = [ax.get_xlabel() for ax in figure.axes[:3]]
+    assert labels == ["round", "round, after 3 warm-start rounds", "round"]
