@@ -41,7 +41,8 @@ fedavg_ft 2 epochs + 30 warm-start rounds
         label = entry.display_name
         if entry.name == "local":
             continue
-        if entry.name == "persfl":
+        if entry.name == "persfl":   # its results carry the objective's name (persfl_gd)
+            label = spec.distillation.model_name
             starts[label] = fed.rounds   # its teachers are every warm-start round
             epochs[label] = float(spec.distillation.epochs)
             described[label] = (f"{label} {spec.distillation.epochs} distillation epochs + "

@@ -152,3 +152,14 @@ def test_the_rounds_figure_says_after_how_many_warm_start_rounds_a_model_started
 
     labels = [ax.get_xlabel() for ax in figure.axes[:3]]
     assert labels == ["round", "round, after 3 warm-start rounds", "round"]
+
+
+def test_persfl_is_counted_under_its_objectives_name():
+    spec = spec_of([{"name": "persfl"}])
+    spec = spec.model_copy(update={"distillation": spec.distillation.model_copy(
+        update={"objective": "ce"})})
+
+    plan = schedules.plan(spec)
+
+    assert plan.starts == {"persfl_gd": 3}
+    assert plan.described["persfl_gd"] == "persfl_gd 10 distillation epochs + 3 warm-start rounds"
