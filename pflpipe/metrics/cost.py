@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pflpipe.engine.records import COMPUTE
+from pflpipe.metrics import compute
 from pflpipe.metrics.compute import MATCHED_ON
 
 
@@ -240,8 +241,7 @@ def table_rows(history: Sequence[dict], plan: Plan, models: Sequence[str]) -> li
     samples; "samples / least" compares the samples in all with the smallest; "passes per sample
     and epoch" is the model's own samples over its scheduled passes over the data (FedAvg 1).
     """
-    totals = in_all(history, plan)
-    own = in_all(history, Plan())
+    totals, own = in_all(history, plan), compute.totals(history)
     shown = [m for m in models if m in totals] + sorted(set(totals) - set(models))
     least = min((totals[m][MATCHED_ON] for m in shown if totals[m][MATCHED_ON] > 0), default=0.0)
     rows = []

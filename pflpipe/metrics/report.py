@@ -232,7 +232,7 @@ class Report:
         """The compared models' (all but the baselines) unequal compute in all, if any."""
         history, plan = self.context.history, self.context.plan
         return cost.mismatch(cost.in_all(history, plan), (self.local, self.global_),
-                             self.context.compute_mismatch, plan, cost.in_all(history, cost.Plan()))
+                             self.context.compute_mismatch, plan, compute.totals(history))
 
     def compute_warning(self) -> str | None:
         """The text of `unequal_compute` (a warning, or a note when the gap is by design)."""
