@@ -187,18 +187,24 @@ def mismatch(totals: Mapping[str, Mapping[str, float]], baselines: Sequence[str]
                      f"{_names(design)}'s scores as those of a method that costs more "
                      f"({', '.join(f'{m} {ratio(compared[m], compared[least])}×' for m in design)}"
                      f" {least}'s compute).")
+    text = " ".join(part for part in parts if part)
     if len(design) < len(over):
-        return Mismatch(" ".join(parts), False, " ".join(parts))
+        return Mismatch(text, False, text)
+    return Mismatch(text, True, _by_design(design, least, compared, plan, own or totals, warm))
+
+
+def _by_design(design: Sequence[str], least: str, compared: Mapping[str, float], plan: Plan,
+               own: Mapping[str, Mapping[str, float]], warm: str) -> str:
+    """The one line a run prints for a gap by design: the ratios, the passes, what they mean."""
     each = []
     for model in design:
-        passes = plan.passes(model, (own or totals)[model][MATCHED_ON])
+        passes = plan.passes(model, own[model][MATCHED_ON])
         how = (f"its method makes {passes:.3g} network passes per sample and epoch where FedAvg "
                "makes 1" if passes else "its method processes more per epoch")
         each.append(f"{model} processed {ratio(compared[model], compared[least])}× the samples "
                     f"of {least}{', the warm start included' if warm else ''}: by design, {how}")
-    line = (f"compute: {'; '.join(each)}. Read {_names(design)}'s scores as those of a method "
+    return (f"compute: {'; '.join(each)}. Read {_names(design)}'s scores as those of a method "
             "that costs more; no setting removes that (the report's Compute section).")
-    return Mismatch(" ".join(parts), True, line)
 
 
 def _explained(model: str, least: str, times: float, plan: Plan, own_samples: float) -> str:
