@@ -207,6 +207,8 @@ def report_figure(kind: str, name: str = "") -> str:
 RUNS, LATEST, LOGS, PIPELINE_LOG = "runs", "latest", "logs", "pipeline.log"
 #: In logs/: every task's events (`pflpipe.events`), one JSON object a line with its task's title.
 EVENTS_JSONL = "events.jsonl"
+#: kfp.local's cache of finished tasks' outputs (one ``<key>.json`` per task).
+KFP_CACHE = ".kfp_cache"
 
 
 def task_log(title: str) -> str:

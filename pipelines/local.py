@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 from pflpipe.errors import PflpipeError
-from pflpipe.layout import LATEST, LOGS, PIPELINE_LOG, RUNS, seed_folder
+from pflpipe.layout import KFP_CACHE, LATEST, LOGS, PIPELINE_LOG, RUNS, seed_folder
 from pflpipe.pipelines.graph import build_pipeline
 from pflpipe.pipelines.tasklog import TaskLog, TaskLogRouter
 
@@ -72,9 +72,9 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
     results_dir = Path(results_dir).absolute()
     local.init(runner=local.SubprocessRunner(use_venv=False),
                pipeline_root=str(results_dir / "kfp"), raise_on_error=True,
-               enable_caching=use_cache, cache_root=str(results_dir / ".kfp_cache"))
+               enable_caching=use_cache, cache_root=str(results_dir / KFP_CACHE))
     pipeline = build_pipeline(spec)
-    router = TaskLogRouter(results_dir / LOGS, on_event)
+    router = TaskLogRouter(results_dir / LOGS, on_event, cache_root=results_dir / KFP_CACHE)
     try:
         with _routed(router):
             task = pipeline(**arguments)

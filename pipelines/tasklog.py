@@ -24,7 +24,7 @@ from pflpipe.layout import EVENTS_JSONL, PIPELINE_LOG, task_log
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTED = re.compile(r" - INFO - Executing task '([\w-]+)'")
 FINISHED = re.compile(r" - (?:INFO|ERROR) - Task '([\w-]+)' finished with status (\w+)")
-CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit")
+CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit \(key=(\w+)\)")
 #: An error kfp.local itself logs outside any task (e.g. while it stores a loop's outputs).
 RUNNER_ERROR = re.compile(r" - ERROR - (.+)$")
 TRACEBACK = "Traceback (most recent call last):"
@@ -131,12 +131,17 @@ class TaskLogRouter(io.TextIOBase):
             each with its task's title) and one ``<task>.log`` per task go.
         on_event: called with ("started" | "progress" | "finished" | "cached", TaskLog) from
             the runner's threads ("progress" also once the stage's started event names it).
+        cache_root: kfp.local's cache directory: a cached task is named from the identity its
+            outputs' metadata keeps (`pflpipe.events.stage`'s `named`), found by the key
+            kfp.local logs.
 
     """
 
-    def __init__(self, log_dir: Path, on_event: Callable[[str, TaskLog], None]):
+    def __init__(self, log_dir: Path, on_event: Callable[[str, TaskLog], None],
+                 cache_root: Path | None = None):
         super().__init__()
         self.log_dir = Path(log_dir)
+        self.cache_root = Path(cache_root) if cache_root else None
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.tasks: list[TaskLog] = []
         self.runner_errors: list[str] = []
@@ -172,7 +177,7 @@ class TaskLogRouter(io.TextIOBase):
         with self._lock:
             self._all.write(line + "\n")
         if match := CACHE_HIT.search(line):
-            self._cached(match.group(1))
+            self._cached(match.group(1), match.group(2))
         elif match := STARTED.search(line):
             task = TaskLog(_stage(match.group(1)))
             self._local.task = task
@@ -188,9 +193,12 @@ class TaskLogRouter(io.TextIOBase):
             with self._lock:
                 self.runner_errors.append(match.group(1))
 
-    def _cached(self, task_name: str) -> None:
+    def _cached(self, task_name: str, key: str) -> None:
         """Record a task kfp.local did not run because its outputs are cached."""
         task = TaskLog(_stage(task_name), status="CACHED")
+        identity = cached_identity(self.cache_root, key) if self.cache_root else None
+        if identity:
+            task.take({"event": "started", **identity})
         task.finished = task.started
         with self._lock:
             self.tasks.append(task)
@@ -211,6 +219,28 @@ class TaskLogRouter(io.TextIOBase):
         task.path = self.log_dir / task_log(task.title)
         task.path.write_text("\n".join(task.lines) + "\n", encoding="utf-8")
         self._on_event("finished", task)
+
+
+def cached_identity(cache_root: Path, key: str) -> dict | None:
+    """Who a cached task was: the identity one of its cached outputs keeps in its metadata.
+
+    kfp.local keeps each cached task's outputs, metadata included, in ``<cache_root>/<key>.json``
+    and logs the key's first characters on a cache hit; a metadata number comes back as a float.
+    None when no output names its task (a cache entry from before outputs were named, or a
+    stage that names none).
+    """
+    for path in sorted(Path(cache_root).glob(f"{key}*.json")):
+        try:
+            outputs = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        for output in outputs.values() if isinstance(outputs, dict) else ():
+            found = output.get("metadata", {}).get(events.TASK) if isinstance(output, dict) \
+                else None
+            if isinstance(found, dict):   # kfp keeps metadata as a protobuf Struct: 0 → 0.0
+                return {k: int(v) if isinstance(v, float) and v.is_integer() else v
+                        for k, v in found.items()}
+    return None
 
 
 def _stage(task_name: str) -> str:

@@ -252,7 +252,7 @@ RESUME_TEXT = {"all": "cached stages and checkpoints reused",
 def _header(console, spec, parent, resume: str) -> None:
     from pflpipe.pipelines.graph import model_names
 
-    clients = spec.partition.n_clients or "predefined"
+    clients = spec.partition.n_clients or "the predefined file's"
     engine = spec.engine
     console.print(f"[bold]{spec.experiment.name}[/]: {spec.dataset.name}, {clients} clients, "
                   f"seeds {spec.experiment.seeds}, algorithms {', '.join(model_names(spec))}")

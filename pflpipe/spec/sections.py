@@ -216,7 +216,9 @@ class Evaluation(Section):
     compute_mismatch: float = Field(
         1.5, ge=1,
         description="The report warns when the compared models (all but the baselines) differ "
-        "in samples processed by more than this factor, naming them.",
+        "in samples processed in all (the FedAvg warm start a model started from included) by "
+        "more than this factor, naming them; a gap their settings do not make (the method's own "
+        "cost, e.g. Ditto's second model or PersFL's grid) is said as a note instead.",
     )
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from pflpipe import layout
 from pflpipe.errors import DataError
+from pflpipe.events import notice, warning
+from pflpipe.stages import schedules
 from pflpipe.stages.beside import Beside
 from pflpipe.stages.tables import read_csv
 from pflpipe.storage import upload_results
@@ -93,10 +95,14 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     files = (write_report(report, Path(out_dir)) if alongside is None
              else _write_beside(report, Path(out_dir), alongside))
     log.info("evaluate_fairness: %s", report.answers())
-    if report.compute_warning():
-        from pflpipe.events import warning
+    from pflpipe.metrics.stability import said
 
-        warning(report.compute_warning())
+    for found in report.stability.values():
+        if (sentence := said(found, report.primary.split, report.unit)):
+            warning(sentence)
+    unequal = report.unequal_compute()
+    if unequal:   # said once: a gap by design is a note, one the settings make a warning
+        (notice if unequal.by_design else warning)(unequal.line or unequal.text)
     tracker.log_params({"evaluation.selection": evaluation.selection,
                         "evaluation.baselines.local": evaluation.baselines.local,
                         "evaluation.baselines.global": evaluation.baselines.global_,
@@ -205,16 +211,35 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
                 images[name] = (path.read_bytes(), caption)
     reported = list(spec.experiment.seeds if reported_seeds is None else reported_seeds)
     records = tuning_records(spec, results_dirs)
+    n_clients, train_samples = _partitions(list(seeds.values()))
+    plan = schedules.plan(spec, records, train_samples)
     info = {"experiment": spec.experiment.name, "spec hash": spec.content_hash(), **run_info,
             "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
-                    f"{spec.partition.n_clients} clients",
-            "rounds": rounds_line(spec, records), **_seed_rows(spec, reported, records)}
+                    f"{n_clients or spec.partition.n_clients} clients",
+            "rounds": ", ".join(plan.described.values()),
+            **_seed_rows(spec, reported, records)}
     links = tuple((f"seed {s}: {RESULTS}", f"../{layout.seed_folder(s)}/{RESULTS}")
                   for s in sorted(seeds))
     chosen = tuple(name for (folder, name) in PICTURES if folder == "persfl" and name in images)
     tuned = _tuning(spec, records, reported) if records else {}
     return ReportContext(info, history, images, links, spec.evaluation.compute_mismatch, chosen,
-                         tuned)
+                         tuned, plan)
+
+
+def _partitions(seed_dirs: list[Path]) -> tuple[int | None, float]:
+    """The seeds' partitions: the first's clients and one pass over the training rows.
+
+    A predefined file decides the clients; the pass is every client's training rows, the mean
+    over the seeds.
+    """
+    clients, totals = None, []
+    for directory in seed_dirs:
+        manifest = Path(directory) / layout.PARTITION / layout.MANIFEST_JSON
+        if manifest.is_file():
+            entries = json.loads(manifest.read_text())["clients"]
+            clients = clients or len(entries)
+            totals.append(sum(entry["n"]["train"] for entry in entries))
+    return clients, sum(totals) / len(totals) if totals else 0.0
 
 
 def tuning_records(spec, results_dirs: list[Path]) -> dict[str, dict]:
@@ -274,8 +299,9 @@ def _tuning(spec, records: dict[str, dict], reported: list[int]) -> dict:
 def rounds_line(spec, records: dict[str, dict] | None = None) -> str:
     """How long each model that ran trained, e.g. ``fedavg 30 rounds, local 20 epochs, ...``.
 
-    A tuned entry counts with the setting chosen for it (`records`, `tuning_records`); where its
-    grid chose the rounds (or epochs), the line says so and on which seeds.
+    A model started from the warm start names its warm-start rounds (``fedper 30 + 30
+    warm-start rounds``); a tuned entry counts with the setting chosen for it (`records`,
+    `tuning_records`, see `pflpipe.stages.schedules.plan`).
 
     >>> from pflpipe.spec import Spec
     >>> rounds_line(Spec.model_validate({
@@ -283,30 +309,9 @@ def rounds_line(spec, records: dict[str, dict] | None = None) -> str:
     ...     "partition": {"strategy": "ds1", "n_clients": 2}, "personalization": []}))
     'fedavg 20 rounds'
     """
-    from pflpipe.spec.tuning import rounds_field, with_values
+    from pflpipe.stages.schedules import plan
 
-    records = records or {}
-    parts = [f"fedavg {spec.federation.rounds} rounds",
-             *([f"local {spec.local_params.epochs} epochs"] if spec.runs_local else [])]
-    for entry in spec.personalization:
-        label = entry.display_name
-        if entry.name == "persfl":
-            parts.append(f"{label} {spec.distillation.epochs} distillation epochs")
-            continue
-        if entry.name == "local":
-            continue
-        chosen = records[label]["entries"][label]["chosen"] if label in records else {}
-        entry = with_values(entry, chosen)
-        count = entry.rounds_of(spec.federation).rounds
-        part = f"{label} {count} {'epochs' if rounds_field(entry) == 'epochs' else 'rounds'}"
-        if rounds_field(entry) in chosen:
-            seeds = ", ".join(map(str, records[label]["seeds"]))
-            part += f" (tuned on tuning seed(s) {seeds})"
-        elif spec.tuning and label not in records and (tuned := spec.tuning.find(label)) \
-                and rounds_field(entry) in tuned.grid:
-            part = f"{label}: {rounds_field(entry)} tuned, the choice is not in these results"
-        parts.append(part)
-    return ", ".join(parts)
+    return ", ".join(plan(spec, records).described.values())
 
 
 def _seed_of(directory: Path) -> int | None:

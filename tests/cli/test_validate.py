@@ -263,12 +263,22 @@ def test_every_shipped_spec_validates(spec, capsys):
 @pytest.mark.parametrize(("partition", "expected"), [
     ("{strategy: predefined}",
      "predefined splits of every client from the dataset (used as given)"),
-    ("{strategy: predefined, path: idx.npz, n_clients: 4, val_from_train: 0.25}",
-     "predefined splits of 4 clients from idx.npz (used as given, 0.25 of train held out as val "
-     "where none is given)"),
+    ("{strategy: predefined, path: data/idx.npz, n_clients: 4, val_from_train: 0.25}",
+     "predefined splits of 4 clients from data/idx.npz (used as given, 0.25 of train held out as "
+     "val where none is given)"),
 ])
 def test_validate_prints_the_plan_of_a_predefined_split(tmp_path, capsys, partition, expected):
     # Issue 27: the plan read partition.fractions, which a predefined split has not (exit 1).
+    import numpy as np
+
+    for k in range(4):   # four clients in the Flower layout; validate reads them as run does
+        (tmp_path / "data" / f"partition_{k}").mkdir(parents=True)
+        for split, n in (("train", 4), ("test", 2)):
+            np.savez(tmp_path / "data" / f"partition_{k}" / f"{split}.npz",
+                     x=np.full((n, 2), k, dtype=np.float32), y=np.arange(n) % 2)
+    rows = {"train": (0, 4), "test": (4, 6)}
+    np.savez(tmp_path / "data" / "idx.npz", **{f"{s}_{k}": np.arange(6 * k + a, 6 * k + b)
+                                                for k in range(4) for s, (a, b) in rows.items()})
     path = tmp_path / "spec.yaml"
     path.write_text(f"experiment: {{name: t}}\ndataset: {{name: client_files, root: {tmp_path}, "
                     f"path: data, layout: flower}}\npartition: {partition}\n")
@@ -332,3 +342,95 @@ def test_validate_into_a_closed_pipe_stops_quietly_with_sigpipes_code():
     _, err = proc.communicate(timeout=120)
 
     assert (proc.returncode, err.decode()) == (141, "")
+
+
+def _predefined(tmp_path, clients, partition="", dataset=""):
+    """A spec over a 40-sample arrays file with the given index file's clients."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.integers(0, 256, (40, 1, 2, 2), dtype=np.uint8),
+             y=np.arange(40) % 4)
+    (tmp_path / "split.json").write_text(json.dumps({"clients": clients}))
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"experiment: {{name: t}}\ndataset: {{name: arrays, root: {tmp_path}, path: "
+                    f"d.npz{dataset}}}\npartition: {{strategy: predefined, path: split.json"
+                    f"{partition}}}\n")
+    return path
+
+
+TEN = [{"train": [4 * k, 4 * k + 1], "test": [4 * k + 2]} for k in range(10)]
+
+
+def test_validate_finds_a_predefined_files_client_count_as_run_does(tmp_path, capsys):
+    # partition.n_clients 20 against a 10-client file: only split/run refused it
+    path = _predefined(tmp_path, TEN, ", n_clients: 20")
+
+    code = main(["validate", str(path)])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "defines 10 clients but partition.n_clients is 20; set n_clients: 10" in err
+
+
+def test_validate_says_a_predefined_file_has_no_validation_rows(tmp_path, capsys):
+    path = _predefined(tmp_path, TEN)
+
+    assert main(["validate", str(path)]) == 0
+
+    out = capsys.readouterr().out
+    assert ("first seed: 10 clients (the file's; partition.n_clients omitted), 20 training "
+            "rows; no validation rows") in out
+    assert "warning: no validation split: best_val is each client's last round" in out
+    assert "metrics chosen on best_val (no validation rows: the last round)" in out
+
+
+def test_validate_refuses_validation_rows_for_only_some_clients(tmp_path, capsys):
+    clients = [{**TEN[0], "val": [3]}, *TEN[1:]]
+
+    assert main(["validate", str(_predefined(tmp_path, clients))]) == 2
+    assert "clients [1, 2, 3, 4, 5] have no validation rows but others do" in \
+        capsys.readouterr().err
+
+
+def test_validate_prints_the_normalisation_with_the_datas_own_numbers(tmp_path, capsys):
+    import numpy as np
+
+    path = _predefined(tmp_path, TEN, ", n_clients: 10")
+    x = np.load(tmp_path / "d.npz")["x"] / 255
+
+    assert main(["validate", str(path)]) == 0
+
+    # arrays of uint8 default to `standard` with the pooled samples' own mean and std
+    out = capsys.readouterr().out
+    assert "(the file's; partition.n_clients 10 agrees)" in out
+    assert (f"normalisation: auto → standard (uint8 samples): (x / 255 − {x.mean():.4g}) / "
+            f"{x.std():.4g}, the pooled samples' own mean and std") in out
+
+
+def test_validate_prints_per_feature_statistics_of_the_training_rows(tmp_path, capsys):
+    import numpy as np
+
+    path = _predefined(tmp_path, TEN, dataset=", normalization: per_feature")
+    x = np.load(tmp_path / "d.npz")["x"].reshape(40, 4) / 255
+    train = x[[r for c in TEN for r in c["train"]]]
+
+    assert main(["validate", str(path)]) == 0
+
+    mean, std = train.mean(axis=0), train.std(axis=0) + 1e-3
+    assert (f"normalisation: per_feature: (x / 255 − μ) / (σ + 0.001) per feature over 20 "
+            f"training rows of every client (4 features; μ {mean.min():.4g} to "
+            f"{mean.max():.4g}, σ + 0.001 {std.min():.4g} to {std.max():.4g})") \
+        in capsys.readouterr().out
+
+
+def test_validate_prints_the_published_normalisation_without_reading_the_data(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"   # no MNIST files under root: none is read
+    path.write_text(f"experiment: {{name: t}}\ndataset: {{name: mnist, root: {tmp_path}}}\n"
+                    "partition: {strategy: ds1, n_clients: 10}\n")
+
+    assert main(["validate", str(path)]) == 0
+    assert "normalisation: standard: (x / 255 − 0.1307) / 0.3081, published mean and std" in \
+        capsys.readouterr().out

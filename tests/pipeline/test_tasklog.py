@@ -282,3 +282,35 @@ def test_tune_point_tasks_of_one_entry_and_seed_log_to_a_file_per_grid_point(tmp
                                                "tune_point[ditto, lam=0.1] · seed 7"]
     first, second = (t.path.read_text() for t in router.tasks)
     assert first != second and 'trained {"lam": 1.0}' in first
+
+
+def test_router_names_a_cached_task_from_its_outputs_metadata(tmp_path):
+    # kfp.local's own cache writes the entry: the identity `events.stage(named=...)` stamped
+    from kfp import dsl
+    from kfp.local.cache import LocalCache
+
+    key = "0123456789ab" + "c" * 52
+    summary = dsl.Markdown(uri=str(tmp_path / "summary"), metadata={
+        events.TASK: {"stage": "personalize", "seed": 2, "label": "fedper"}})
+    LocalCache(str(tmp_path / "cache")).put(key, {"summary": summary})
+    seen = []
+    router = TaskLogRouter(tmp_path, lambda kind, task: seen.append((kind, task.title)),
+                           cache_root=tmp_path / "cache")
+
+    router.write("21:00:00,000 - INFO - Task personalize cache hit (key=0123456789ab); "
+                 "skipping execution.\n")
+    router.write("21:00:00,000 - INFO - Task warm-start-fedavg cache hit (key=ffffffffffff); "
+                 "skipping execution.\n")
+
+    assert seen == [("cached", "personalize[fedper] · seed 2"), ("cached", "warm_start_fedavg")]
+
+
+def test_a_stage_names_its_output_for_the_cache(tmp_path):
+    from types import SimpleNamespace
+
+    summary = SimpleNamespace(metadata={})
+    with events.stage("personalize", named=summary, seed=1, label="ditto", shard=""):
+        pass
+
+    assert summary.metadata == {events.TASK: {"stage": "personalize", "seed": 1,
+                                              "label": "ditto"}}

@@ -134,7 +134,7 @@ def test_a_run_stopped_before_the_report_reads_the_seeds_and_the_kept_tuning(tab
     text = tables.section(SPEC, run, "abc1234")
     assert "**Reported seeds** 0, 1; **tuning seeds** 100, 101" in text
     # the report's own Rounds line (a tuned entry counted with its choice; the local baseline)
-    assert ("- Rounds: fedavg 20 rounds, local 20 epochs, ditto 20 rounds, fedprox 20 rounds, "
-            "fedper 20 rounds.") in text
+    assert ("- Rounds: fedavg 20 rounds, local 20 epochs, ditto 20 + 20 warm-start rounds, "
+            "fedprox 20 + 20 warm-start rounds, fedper 20 + 20 warm-start rounds.") in text
     assert line(text, "| ditto |").startswith("| ditto | lam **0.1**;")
     assert line(text, "| ditto | lam 0.1 |") == "| ditto | lam 0.1 | 50.0 | 70.0 | 60.0 | ✓ |"
