@@ -43,6 +43,7 @@ def run(args) -> int:
     """Write the partition, print its table and, with --export, write it for another tool."""
     from pflpipe.cli import UsageError
     from pflpipe.data.export import FORMATS, export_partition
+    from pflpipe.overwrite import claim_dir
     from pflpipe.spec import read_spec
     from pflpipe.stages import partition_data
 
@@ -52,9 +53,11 @@ def run(args) -> int:
     spec = read_spec(args.spec)
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
     out_dir = args.output or partition_data.default_dir(spec, seed)
-    # -o names a directory of the user's choice: never replace what it holds unless --force
-    result = partition_data.run(spec, seed, out_dir,
-                                replace=args.force or args.output is None)
+    # the default directory is split's own; -o names one of the user's choice
+    claim = claim_dir(out_dir, "pflpipe split", force=args.force or args.output is None,
+                      writes={MANIFEST_JSON, CLIENTS, HEATMAP_PNG}.__contains__)
+    result = partition_data.run(spec, seed, out_dir)
+    claim.record([MANIFEST_JSON, CLIENTS, HEATMAP_PNG])
     _print(result, args.rows)
     if args.export:
         fmt, target = args.export[0], Path(args.export[1])

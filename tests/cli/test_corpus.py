@@ -20,6 +20,7 @@ import torch
 from test_validate import BASE, CORPUS
 
 from pflpipe.cli import main
+from pflpipe.layout import WRITTEN_JSON
 
 NEVER = ("Traceback", "unexpected", "weights_only", "allow_pickle", "unsafe", "trust the")
 
@@ -34,6 +35,8 @@ class Case:
     files: Callable[[Path], None] = lambda tmp: None
     code: int = 2
     never: tuple[str, ...] = field(default=NEVER)
+    #: Files or directories (`{tmp}` allowed) whose every byte must survive the command.
+    kept: tuple[str, ...] = ()
 
 
 def spec_case(name: str, text: str, fragments: list[str]) -> Case:
@@ -286,6 +289,8 @@ CASES = [*(spec_case(*case) for case in CORPUS), *DATA, *TABLES, *ARGS]
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_bad_input_exits_with_its_code_and_a_clear_message(tmp_path, capsys, hostile, case):
     case.files(tmp_path)
+    kept = [Path(path.replace("{tmp}", str(tmp_path))) for path in case.kept]
+    before = [_contents(path) for path in kept]
 
     started = time.monotonic()
     code = _exit_code([arg.replace("{tmp}", str(tmp_path)) for arg in case.args])
@@ -293,7 +298,14 @@ def test_bad_input_exits_with_its_code_and_a_clear_message(tmp_path, capsys, hos
 
     err = capsys.readouterr().err
     hostile(code, err, seconds, expected=case.code, never=case.never,
-            fragments=[fragment.replace("{tmp}", str(tmp_path)) for fragment in case.fragments])
+            fragments=[fragment.replace("{tmp}", str(tmp_path)) for fragment in case.fragments],
+            lost=[_contents(path) for path in kept] != before)
+
+
+def _contents(path: Path) -> dict[str, bytes]:
+    """Every file under `path` (or `path` itself) and its bytes."""
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    return {str(file): file.read_bytes() for file in files if file.is_file()}
 
 
 def _exit_code(args: list[str]) -> int:
@@ -358,8 +370,9 @@ def finished_run_and_other_spec(tmp: Path) -> None:
     """A published run's 9-client partition, and a 6-client spec."""
     (tmp / "nine.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=9))
     (tmp / "spec.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=6))
-    assert main(["split", str(tmp / "nine.yaml"), "-o",
-                 RUN_PARTITION.replace("{tmp}", str(tmp))]) == 0
+    partition = Path(RUN_PARTITION.replace("{tmp}", str(tmp)))
+    assert main(["split", str(tmp / "nine.yaml"), "-o", str(partition)]) == 0
+    (partition / WRITTEN_JSON).unlink()   # the pipeline wrote it, not `pflpipe split`
 
 
 def user_files_and_spec(tmp: Path) -> None:
@@ -368,18 +381,65 @@ def user_files_and_spec(tmp: Path) -> None:
     (tmp / "spec.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=6))
 
 
+RUN = "{tmp}/out/runs/20261126-120000-1a2b3c4d"
+TABLE = (b"client,model,accuracy\n0,local,0.7\n0,fedavg,0.6\n0,x,0.8\n1,local,0.5\n1,fedavg,0.6\n"
+         b"1,x,0.7\n")
+
+
+def finished_run_files(tmp: Path) -> None:
+    """A published run's report and PersFL folder (as the pipeline writes them), a table, a spec."""
+    run = Path(RUN.replace("{tmp}", str(tmp)))
+    for folder, names in (("report", ("report.json", "report.md", "report.html")),
+                          ("seed-0/persfl", ("grid.csv", "summary.md", "chosen.csv"))):
+        (run / folder).mkdir(parents=True)
+        for name in names:
+            (run / folder / name).write_text(f"the run's {name}")
+    (tmp / "t.csv").write_bytes(TABLE)
+    (tmp / "spec.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=6))
+    (tmp / "partition").mkdir()
+    (tmp / "checkpoints").mkdir()
+    np.savez(tmp / "new.npz", x=np.zeros((20, 64)), y=np.arange(20) % 10)
+
+
+NEWCOMER = ("personalize-new", "{tmp}/spec.yaml", "--client-data", "{tmp}/new.npz", "--partition",
+            "{tmp}/partition", "--checkpoints", "{tmp}/checkpoints", "-o")
 OVERWRITE = [
     Case("path-overwrite-finished-run-partition",
          ("split", "{tmp}/spec.yaml", "-o", RUN_PARTITION),
-         ("another partition (9 clients", "of run '20261126-120000-1a2b3c4d'", "--force"),
-         finished_run_and_other_spec),
+         (f"{RUN_PARTITION} holds files of run '20261126-120000-1a2b3c4d' (clients, "
+          "label_distribution.png, manifest.json) that `pflpipe split` did not write", "--force"),
+         finished_run_and_other_spec, kept=(RUN_PARTITION,)),
     Case("path-overwrite-user-dir-split", ("split", "{tmp}/spec.yaml", "-o", "{tmp}/mine"),
-         ("{tmp}/mine holds files that are not a pflpipe partition", "--force"),
-         user_files_and_spec),
+         ("{tmp}/mine holds files (notes.txt) that `pflpipe split` did not write", "--force"),
+         user_files_and_spec, kept=("{tmp}/mine",)),
     *(Case(f"path-overwrite-user-dir-export-{fmt}",
            ("split", "{tmp}/spec.yaml", "--export", fmt, "{tmp}/mine"),
-           ("{tmp}/mine holds files that are not an earlier pflpipe export (notes.txt)",
-            "--force"), user_files_and_spec) for fmt in ("flower", "pfllib")),
+           ("{tmp}/mine holds files (notes.txt) that `pflpipe split --export` did not write",
+            "Choose another --export directory, or pass --force"), user_files_and_spec,
+           kept=("{tmp}/mine",)) for fmt in ("flower", "pfllib")),
+    Case("path-overwrite-finished-run-report", ("report", "{tmp}/t.csv", "-o", f"{RUN}/report"),
+         (f"{RUN}/report holds files of run '20261126-120000-1a2b3c4d' (report.html, report.json, "
+          "report.md) that `pflpipe report` did not write", "Choose another -o directory",
+          "--force"), finished_run_files, kept=(f"{RUN}/report",)),
+    Case("path-overwrite-user-dir-report", ("report", "{tmp}/t.csv", "-o", "{tmp}/mine"),
+         ("{tmp}/mine holds files (notes.txt) that `pflpipe report` did not write", "--force"),
+         lambda tmp: user_files_and_spec(tmp) or (tmp / "t.csv").write_bytes(TABLE),
+         kept=("{tmp}/mine",)),
+    Case("path-overwrite-finished-run-persfl", (*NEWCOMER, f"{RUN}/seed-0/persfl"),
+         (f"{RUN}/seed-0/persfl holds files of run '20261126-120000-1a2b3c4d' (chosen.csv, "
+          "grid.csv, summary.md) that `pflpipe personalize-new` did not write", "--force"),
+         finished_run_files, kept=(f"{RUN}/seed-0/persfl",)),
+    Case("path-overwrite-spec-with-compiled-pipeline",
+         ("compile", "{tmp}/spec.yaml", "-o", "{tmp}/spec.yaml"),
+         ("{tmp}/spec.yaml exists and `pflpipe compile` did not write it",
+          "Choose another -o file, or pass --force to replace it"),
+         user_files_and_spec, kept=("{tmp}/spec.yaml",)),
+    Case("path-overwrite-user-file-schema", ("schema", "-o", "{tmp}/mine/notes.txt"),
+         ("{tmp}/mine/notes.txt exists and `pflpipe schema` did not write it", "--force"),
+         user_files_and_spec, kept=("{tmp}/mine",)),
+    Case("path-compile-output-without-yaml", ("compile", "{tmp}/spec.yaml", "-o", "{tmp}/mine"),
+         ("-o {tmp}/mine: KFP writes a pipeline to a .yaml (or .yml) file",
+          "e.g. -o {tmp}/mine/t.yaml"), user_files_and_spec, kept=("{tmp}/mine",)),
 ]
 
 
@@ -387,6 +447,3 @@ OVERWRITE = [
 @pytest.mark.parametrize("case", OVERWRITE, ids=[case.name for case in OVERWRITE])
 def test_no_command_overwrites_another_runs_or_the_users_files(tmp_path, capsys, hostile, case):
     test_bad_input_exits_with_its_code_and_a_clear_message(tmp_path, capsys, hostile, case)
-
-    if (tmp_path / "mine").is_dir():   # the user's files are untouched
-        assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
