@@ -280,6 +280,11 @@ def _dotted(loc: Loc) -> str:
     return out
 
 
+_ABSENT = object()   # what `_data_loc` finds at a key the data does not hold
+#: pydantic's names of the branches of a union of scalars, in an error's location.
+_SCALARS = ("bool", "int", "float", "str", "none")
+
+
 def _data_loc(loc: Loc, data: Any) -> Loc:
     """Drop the union-tag elements pydantic inserts into a location (`partition.ds2.alpha`)."""
     out: list = []
@@ -292,11 +297,15 @@ def _data_loc(loc: Loc, data: Any) -> Loc:
         if not isinstance(part, str | int) or (isinstance(part, str) and part.startswith(
                 ("function-", "list[", "dict[", "union["))):
             continue
+        if isinstance(part, str) and current is not _ABSENT and (
+                not isinstance(current, dict) or part not in current and (
+                    part in _SCALARS or part.startswith("literal["))):
+            continue   # a branch of a union of scalars (`lam[0].float`), not a key of the value
         out.append(part)
         try:
             current = current[part]
         except (KeyError, IndexError, TypeError):
-            current = None
+            current = _ABSENT
     return tuple(out)
 
 
@@ -404,6 +413,43 @@ def _message(error: dict, loc: Loc, data: Any) -> tuple[Loc, str]:
     return loc, message + _type_hint(kind, error.get("input"))
 
 
+#: What each branch of a union of scalars accepts, in words (`_one_per_union`).
+_BRANCH_WORDS = {"bool_type": "true or false", "int_type": "an integer", "float_type": "a number",
+                 "string_type": "text", "none_required": "null"}
+
+
+def _one_per_union(errors: list[dict], data: Any) -> list[dict]:
+    """Replace the errors of every branch of a union of scalars by one error for the value.
+
+    A value that fails `bool | int | float | str` gets an error per branch (``lam[0].bool``,
+    ``.int``, ...). When one branch took its type but refused its value (a NaN float: "must be
+    a finite number"), that branch's error is the one; otherwise one error lists what the
+    branches accept ("must be 'auto', true or false").
+    """
+    groups: dict[Loc, list[dict]] = {}
+    for error in errors:
+        groups.setdefault(_data_loc(error["loc"], data), []).append(error)
+    out = []
+    for loc, group in groups.items():
+        branches = [e for e in group if e["loc"] and isinstance(e["loc"][-1], str)
+                    and (not loc or e["loc"][-1] != loc[-1])]
+        if len(branches) < 2:
+            out += group
+            continue
+        out += [e for e in group if e not in branches]
+        typed = [e for e in branches if e["type"] not in _BRANCH_WORDS
+                 and e["type"] not in ("literal_error", "int_from_float")]
+        if typed:
+            out.append(typed[0])
+            continue
+        accepted = [e["ctx"]["expected"] if e["type"] == "literal_error" else
+                    _BRANCH_WORDS.get(e["type"], "a whole number") for e in branches]
+        words = ", ".join(dict.fromkeys(w for text in accepted for w in text.split(" or ")))
+        words = " or ".join(words.rsplit(", ", 1))
+        out.append({**branches[0], "type": "union", "msg": f"must be {words}"})
+    return out
+
+
 def _type_hint(kind: str, value: Any) -> str:
     """Say how to write a number the strict spec refused."""
     if kind not in ("int_type", "float_type"):
@@ -442,7 +488,7 @@ def format_errors(err: ValidationError, data: Any, lines: dict[Loc, int],
                   filename: str) -> list[str]:
     """Format every validation error as `FILE:LINE: path: message`, in file order."""
     out: list[tuple[int, str]] = []
-    for error in err.errors():
+    for error in _one_per_union(err.errors(), data):
         if error["type"] == "default_factory_not_called":  # a default that reads a bad section
             continue
         loc, message = _message(error, _data_loc(error["loc"], data), data)

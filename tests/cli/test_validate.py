@@ -188,6 +188,23 @@ CORPUS = [
      [":9: federation.rounds: 0o17 is text in YAML 1.1 but the number 15 in YAML 1.2", "(15)"]),
     ("yaml11-sexagesimal-float", BASE + "federation:\n  lr: 1:30.5\n",
      [":9: federation.lr: 1:30.5 is 90.5 in YAML 1.1 (base 60)"]),
+    # one line per value of a union of scalars, not one per branch (`lam[0].bool`, `.int`, ...)
+    ("union-compile-maybe", BASE + "engine: {compile: maybe}\n",
+     [":8: engine.compile: must be 'auto', true or false (got 'maybe')"]),
+    ("union-grid-nan", BASE + "personalization: [{name: ditto}]\ntuning: {seeds: [7], entries: "
+     "[{entry: ditto, grid: {lam: [.nan, 1.0]}}]}\n",
+     [":9: tuning.entries[0].grid.lam[0]: must be a finite number (got nan)"]),
+    # a grid value is checked like its entry's own field, against the rest of the spec too
+    ("grid-warm-start-beyond-rounds", BASE + "federation: {rounds: 3}\npersonalization: "
+     "[{name: fedper}]\ntuning: {seeds: [7], entries: [{entry: fedper, grid: {warm_start: "
+     "[1, 50]}}]}\n",
+     [":10: tuning.entries[0].grid.warm_start[1]: round 50 of the FedAvg warm start does not "
+      "exist: it runs federation.rounds = 3 rounds"]),
+    ("grid-lr-beyond-bound", BASE + "personalization: [{name: ditto}]\ntuning: {seeds: [7], "
+     "entries: [{entry: ditto, grid: {lr: [0.01, 1e6]}}]}\n",
+     [":9: tuning.entries[0].grid.lr[1]: must be less than or equal to 100"]),
+    ("entry-lr-beyond-bound", BASE + "personalization: [{name: ditto, lr: 1e6}]\n",
+     [":8: personalization[0].lr: must be less than or equal to 100"]),
     ("string-name", BASE.replace("name: t\n", "name: 2024\n", 1),
      ["experiment.name: must be a valid string (got 2024)"]),
     ("seed-beyond-double", BASE.replace("  name: t\n", "  name: t\n  seeds: [9007199254740993]\n"),
