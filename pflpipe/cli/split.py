@@ -74,14 +74,18 @@ def exported(fmt: str, result) -> str:
     package = (f"; {layout.REPRODUCE_JSON}, {layout.INITIAL_WEIGHTS_PT}, "
                "pflpipe_fedavg/model.py")
     readme = layout.README_MD
+    data_only = ("; the data only: no reproduction package for a regression, which pflpipe "
+                 "trains with the summed Gaussian NLL that neither the Flower app nor PFLlib's "
+                 "main.py computes")
     return {
         "pfllib": "PFLlib layout: train/<k>.npz, test/<k>.npz" + (", val/<k>.npz" if val else "")
-                  + f", {layout.PFLLIB_CONFIG_JSON}" + package
-                  + f", pfllib_run.py, {readme} (the main.py command)",
+                  + f", {layout.PFLLIB_CONFIG_JSON}" + (
+                      package + f", pfllib_run.py, {readme} (the main.py command)"
+                      if result.n_classes else data_only),
         "flower": "Flower: partition_<k>/{" + ("train,val,test" if val else "train,test")
-                  + f"}}.npz, {layout.FLOWER_PARTITIONS_JSON}" + package
-                  + (f", the app (pflpipe_fedavg/, {layout.PYPROJECT_TOML}, {readme})"
-                     if result.n_classes else " (no app: it covers classification only)"),
+                  + f"}}.npz, {layout.FLOWER_PARTITIONS_JSON}" + (
+                      package + f", the app (pflpipe_fedavg/, {layout.PYPROJECT_TOML}, {readme})"
+                      if result.n_classes else data_only),
         "npz": "row indices; read back with partition: {strategy: predefined, path: "
                f"<DIR>/{layout.EXPORT_INDEX_NPZ}}}",
     }[fmt]

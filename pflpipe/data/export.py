@@ -8,7 +8,8 @@
   `partition-id`, and so does the `client_files` dataset (layout `flower`).
 
 With the spec, both also get the reproduction package of the FedAvg warm start
-(`pflpipe.data.reproduce`).
+(`pflpipe.data.reproduce`), for a classification: a regression's is not written, since pflpipe
+trains it with the summed Gaussian NLL, which neither the exported app nor PFLlib computes.
 - `npz`: `indices.npz`, each client's row positions in the pooled dataset (`train_<k>`, ...),
   read back by the `predefined` partition (`path: DIR/indices.npz`) on the same dataset.
 
@@ -59,7 +60,7 @@ def export_partition(partition_dir: Path, fmt: str, out_dir: Path, *, spec=None,
     out_dir.mkdir(parents=True, exist_ok=True)
     partition = load_partition(partition_dir, transform=fmt != "npz")
     files = {"pfllib": _pfllib, "flower": _flower, "npz": _npz}[fmt](partition, out_dir)
-    if spec is not None and fmt != "npz":
+    if spec is not None and fmt != "npz" and partition.task == "classification":
         from pflpipe.data import reproduce
 
         files += reproduce.write(out_dir, fmt, spec,
