@@ -187,16 +187,29 @@ def leaf_nan(data: Path) -> None:
             {"users": ["u"], "user_data": {"u": {"x": rows, "y": [0, 1] * 3}}}))
 
 
-def newcomer_with_nan(tmp: Path) -> None:
-    from pflpipe.spec import parse_spec
-    from pflpipe.stages import partition_data
+def newcomer(change: Callable[[np.ndarray], np.ndarray], n: int = 20
+             ) -> Callable[[Path], None]:
+    """A digits partition, no checkpoints (the newcomer's data is checked first), new.npz."""
+    def files(tmp: Path) -> None:
+        from pflpipe.spec import parse_spec
+        from pflpipe.stages import partition_data
 
-    (tmp / "spec.yaml").write_text(BASE)
-    partition_data.run(parse_spec(BASE), 0, tmp / "partition")
-    (tmp / "checkpoints").mkdir()
-    x = RNG.integers(0, 17, (20, 64)).astype(np.float64)
+        (tmp / "spec.yaml").write_text(BASE)
+        partition_data.run(parse_spec(BASE), 0, tmp / "partition")
+        (tmp / "checkpoints").mkdir()
+        x = RNG.integers(0, 17, (n, 64)).astype(np.float64)   # digits' raw range, 0..16
+        np.savez(tmp / "new.npz", x=change(x), y=np.arange(n) % 10)
+
+    return files
+
+
+def with_nan(x: np.ndarray) -> np.ndarray:
     x[3, 5] = np.nan
-    np.savez(tmp / "new.npz", x=x, y=np.arange(20) % 10)
+    return x
+
+
+NEWCOMER_ARGS = ("personalize-new", "{tmp}/spec.yaml", "--client-data", "{tmp}/new.npz",
+                 "--partition", "{tmp}/partition", "--checkpoints", "{tmp}/checkpoints")
 
 
 DATA += [
@@ -209,11 +222,21 @@ DATA += [
     Case("data-client-files-leaf-nan", ("split", "{tmp}/spec.yaml"),
          ("{tmp}/data: x holds NaN or infinite values", "in 6 of 12 samples, first in sample 6"),
          client_files("leaf", leaf_nan)),
-    Case("data-newcomer-nan-features",
-         ("personalize-new", "{tmp}/spec.yaml", "--client-data", "{tmp}/new.npz", "--partition",
-          "{tmp}/partition", "--checkpoints", "{tmp}/checkpoints"),
+    Case("data-newcomer-nan-features", NEWCOMER_ARGS,
          ("{tmp}/new.npz: x holds NaN or infinite values", "first in sample 3"),
-         newcomer_with_nan),
+         newcomer(with_nan)),
+    Case("data-newcomer-divided-by-16", NEWCOMER_ARGS,
+         ("{tmp}/new.npz: x lies in [0, 1] but the clients' training data in [0, 16]: the "
+          "newcomer's features are on a smaller scale (divided by a constant?)",
+          "Give x in the dataset's raw format"), newcomer(lambda x: x / 16)),
+    Case("data-newcomer-times-16", NEWCOMER_ARGS,
+         ("{tmp}/new.npz: x lies in [0, 256] but the clients' training data in [0, 16]: the "
+          "newcomer's features are on a larger scale (multiplied by a constant?)",),
+         newcomer(lambda x: x * 16)),
+    Case("data-newcomer-one-sample", NEWCOMER_ARGS,
+         ("{tmp}/new.npz: the newcomer has 1 sample(s); at least 3 are needed (one each for "
+          "train, val and test", "give it more samples"),
+         newcomer(lambda x: x, n=1), never=(*NEVER, "min_samples")),
     Case("data-unofficial-cifar-pickle", ("split", "{tmp}/spec.yaml"),
          ("{tmp}/cifar-10-batches-py/data_batch_1 is not the official file (md5",
           "expected c99cafc152244af753f735de768cd75f", "verify_checksums: false"),
