@@ -260,6 +260,12 @@ TABLES = [
     Case("table-regression-without-mse", ("report", "{tmp}/t.csv", "-o", "{tmp}/out"),
          ("{tmp}/t.csv:3: loss (the mean squared error of a regression) must be a finite number",),
          raw("t.csv", b"client,model,accuracy,loss\n0,local,,0.5\n0,fedavg,,-1\n")),
+    Case("table-classification-declared-neg-mse",
+         ("report", "{tmp}/t.csv", "-o", "{tmp}/out", "--unit", "neg_mse"),
+         ("{tmp}/t.csv:2: accuracy 0.75: the table scores a classification, but --unit neg_mse "
+          "reads the loss column as a regression's MSE", "drop --unit neg_mse"),
+         raw("t.csv", b"client,model,accuracy,loss\n0,local,0.75,0.6\n0,fedavg,0.7,0.7\n"
+                      b"0,x,0.8,0.5\n")),
     Case("table-not-utf8", ("report", "{tmp}/t.csv", "-o", "{tmp}/out"),
          ("{tmp}/t.csv: cannot read the results table",), raw("t.csv", b"\xff\xfe\x00bad")),
 ]
