@@ -58,12 +58,14 @@ def run(args) -> int:
     """Run the pipeline; finish the MLflow parent run FINISHED, FAILED or KILLED."""
     from rich.console import Console
 
+    from pflpipe.cli.validate import checked_model
     from pflpipe.spec import read_spec
     from pflpipe.spec.overrides import parse_assignments
 
     spec = with_run_control(
         with_results_dir(read_spec(args.spec, parse_assignments(args.set)), args.results),
         threads=args.threads, parallel=args.parallel)
+    checked_model(spec, args.spec)  # what validate finds (model.path: os:system) before a stage
     resume = "none" if args.fresh else "unfinished" if args.no_cache else "all"
     # kfp.local swaps sys.stdout during the run; the console keeps the real one.
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)

@@ -306,6 +306,13 @@ ARGS = [
          ("run", "{tmp}/spec.yaml", "--set", "tracking.uri=ftp://127.0.0.1/mlflow"),
          ("tracking.uri: unsupported scheme 'ftp'", "use one of sqlite, http, https"),
          lambda tmp: (tmp / "spec.yaml").write_text(BASE)),
+    Case("arg-run-model-path-not-a-module",
+         ("run", "{tmp}/spec.yaml", "--set", "model={architecture: custom, path: 'os:system'}"),
+         ("{tmp}/spec.yaml: model.path: 'os:system' is a builtin_function_or_method, not a "
+          "subclass of torch.nn.Module",),
+         lambda tmp: (tmp / "spec.yaml").write_text(BASE.replace(
+             "  name: t\n", f"  name: t\n  output_dir: {tmp}/out\n", 1)
+             + "tracking: {enabled: false}\n")),
     Case("debug-after-the-verb", ("validate", "{tmp}/spec.yaml", "--debug"),
          ("Traceback", "SpecError", "partition.n_clients: must be a valid integer"),
          lambda tmp: (tmp / "spec.yaml").write_text(BASE.replace("10", "true")), never=()),
