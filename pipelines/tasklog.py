@@ -48,7 +48,7 @@ class TaskLog:
     point: str | None = None         # a tune_point task's grid point, e.g. "lam=1.0"
     path: Path | None = None         # the task's log file, once written
     progress: tuple[int, int] | None = None  # (round, rounds) of the latest progress event
-    notes: list[str] = field(default_factory=list)  # its notices and warnings, in order
+    notes: list[str] = field(default_factory=list)  # its notices and warnings, in order, once each
     reused: bool = False             # a notice said all it did was reuse earlier work
     failure: dict | None = None      # its error event: type, message, bad_input
 
@@ -112,8 +112,9 @@ class TaskLog:
         elif kind == "progress":
             self.progress = (int(event["round"]), int(event["rounds"]))
         elif kind in ("notice", "warning"):
-            prefix = "warning: " if kind == "warning" else ""
-            self.notes.append(prefix + str(event.get("text", "")))
+            note = ("warning: " if kind == "warning" else "") + str(event.get("text", ""))
+            if note not in self.notes:   # train_members sets up a stage per unit: one each
+                self.notes.append(note)
             self.reused = self.reused or bool(event.get("reused"))
         elif kind == "error":
             self.failure = event

@@ -1,7 +1,8 @@
 """`pflpipe run` when a stage fails: the stage's own error on screen, exit 1, no traceback, the
 MLflow parent run FAILED, and what the other stages computed kept (a rerun reuses it).
 
-The failure is real: FedPer with a learning rate of 1e8 diverges in its first round.
+The failure is real: FedPer with a learning rate of 100 (the largest the spec allows) diverges
+in its first round.
 """
 
 import os
@@ -18,7 +19,7 @@ dataset: {name: digits}
 partition: {strategy: ds1, n_clients: 4, classes_per_client: 4}
 federation: {rounds: 2}
 personalization:
-  - {name: fedper, lr: 1.0e+8, rounds: 2}
+  - {name: fedper, lr: 100, rounds: 2}
 """
 
 
@@ -44,7 +45,7 @@ def test_failing_stage_exits_1_with_its_own_error_and_no_traceback(failed):
     assert "✗ personalize[fedper] · seed 0" in first.stdout
     error = first.stderr
     assert "error: stage personalize[fedper] · seed 0 failed:" in error
-    assert "DivergenceError: client " in error and "learning rate 1e+08" in error
+    assert "DivergenceError: client " in error and "learning rate 100" in error
     log = work / "results" / "logs" / "personalize_fedper_seed_0.log"
     assert f"(its full output: {log})" in error and log.is_file()
     assert len(error.splitlines()) <= 4  # the stage's error, not a wall of runner logs

@@ -139,6 +139,17 @@ def test_a_killed_stage_is_one_error_without_protocol_lines_and_an_error_event(t
     assert recorded[-1]["type"] == "ProcessDied"
 
 
+def test_a_notice_a_task_repeats_shows_once(tmp_path, capsys):
+    """train_members sets up one stage per unit it trains: "1 torch thread" each time."""
+    lines = event_lines(capsys, *[lambda: events.notice("1 torch thread")] * 8,
+                        lambda: events.notice("resumed from round 2/3"))
+    router = TaskLogRouter(tmp_path, lambda kind, task: None)
+
+    router.write(started("train-members") + task_output(*lines) + finished("train-members"))
+
+    assert router.tasks[0].notes == ["1 torch thread", "resumed from round 2/3"]
+
+
 def test_events_of_reruns_carry_their_run_and_cached_tasks_an_event(tmp_path):
     for run in ("first", "second"):   # two runs append to one events.jsonl
         router = TaskLogRouter(tmp_path, lambda kind, task: None, run)
