@@ -28,10 +28,8 @@ def parse_assignments(assignments: Sequence[str]) -> dict[str, Any]:
     >>> parse_assignments(["federation.rounds=50", "experiment.seeds=[0, 1]", "federation.lr=1e-3"])
     {'federation.rounds': 50, 'experiment.seeds': [0, 1], 'federation.lr': 0.001}
     """
-    from pflpipe.spec.loader import (  # the file's own YAML reading (1e-3 is a number)
-        AmbiguousNumber,
-        _Loader,
-    )
+    # the file's own YAML reading (1e-3 is a number)
+    from pflpipe.spec.yaml_reader import AmbiguousNumber, _Loader
 
     out: dict[str, Any] = {}
     for text in assignments:
