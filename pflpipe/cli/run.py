@@ -65,7 +65,8 @@ def run(args) -> int:
     spec = with_run_control(
         with_results_dir(read_spec(args.spec, parse_assignments(args.set)), args.results),
         threads=args.threads, parallel=args.parallel)
-    checked_model(spec, args.spec)  # what validate finds (model.path: os:system) before a stage
+    if spec.model.architecture == "custom":   # (a built-in model: no torch import here)
+        checked_model(spec, args.spec)  # what validate finds (model.path: os:system), now
     resume = "none" if args.fresh else "unfinished" if args.no_cache else "all"
     # kfp.local swaps sys.stdout during the run; the console keeps the real one.
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
