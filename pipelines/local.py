@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import sys
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ class LocalRun:
     report: Path                  # evaluate_fairness's report directory
     seeds: dict[int, Path]        # collect_results' directory per seed (the report's metadata)
     tasks: tuple[TaskLog, ...]
+    run_id: str = ""              # the MLflow parent run, else a random id (logs/events.jsonl)
 
 
 def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: bool = True,
@@ -61,7 +63,8 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
     """Run the pipeline of `spec` with `arguments` (its tracking parameters).
 
     kfp.local writes under ``results_dir/kfp`` and caches under ``results_dir/.kfp_cache``; the
-    log of every task goes to ``results_dir/logs``.
+    log of every task goes to ``results_dir/logs``; each line of its ``events.jsonl`` names the
+    run (the MLflow parent run's id, else a random one), so reruns appended there stay apart.
 
     Raises:
         StageFailed: a stage failed; its error and log file are in the message.
@@ -74,7 +77,8 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
                pipeline_root=str(results_dir / "kfp"), raise_on_error=True,
                enable_caching=use_cache, cache_root=str(results_dir / KFP_CACHE))
     pipeline = build_pipeline(spec)
-    router = TaskLogRouter(results_dir / LOGS, on_event, cache_root=results_dir / KFP_CACHE)
+    run_id = arguments.get("parent_run_id") or uuid.uuid4().hex
+    router = TaskLogRouter(results_dir / LOGS, on_event, run_id, cache_root=results_dir / KFP_CACHE)
     try:
         with _routed(router):
             task = pipeline(**arguments)
@@ -89,17 +93,19 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
         router.close()
     report = task.outputs["Output"]
     seeds = {int(seed): Path(path) for seed, path in report.metadata["seed_dirs"].items()}
-    return LocalRun(Path(report.path), seeds, tuple(router.tasks))
+    return LocalRun(Path(report.path), seeds, tuple(router.tasks), run_id)
 
 
 def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, dict[str, Path]]:
     """Copy the report and each seed's results into a new ``results_dir/runs/<name>/``.
 
-    The folder is named by the time and the MLflow run (``20261123-140512-1a2b3c4d``); earlier
-    runs' folders are kept, and ``results_dir/latest`` is pointed at the new one. Returns the
-    folder and its copies by name (``report``, ``seed-0``, ...).
+    The folder is named by the time and the run (``20261123-140512-1a2b3c4d``: the MLflow run,
+    else the run's own id); earlier runs' folders are kept, and ``results_dir/latest`` is
+    pointed at the new one. Returns the folder and its copies by name (``report``, ``seed-0``,
+    ...).
     """
     results_dir = Path(results_dir)
+    run_id = run_id or run.run_id
     name = f"{datetime.now():%Y%m%d-%H%M%S}" + (f"-{run_id[:8]}" if run_id else "")
     folder = results_dir / RUNS / name
     suffix = 1

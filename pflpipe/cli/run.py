@@ -58,12 +58,15 @@ def run(args) -> int:
     """Run the pipeline; finish the MLflow parent run FINISHED, FAILED or KILLED."""
     from rich.console import Console
 
+    from pflpipe.cli.validate import checked_model
     from pflpipe.spec import read_spec
     from pflpipe.spec.overrides import parse_assignments
 
     spec = with_run_control(
         with_results_dir(read_spec(args.spec, parse_assignments(args.set)), args.results),
         threads=args.threads, parallel=args.parallel)
+    if spec.model.architecture == "custom":   # (a built-in model: no torch import here)
+        checked_model(spec, args.spec)  # what validate finds (model.path: os:system), now
     resume = "none" if args.fresh else "unfinished" if args.no_cache else "all"
     # kfp.local swaps sys.stdout during the run; the console keeps the real one.
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
@@ -279,9 +282,13 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
                   f"{layout.REPORT_JSON}, {layout.FIGURES}/)")
     for name, path in copies.items():
         if name.startswith("seed-"):
-            models = sorted(p.name for p in path.iterdir() if (p / layout.MODELS).is_dir())
-            console.print(f"  {name:<8} {path}/<model>/models/client_*.pt  "
-                          f"({', '.join(models)}); per-client table {path / layout.RESULTS_CSV}")
+            folders = sorted(p for p in path.iterdir() if (p / layout.MODELS).is_dir())
+            per_client = [p.name for p in folders if layout.client_model_files(p)]
+            shared = [p.name for p in folders if not layout.client_model_files(p)]
+            one = "".join(f"; {m}/{layout.MODELS}/ (one global model)" for m in shared)
+            console.print(f"  {name:<8} {path}/<model>/{layout.MODELS}/client_*.pt  "
+                          f"({', '.join(per_client)}){one}; per-client table "
+                          f"{path / layout.RESULTS_CSV}")
     console.print(f"  logs     {results_dir / layout.LOGS}/")
     if parent.run_id:
         console.print(f"  MLflow   run {parent.run_id} in experiment {parent.experiment!r}")

@@ -12,7 +12,7 @@ def register(subparsers) -> None:
         "here first, so tracking.uri (or $MLFLOW_TRACKING_URI) must be a server the pods can "
         "reach; the parent stays RUNNING while the pipeline runs on the cluster.")
     parser.add_argument("spec", type=Path, metavar="SPEC")
-    parser.add_argument("--host", required=True, metavar="URL",
+    parser.add_argument("--host", required=True, metavar="URL", type=host_url,
                         help="KFP API endpoint, e.g. http://localhost:8080 after kubectl "
                         "port-forward -n kubeflow svc/ml-pipeline-ui 8080:80.")
     parser.add_argument("--experiment", metavar="E",
@@ -22,10 +22,27 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
+def host_url(text: str) -> str:
+    """Parse --host: an http(s) URL with a host name (kfp.Client would read "x" as https://x)."""
+    import argparse
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    try:
+        parts.port   # noqa: B018 - raises on a port that is not a number
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http(s) URL; give the KFP API endpoint with its scheme, e.g. "
+            "http://localhost:8080 or https://kfp.example.com")
+    return text
+
+
 def run(args) -> int:
     """Check the tracking server, open the parent run, submit, print the run's URL."""
     from pflpipe.cli import UsageError
-    from pflpipe.pipelines.submit import submit
+    from pflpipe.pipelines.submit import check_server, submit
     from pflpipe.spec import read_spec
     from pflpipe.tracking import open_parent_run, resolve_tracking_uri
     from pflpipe.tracking.runs import without_credentials
@@ -38,6 +55,7 @@ def run(args) -> int:
                 f"tracking URI {uri.split('?')[0]!r} is a local store that pods on a cluster "
                 "cannot reach; set tracking.uri (or MLFLOW_TRACKING_URI) to an MLflow server, "
                 "e.g. http://mlflow.kubeflow:5000, or set tracking.enabled: false")
+    check_server(args.host)  # before the MLflow parent run: a dead --host leaves no FAILED run
     parent = open_parent_run(spec, spec_yaml=args.spec.read_text(encoding="utf-8"),
                              tags={"kfp_host": args.host})
     try:

@@ -23,7 +23,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,10 +83,16 @@ class KfpApi:
     unexpected: list[str] = field(default_factory=list)
     fail_with: int | None = None
     fail_paths: str = ""     # with fail_with: only paths matching this regex fail
+    stall_paths: str = ""    # requests to paths matching this regex get no answer for 30 s
+    ok_to_all: bool = False  # answer every request 200 with an empty JSON object
     mlflow: "MlflowApi | None" = None
 
     def handle(self, req: Request) -> tuple[int, dict]:
         self.requests.append(req)
+        if self.ok_to_all:
+            return 200, {}
+        if self.stall_paths and re.search(self.stall_paths, req.path):
+            time.sleep(30)
         if self.fail_with and re.search(self.fail_paths, req.path):
             return self.fail_with, {"error": "database is unavailable", "code": 13}
         for method, pattern, handler in self.routes():
@@ -489,8 +497,66 @@ def test_unreachable_server_fails_with_the_host(kfp_api, spec_file, capsys):
 
     out, err = capsys.readouterr()
     assert code == 1
-    assert f"the KFP API server at {closed} failed the request" in err
-    assert "Traceback" not in out + err
+    assert (f"error: the KFP API server at {closed} does not answer (connection refused: nothing "
+            "listens there); check --host") in err
+    assert "Traceback" not in out + err and "urllib3" not in err and "MaxRetryError" not in err
+
+
+# --- the hostile corpus's submit cases: a host that is no KFP API server ------------------------
+
+def _silent() -> Iterator[str]:
+    with socket.socket() as listener:   # the kernel accepts connections; nobody answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(("host", "code", "fragments"), [
+    ("silent", 1, ["does not answer (it accepts connections but sends no answer within 5 s); "
+                   "check --host"]),
+    ("http://no-such-host.invalid", 1, ["error: the KFP API server at http://no-such-host.invalid "
+                                        "does not answer (unknown host 'no-such-host.invalid')"]),
+    ("notaurl", 2, ["argument --host: 'notaurl' is not an http(s) URL; give the KFP API endpoint "
+                    "with its scheme, e.g. http://localhost:8080"]),
+    ("ok-to-all", 1, ["it answered the upload of the pipeline without a pipeline_id; is it a KFP "
+                      "v2 API server"]),
+], ids=["silent-server", "unknown-host", "not-a-url", "200-to-everything"])
+def test_submit_to_a_host_that_is_no_kfp_server_fails_in_seconds(kfp_api, spec_file, capsys,
+                                                                 hostile, host, code, fragments):
+    api, live = kfp_api
+    api.ok_to_all = host == "ok-to-all"
+    silent = _silent()
+    target = {"silent": lambda: next(silent), "ok-to-all": lambda: live}.get(host, lambda: host)()
+
+    started = time.monotonic()
+    try:
+        got = submit(spec_file, target)
+    except SystemExit as exited:
+        got = exited.code
+    seconds = time.monotonic() - started
+
+    err = capsys.readouterr().err
+    hostile(got, err, seconds, expected=code, fragments=fragments,
+            never=("Traceback", "unexpected", "urllib3", "MaxRetryError", "ApiValueError"))
+    assert api.runs == {}
+
+
+def test_a_server_that_stops_answering_after_its_health_check_times_out(kfp_api, spec_file,
+                                                                        capsys, monkeypatch):
+    from pflpipe.pipelines import submit as submitting
+
+    api, host = kfp_api
+    api.stall_paths = r"/pipelines/upload"   # answers its health check and lists, then is silent
+    monkeypatch.setattr(submitting, "REQUEST_TIMEOUT_S", 1.0)
+
+    started = time.monotonic()
+    code = submit(spec_file, host)
+
+    err = capsys.readouterr().err
+    assert code == 1 and time.monotonic() - started < 20
+    assert f"the KFP API server at {host} failed the request" in err
+    assert "Read timed out" in err and "Traceback" not in err
 
 
 def test_two_pipelines_of_the_spec_name_are_an_error_not_a_guess(kfp_api, spec_file, capsys):

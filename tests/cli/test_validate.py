@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pflpipe.cli import main
+from pflpipe.spec.loader import parse_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
@@ -172,6 +173,38 @@ CORPUS = [
      ["personalization[0].lr: must be a finite number"]),
     ("nan-lambda", BASE + "personalization:\n  - {name: ditto, lam: .nan}\n",
      ["personalization[0].lam: must be a finite number"]),
+    # numbers YAML 1.1 (PyYAML) reads otherwise than YAML 1.2: an error, never a silent value
+    ("yaml11-base-60", BASE + "federation:\n  rounds: 1:30\n",
+     [":9: federation.rounds: 1:30 is 90 in YAML 1.1 (base 60) but text in YAML 1.2; write the "
+      "number in plain digits (90), or quote it"]),
+    ("yaml11-octal", BASE.replace("n_clients: 10", "n_clients: 010"),
+     [":7: partition.n_clients: 010 is the octal number 8 in YAML 1.1 but 10 in YAML 1.2",
+      "(8 or 10)"]),
+    ("yaml11-underscores", BASE + "federation:\n  rounds: 1_000\n",
+     [":9: federation.rounds: 1_000 is 1000 in YAML 1.1 but text in YAML 1.2", "(1000)"]),
+    ("yaml11-binary", BASE + "federation:\n  rounds: 0b101\n",
+     [":9: federation.rounds: 0b101 is the binary number 5 in YAML 1.1 but text in YAML 1.2"]),
+    ("yaml12-octal", BASE + "federation:\n  rounds: 0o17\n",
+     [":9: federation.rounds: 0o17 is text in YAML 1.1 but the number 15 in YAML 1.2", "(15)"]),
+    ("yaml11-sexagesimal-float", BASE + "federation:\n  lr: 1:30.5\n",
+     [":9: federation.lr: 1:30.5 is 90.5 in YAML 1.1 (base 60)"]),
+    # one line per value of a union of scalars, not one per branch (`lam[0].bool`, `.int`, ...)
+    ("union-compile-maybe", BASE + "engine: {compile: maybe}\n",
+     [":8: engine.compile: must be 'auto', true or false (got 'maybe')"]),
+    ("union-grid-nan", BASE + "personalization: [{name: ditto}]\ntuning: {seeds: [7], entries: "
+     "[{entry: ditto, grid: {lam: [.nan, 1.0]}}]}\n",
+     [":9: tuning.entries[0].grid.lam[0]: must be a finite number (got nan)"]),
+    # a grid value is checked like its entry's own field, against the rest of the spec too
+    ("grid-warm-start-beyond-rounds", BASE + "federation: {rounds: 3}\npersonalization: "
+     "[{name: fedper}]\ntuning: {seeds: [7], entries: [{entry: fedper, grid: {warm_start: "
+     "[1, 50]}}]}\n",
+     [":10: tuning.entries[0].grid.warm_start[1]: round 50 of the FedAvg warm start does not "
+      "exist: it runs federation.rounds = 3 rounds"]),
+    ("grid-lr-beyond-bound", BASE + "personalization: [{name: ditto}]\ntuning: {seeds: [7], "
+     "entries: [{entry: ditto, grid: {lr: [0.01, 1e6]}}]}\n",
+     [":9: tuning.entries[0].grid.lr[1]: must be less than or equal to 100"]),
+    ("entry-lr-beyond-bound", BASE + "personalization: [{name: ditto, lr: 1e6}]\n",
+     [":8: personalization[0].lr: must be less than or equal to 100"]),
     ("string-name", BASE.replace("name: t\n", "name: 2024\n", 1),
      ["experiment.name: must be a valid string (got 2024)"]),
     ("seed-beyond-double", BASE.replace("  name: t\n", "  name: t\n  seeds: [9007199254740993]\n"),
@@ -233,6 +266,39 @@ CORPUS = [
 
 def test_validate_corpus_is_large_enough():
     assert len(CORPUS) >= 30
+
+
+def test_numbers_yaml_1_1_and_1_2_agree_on_are_read_as_numbers():
+    data, _ = parse_yaml("a: .5e3\nb: 1e3\nc: 0x1F\nd: 07\ne: '1:30'\nf: 1.5\ng: -0\n")
+
+    assert data == {"a": 500.0, "b": 1000.0, "c": 31, "d": 7, "e": "1:30", "f": 1.5, "g": 0}
+
+
+def test_every_ambiguous_number_is_reported_at_once(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text("experiment: {name: t, seeds: [017]}\ndataset: {name: digits}\n"
+                    "partition: {strategy: iid}\nfederation:\n  rounds: 1_000\n"
+                    "  batch_size: 1:30\n")
+
+    code = main(["validate", str(path)])
+
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert [line.split(": ")[:2] for line in lines] == [
+        [f"{path}:1", "experiment.seeds[0]"], [f"{path}:5", "federation.rounds"],
+        [f"{path}:6", "federation.batch_size"]]
+
+
+def test_set_with_an_ambiguous_number_names_the_assignment(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text(BASE)
+
+    code = main(["validate", str(path), "--set", "federation.rounds=0b11"])
+
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "--set federation.rounds=0b11: 0b11 is the binary number 3 in YAML 1.1 but text in "
+        "YAML 1.2; write the number in plain digits (3), or quote it if you mean text")
 
 
 def test_validate_reports_every_problem_at_once(tmp_path, capsys):
