@@ -45,9 +45,10 @@ def run(args) -> int:
     report = build_report(table, local=args.local, global_=args.global_,
                           selection=args.selection)
     claim = claim_dir(args.output, "pflpipe report", force=args.force,
-                      writes={REPORT_JSON, REPORT_MD, REPORT_HTML, FIGURES}.__contains__)
+                      writes={REPORT_JSON, REPORT_MD, REPORT_HTML, PAIRWISE_CSV,
+                              FIGURES}.__contains__)
     files = write_report(report, args.output)
-    claim.record([files.json, files.markdown, files.html, *files.figures])
+    claim.record(files.written)
     unit = {"fraction": "accuracies in fractions", "percent": "accuracies in percent",
             "neg_mse": "scores are −MSE (a regression)"}[report.unit]
     print(f"{len(table.rows)} rows from {len(args.tables)} table(s); {unit}; "

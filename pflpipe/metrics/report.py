@@ -376,6 +376,12 @@ class ReportFiles:
     figures: tuple[Path, ...]
     pairwise: Path | None = None
 
+    @property
+    def written(self) -> list[Path]:
+        """Every file written, figures included."""
+        return [self.json, self.markdown, self.html, *self.figures,
+                *([self.pairwise] if self.pairwise else [])]
+
 
 def write_report(report: Report, out_dir: Path) -> ReportFiles:
     """Write report.json, report.md, report.html and figures/*.png into `out_dir`."""

@@ -77,7 +77,7 @@ def test_report_into_its_own_directory_again_leaves_no_stale_figure(tmp_path, ca
     assert not (out / "figures" / "stale.png").exists()
     assert json.loads((out / WRITTEN_JSON).read_text()) == {
         "writer": "pflpipe report",
-        "entries": ["figures", "report.html", "report.json", "report.md"]}
+        "entries": ["figures", "pairwise.csv", "report.html", "report.json", "report.md"]}
 
 
 def test_report_with_force_writes_into_a_runs_report_and_keeps_other_files(tmp_path, capsys):
