@@ -47,6 +47,8 @@ class Sharing:
     mounts: tuple[Path, ...] = ()
     #: Whether an absolute path a task only reads counts as provided (by the image, a volume).
     trusts_absolute_inputs: bool = False
+    #: Whether the tasks reach only a tracking server (http, https), no database of the host's.
+    tracks_to_servers_only: bool = False
 
     def shares(self, item: TaskPath) -> bool:
         """Whether every task of the run sees `item` as the host does."""
@@ -58,11 +60,13 @@ class Sharing:
 def docker_sharing(results_dir: str | Path, cwd: Path | None = None) -> Sharing:
     """What `pflpipe run --runner docker` mounts: the working and the results directory."""
     cwd = Path(cwd or os.getcwd())
-    return Sharing("docker", tuple(dict.fromkeys([cwd, _absolute(results_dir, cwd)])))
+    results = _absolute(results_dir, cwd)
+    inside = results == cwd or cwd in results.parents
+    return Sharing("docker", (cwd,) if inside else (cwd, results))
 
 
-#: A cluster's pods share no local path.
-CLUSTER = Sharing("cluster", trusts_absolute_inputs=True)
+#: A cluster's pods share no local path, and reach no database of this machine.
+CLUSTER = Sharing("cluster", trusts_absolute_inputs=True, tracks_to_servers_only=True)
 
 
 def task_paths(spec, tracking_uri: str | None, cwd: Path | None = None) -> list[TaskPath]:
@@ -81,7 +85,8 @@ def task_paths(spec, tracking_uri: str | None, cwd: Path | None = None) -> list[
                               _absolute(store, cwd), store, True))
     if tracking_uri and tracking_uri.startswith("sqlite:///"):
         file = tracking_uri[len("sqlite:///"):].split("?", 1)[0]
-        found.append(TaskPath("tracking.uri", _absolute(file, cwd).parent, tracking_uri, True))
+        found.append(TaskPath("tracking.uri", _absolute(file, cwd).parent,
+                              tracking_uri.split("?", 1)[0], True))
     dataset = spec.dataset
     fetched = getattr(dataset, "source", None) or getattr(dataset, "allow_download", False)
     if dataset.name in FILE_DATASETS and not fetched:
@@ -96,8 +101,11 @@ def task_paths(spec, tracking_uri: str | None, cwd: Path | None = None) -> list[
 def unshared(spec, sharing: Sharing, tracking_uri: str | None,
              cwd: Path | None = None) -> list[str]:
     """The paths of `spec` the tasks under `sharing` do not share: one line each, with the fix."""
-    return [_problem(item, sharing) for item in task_paths(spec, tracking_uri, cwd)
-            if not sharing.shares(item)]
+    found = [item for item in task_paths(spec, tracking_uri, cwd) if not sharing.shares(item)]
+    if (sharing.tracks_to_servers_only and tracking_uri and not tracking_uri.startswith(
+            ("http://", "https://")) and not any(i.field == "tracking.uri" for i in found)):
+        found.append(TaskPath("tracking.uri", Path(), tracking_uri.split("?", 1)[0], True))
+    return [_problem(item, sharing) for item in found]
 
 
 def _problem(item: TaskPath, sharing: Sharing) -> str:

@@ -176,7 +176,7 @@ def docker_runner(mounts: tuple[Path, ...], workdir: Path, client=None):
         user = {"user": f"{os.getuid()}:{os.getgid()}"}
     environment = passed_environment() | ({"HOME": "/tmp"} if user else {})
     return local.DockerRunner(
-        mounts=[docker.types.Mount(str(path), str(path), type="bind") for path in _outer(mounts)],
+        mounts=[docker.types.Mount(str(path), str(path), type="bind") for path in mounts],
         working_dir=str(workdir), network_mode="host", environment=environment,
         labels={LABEL: uuid.uuid4().hex}, **user)
 
@@ -242,8 +242,3 @@ def _remove_containers(token: str) -> None:
         for container in client.containers.list(all=True, filters={"label": f"{LABEL}={token}"}):
             with contextlib.suppress(Exception):
                 container.remove(force=True)
-
-
-def _outer(paths: tuple[Path, ...]) -> list[Path]:
-    """`paths` without those inside another one (a mount covers what lies under it)."""
-    return [p for p in paths if not any(o != p and o in p.parents for o in paths)]

@@ -82,9 +82,10 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
                enable_caching=use_cache, cache_root=str(results_dir / ".kfp_cache"))
     pipeline = build_pipeline(spec)
     router = TaskLogRouter(results_dir / LOGS, on_event)
-    in_containers = isinstance(runner, local.DockerRunner)
+    kept = (containers_kept_until_exit(runner) if isinstance(runner, local.DockerRunner)
+            else nullcontext())
     try:
-        with _routed(router), containers_kept_until_exit(runner) if in_containers else nullcontext():
+        with _routed(router), kept:
             task = pipeline(**arguments)
     except RuntimeError as err:
         failed = router.failures()

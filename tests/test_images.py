@@ -8,7 +8,6 @@ the sources pyproject packages, install torch from the right index before the pr
 the project from the copy (not editable), delete the copy and start components elsewhere.
 """
 
-import fnmatch
 import re
 import shlex
 import shutil
@@ -18,6 +17,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from container_image import docker_ignores
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -207,8 +207,9 @@ def test_dockerfile_installs_torch_first_from_the_variants_index(dockerfile):
     needed = {r.name: r.specifier for r in map(Requirement, PYPROJECT["project"]["dependencies"])}
 
     assert torch_at < project_at, "torch must be in place before the project pulls its own"
-    assert "--index-url" not in torch_args, "a torch-only index would fail on torch's dependencies"
-    assert raw.startswith('PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL} ${TORCH_INDEX_URL}" pip '), raw
+    assert "--index-url" not in torch_args, "a torch-only index fails on torch's dependencies"
+    assert raw.startswith(
+        'PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL} ${TORCH_INDEX_URL}" pip '), raw
     assert image.args["TORCH_INDEX_URL"] == (CPU_TORCH_INDEX if variant == "cpu" else "")
     assert set(pinned) == {"torch", "torchvision"}
     for name, version in pinned.items():
@@ -274,20 +275,6 @@ def test_every_example_spec_uses_a_documented_image(spec_path):
 
 
 # --- .dockerignore --------------------------------------------------------------------------------
-
-def docker_ignores(path: str, patterns: list[str]) -> bool:
-    """Whether .dockerignore `patterns` leave `path` out of the context (last match wins)."""
-    parts = path.split("/")
-    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    ignored = False
-    for pattern in patterns:
-        negated = pattern.startswith("!")
-        glob = pattern.removeprefix("!").strip("/")
-        if any(fnmatch.fnmatchcase(p, glob) or fnmatch.fnmatchcase(p, glob.removeprefix("**/"))
-               for p in prefixes):
-            ignored = not negated
-    return ignored
-
 
 def test_dockerignore_lets_in_the_sources_and_nothing_heavy():
     lines = (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
