@@ -211,28 +211,40 @@ def run_container(client, image: str, command: list[str], volumes: dict, **run_a
 def containers_kept_until_exit(runner) -> Iterator[None]:
     """Run kfp.local's Docker tasks with `run_container` (restored afterwards).
 
-    An interrupted run (Ctrl-C, or SIGTERM, taken as one here) stops and removes its containers:
-    a task left running would go on writing into the checkpoint store the next run resumes from.
+    An interrupted run (Ctrl-C or SIGTERM) removes its containers at once and starts no other:
+    kfp.local waits for a loop's running tasks before it lets the interruption through, and a
+    task left running would go on writing into the checkpoint store the next run resumes from.
     """
     from kfp.local import docker_task_handler
 
+    token = runner.container_run_args["labels"][LABEL]
+    stopping = threading.Event()
+
+    def run(client, image: str, command: list[str], volumes: dict, **run_args) -> int:
+        if stopping.is_set():
+            raise RuntimeError("the run was interrupted; no other task starts")
+        return run_container(client, image, command, volumes, **run_args)
+
+    def stop(signum, frame):
+        stopping.set()
+        _remove_containers(token)
+        raise KeyboardInterrupt
+
     original = docker_task_handler.run_docker_container
-    docker_task_handler.run_docker_container = run_container
+    docker_task_handler.run_docker_container = run
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main else None
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)} \
+        if in_main else {}
     try:
         yield
     except BaseException:
-        _remove_containers(runner.container_run_args["labels"][LABEL])
+        stopping.set()
+        _remove_containers(token)
         raise
     finally:
         docker_task_handler.run_docker_container = original
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _remove_containers(token: str) -> None:

@@ -97,7 +97,7 @@ def has_local_indexes() -> bool:
     return (LOCAL_INDEXES[0] / "simple" / "torch").is_dir()
 
 
-#: Stands for the mirror's address (its port is chosen per build) in the arguments' hash.
+#: Stands for the mirror's address (its port may differ between builds) in the arguments' hash.
 MIRROR = "http://mirror"
 
 
@@ -124,13 +124,26 @@ def mirror() -> Iterator[str]:
         for index in LOCAL_INDEXES:
             (Path(root) / index.name).symlink_to(index)
         handler = functools.partial(_QuietHandler, directory=root)
-        with socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler) as server:
+        with _server(handler) as server:
             thread = threading.Thread(target=server.serve_forever, daemon=True)
             thread.start()
             try:
                 yield f"http://127.0.0.1:{server.server_address[1]}"
             finally:
                 server.shutdown()
+
+
+#: The mirror's port when it is free, else any free port. The engine's layer cache keys a step on
+#: its build arguments, the mirror's address among them: with the same port, a build for changed
+#: sources reuses the torch layer (gigabytes) of an earlier one.
+MIRROR_PORT = 38417
+
+
+def _server(handler) -> socketserver.ThreadingTCPServer:
+    try:
+        return socketserver.ThreadingTCPServer(("127.0.0.1", MIRROR_PORT), handler)
+    except OSError:   # taken: any free port
+        return socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -107,6 +107,10 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
     from pflpipe.tracking import open_parent_run, record_failure
     from pflpipe.tracking.runs import without_credentials
 
+    if runner not in RUNNERS:
+        from pflpipe.cli import UsageError
+
+        raise UsageError(f"runner must be one of {', '.join(RUNNERS)} (got {runner!r})")
     spec = without_credentials(spec)  # the tasks inherit them from the environment
     results_dir = Path(spec.experiment.results_dir)
     import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that

@@ -162,3 +162,16 @@ def test_run_without_a_container_engine_says_how_to_start_one(work, capsys, monk
     assert "podman system service --time=0 unix:///tmp/podman.sock &" in err
     assert "Traceback" not in out + err
     assert sorted(p.name for p in work.iterdir()) == ["spec.yaml"]
+
+
+def test_the_python_api_refuses_an_unknown_runner(work):
+    import pflpipe
+    from pflpipe.cli import UsageError
+
+    (work / "spec.yaml").write_text(BASE.format(results="results", dataset=DIGITS,
+                                                storage=LOCAL))
+
+    with pytest.raises(UsageError, match=r"^runner must be one of subprocess, docker \(got "
+                                         r"'dockr'\)$"):
+        pflpipe.run("spec.yaml", runner="dockr", quiet=True)
+    assert sorted(p.name for p in work.iterdir()) == ["spec.yaml"]
