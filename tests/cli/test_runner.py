@@ -6,6 +6,7 @@ the CLI's refusals, which need no container engine: a spec is refused before the
 The runs in containers themselves: tests/server/test_containers.py.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,23 @@ def test_the_python_api_refuses_an_unknown_runner(work):
                                          r"'dockr'\)$"):
         pflpipe.run("spec.yaml", runner="dockr", quiet=True)
     assert sorted(p.name for p in work.iterdir()) == ["spec.yaml"]
+
+
+def test_the_docker_runner_mounts_each_directory_at_its_own_path_on_the_hosts_network(
+        monkeypatch):
+    from pflpipe.pipelines.containers import LABEL, docker_runner
+
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "pw-1234567")
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    monkeypatch.setattr(os, "getgid", lambda: 100)
+
+    runner = docker_runner((WORK, Path("/big/results")), WORK)
+
+    args = runner.container_run_args
+    assert [(m["Source"], m["Target"], m["Type"]) for m in args["mounts"]] == [
+        ("/work/project", "/work/project", "bind"), ("/big/results", "/big/results", "bind")]
+    assert args["working_dir"] == "/work/project" and args["network_mode"] == "host"
+    # a rootful engine: the caller's user, with a HOME it may write
+    assert args["user"] == "1000:100" and args["environment"]["HOME"] == "/tmp"
+    assert args["environment"]["MLFLOW_TRACKING_PASSWORD"] == "pw-1234567"
+    assert len(args["labels"][LABEL]) == 32

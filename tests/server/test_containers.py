@@ -238,36 +238,42 @@ def _progress(results: Path) -> int:
     return json.loads(found[0].read_text())["rounds_completed"] if found else 0
 
 
+def _start(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(command, cwd=cwd, env={**os.environ, **env, "COLUMNS": "200"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(process: subprocess.Popen, timeout: float = 1200) -> subprocess.CompletedProcess:
+    out, err = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
 @pytest.fixture(scope="module")
 def quickstart(tmp_path_factory, image, tracking):
-    """(docker work dir, subprocess work dir, killed, resumed, subprocess run, seconds)."""
+    """(docker work dir, subprocess work dir, killed, resumed, subprocess run).
+
+    The subprocess run goes on beside the docker runs (each uses about one core).
+    """
     uri, _ = tracking
     env = _run_env(uri)
     docker_work, sub_work = (tmp_path_factory.mktemp(name) for name in ("docker", "subprocess"))
     for work in (docker_work, sub_work):
         (work / "specs").mkdir()
         shutil.copy(QUICKSTART, work / "specs")
-    spec = (f"specs/{QUICKSTART.name}", "--set", f"tracking.experiment={EXPERIMENT}")
-    command = [str(Path(sys.executable).with_name("pflpipe")), "run", *spec, "--runner",
-               "docker", "--set", f"resources.image={image}"]
+    pflpipe_run = [str(Path(sys.executable).with_name("pflpipe")), "run",
+                   f"specs/{QUICKSTART.name}", "--set", f"tracking.experiment={EXPERIMENT}"]
+    command = [*pflpipe_run, "--runner", "docker", "--set", f"resources.image={image}"]
+    sub = _start([*pflpipe_run, "--runner", "subprocess"], sub_work, env)
     # killed (Ctrl-C) once the warm start has checkpointed a few rounds
-    killed = subprocess.Popen(command, cwd=docker_work, env={**os.environ, **env},
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killed = _start(command, docker_work, env)
     deadline = time.monotonic() + 600
     while _progress(docker_work / "results" / NAME) < 3 and time.monotonic() < deadline:
         assert killed.poll() is None, killed.communicate()
         time.sleep(0.2)
     killed.send_signal(signal.SIGINT)
-    out, err = killed.communicate(timeout=120)
-    killed_run = subprocess.CompletedProcess(command, killed.returncode, out, err)
-    started = time.monotonic()
-    resumed = pflpipe(*command[1:], cwd=docker_work, env=env)
-    docker_s = time.monotonic() - started
-    started = time.monotonic()
-    sub = pflpipe("run", *spec, "--runner", "subprocess", cwd=sub_work, env=env)
-    print(f"quickstart: resumed docker run {docker_s:.0f} s, subprocess run "
-          f"{time.monotonic() - started:.0f} s")
-    return docker_work, sub_work, killed_run, resumed, sub
+    killed_run = _finish(killed, timeout=120)
+    resumed = _finish(_start(command, docker_work, env))
+    return docker_work, sub_work, killed_run, resumed, _finish(sub)
 
 
 def test_the_killed_run_stops_its_containers_and_the_next_one_resumes(quickstart, client):
