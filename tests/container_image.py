@@ -194,10 +194,21 @@ def ensure_image(log=print) -> str:
             text = output.read()
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}):\n{text[-4000:]}")
+        _remove_other_builds(tool, tag)
         check = next((line for line in text.splitlines() if line.startswith("image check:")), "")
         log(f"built {tag} in {time.monotonic() - started:.0f} s; size "
             f"{image_size(tool, tag) / 1e9:.2f} GB; {check}")
         return tag
+
+
+def _remove_other_builds(tool: str, tag: str) -> None:
+    """Untag the builds of other contents (their layers shared with `tag` stay)."""
+    listed = subprocess.run([tool, "images", "--format", "{{.Repository}}:{{.Tag}}",
+                             REPOSITORY], capture_output=True, text=True)
+    others = [name for name in listed.stdout.split() if name.startswith(f"{REPOSITORY}:cpu-")
+              and name != tag]
+    if others:
+        subprocess.run([tool, "rmi", *others], capture_output=True)
 
 
 if __name__ == "__main__":
