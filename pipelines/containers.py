@@ -108,9 +108,10 @@ def check_images(client, spec) -> dict[str, str]:
         try:
             found[image] = client.images.get(image).id
         except docker.errors.ImageNotFound:
+            dockerfile = "cuda" if "cuda" in image.rsplit(":", 1)[-1] else "cpu"
             missing.append(f"{', '.join(fields)}: image {image!r} is not in the container engine"
-                           f"; build it (docker build -f images/Dockerfile.cpu -t {image} ., "
-                           "docs/images.md) or pull it, then run again")
+                           f"; build it (docker build -f images/Dockerfile.{dockerfile} -t "
+                           f"{image} ., docs/images.md) or pull it, then run again")
         except docker.errors.APIError as err:
             raise EngineError(f"the container engine failed to look up image {image!r}: "
                               f"{err}") from None
