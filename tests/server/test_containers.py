@@ -144,6 +144,16 @@ def client(engine):
         yield found
 
 
+def _start(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(command, cwd=cwd, env={**os.environ, **env, "COLUMNS": "200"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(process: subprocess.Popen, timeout: float = 1200) -> subprocess.CompletedProcess:
+    out, err = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
 def test_a_container_that_ends_at_once_is_decided_by_its_exit_code(client, image):
     """kfp's own call reads the exit code after auto-removal (podman: 500; Docker: counted as
     success); the runner's keeps the container until its code is read."""
@@ -154,11 +164,12 @@ def test_a_container_that_ends_at_once_is_decided_by_its_exit_code(client, image
     assert client.containers.list(all=True, filters={"label": f"{LABEL}=exit-code-test"}) == []
 
 
-def test_run_refuses_an_image_the_engine_does_not_hold(engine, image, tmp_path):
+def test_run_refuses_an_image_the_engine_does_not_hold(engine, tmp_path):
     (tmp_path / "spec.yaml").write_text(QUICKSTART.read_text())
 
-    done = pflpipe("run", "spec.yaml", "--runner", "docker", "--set",
-                   "resources.image=localhost/pflpipe-test:absent", cwd=tmp_path, env={})
+    done = _finish(_start([str(Path(sys.executable).with_name("pflpipe")), "run", "spec.yaml",
+                           "--runner", "docker", "--set",
+                           "resources.image=localhost/pflpipe-test:absent"], tmp_path, {}))
 
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("resources.image: image 'localhost/pflpipe-test:absent' is "
@@ -168,13 +179,6 @@ def test_run_refuses_an_image_the_engine_does_not_hold(engine, image, tmp_path):
 
 
 # --- the quickstart in containers, killed, resumed, and against the subprocess runner ------------
-
-def pflpipe(*args: str, cwd: Path, env: dict[str, str],
-            timeout: float = 1200) -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(sys.executable).with_name("pflpipe")), *args], cwd=cwd,
-                          env={**os.environ, **env, "COLUMNS": "200"}, capture_output=True,
-                          text=True, timeout=timeout)
-
 
 class _AuthProxy(http.server.BaseHTTPRequestHandler):
     """Forwards to the MLflow server a request carrying the expected basic auth; else 401."""
@@ -236,16 +240,6 @@ def _progress(results: Path) -> int:
     """Rounds the warm start has checkpointed so far."""
     found = list((results / "checkpoints" / "warm_start_fedavg").glob("*/progress.json"))
     return json.loads(found[0].read_text())["rounds_completed"] if found else 0
-
-
-def _start(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(command, cwd=cwd, env={**os.environ, **env, "COLUMNS": "200"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _finish(process: subprocess.Popen, timeout: float = 1200) -> subprocess.CompletedProcess:
-    out, err = process.communicate(timeout=timeout)
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 @pytest.fixture(scope="module")
