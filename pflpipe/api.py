@@ -139,7 +139,7 @@ class RunResult:
 
 
 def run(spec: "Spec | str | Path", *, results: "str | Path | None" = None, resume: str = "all",
-        quiet: bool = False, **overrides: Any) -> RunResult:
+        quiet: bool = False, runner: str = "subprocess", **overrides: Any) -> RunResult:
     """Run the spec's pipeline on the local kfp runner, as ``pflpipe run`` does.
 
     Args:
@@ -149,6 +149,8 @@ def run(spec: "Spec | str | Path", *, results: "str | Path | None" = None, resum
             "unfinished" recomputes finished stages (``--no-cache``); "none" recomputes
             everything (``--fresh``).
         quiet: print nothing (else a line per stage and where everything is, as the CLI).
+        runner: "subprocess" (every task a process of this Python) or "docker" (every task in
+            its stage's image, as ``pflpipe run --runner docker``; docs/images.md).
         **overrides: spec settings, e.g. ``federation={"rounds": 50}``.
 
     Raises:
@@ -168,7 +170,7 @@ def run(spec: "Spec | str | Path", *, results: "str | Path | None" = None, resum
     text = Path(spec).read_text(encoding="utf-8") if not isinstance(spec, Spec) else None
     console = Console(file=io.StringIO() if quiet else sys.stdout, highlight=False,
                       soft_wrap=True)
-    outcome = execute(resolved, text, console, resume=resume)
+    outcome = execute(resolved, text, console, resume=resume, runner=runner)
     parent = outcome.parent
     return RunResult(resolved, outcome.run_dir.absolute(),
                      outcome.copies["report"].absolute(),

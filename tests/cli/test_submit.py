@@ -309,12 +309,20 @@ def kfp_api(monkeypatch, tmp_path):
     thread.join(timeout=5)
 
 
+#: A checkpoint store the pods share (a local one is refused); submit never calls it.
+S3_STORAGE = "storage: {kind: s3, bucket: pfl, endpoint_url: 'http://minio.kubeflow:9000'}\n"
+
+
+def quickstart(*lines: str) -> str:
+    """The quickstart spec with an S3 checkpoint store, and `lines` added."""
+    return (REPO / "specs" / "persfl-digits.yaml").read_text() + S3_STORAGE + "".join(lines)
+
+
 @pytest.fixture
 def spec_file(tmp_path):
-    """The quickstart spec with tracking off."""
+    """The quickstart spec with tracking off and an S3 checkpoint store."""
     path = tmp_path / "spec.yaml"
-    path.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
-                    + "tracking: {enabled: false}\n")
+    path.write_text(quickstart("tracking: {enabled: false}\n"))
     return path
 
 
@@ -362,8 +370,7 @@ def test_submit_passes_the_mlflow_parent_run_to_the_pipeline(kfp_api, tmp_path, 
     api, host = kfp_api
     api.mlflow = MlflowApi(tmp_path / "artifacts")
     spec = tmp_path / "spec.yaml"
-    spec.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
-                    + f"tracking: {{uri: '{host}', experiment: pfl-mlflow}}\n")
+    spec.write_text(quickstart(f"tracking: {{uri: '{host}', experiment: pfl-mlflow}}\n"))
 
     code = submit(spec, host)
 
@@ -388,8 +395,7 @@ def test_failed_submit_marks_the_mlflow_parent_run_failed(kfp_api, tmp_path, cap
     api.mlflow = MlflowApi(tmp_path / "artifacts")
     api.fail_with, api.fail_paths = 500, r"^/apis/v2beta1/runs$"
     spec = tmp_path / "spec.yaml"
-    spec.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
-                    + f"tracking: {{uri: '{host}'}}\n")
+    spec.write_text(quickstart(f"tracking: {{uri: '{host}'}}\n"))
 
     code = submit(spec, host)
 
@@ -440,8 +446,7 @@ def test_submit_to_a_namespace_finds_its_pipeline_there(kfp_api, spec_file, caps
 def test_submit_refuses_a_local_tracking_store(kfp_api, tmp_path, capsys, tracking):
     api, host = kfp_api
     spec = tmp_path / "spec.yaml"
-    spec.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
-                    + f"tracking: {tracking}\n")
+    spec.write_text(quickstart(f"tracking: {tracking}\n"))
 
     code = submit(spec, host)
 
@@ -572,3 +577,74 @@ def test_two_pipelines_of_the_spec_name_are_an_error_not_a_guess(kfp_api, spec_f
     assert code == 1
     assert f"the KFP API server at {host}: 2 pipelines are called {NAME!r}" in err
     assert api.runs == {} and all(not v for v in api.versions.values())
+
+
+# --- what pods cannot share ----------------------------------------------------------------------
+
+def test_submit_refuses_the_default_local_checkpoint_store(kfp_api, tmp_path, capsys):
+    """The quickstart as it is: its checkpoints would go to each pod's own disk."""
+    api, host = kfp_api
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
+                    + "tracking: {enabled: false}\n")
+
+    code = submit(spec, host)
+
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.startswith(f"{spec}: storage.kind: a local checkpoint store (results/{NAME}) is "
+                          "each pod's own disk"), err
+    assert "use an S3 store (storage: {kind: s3" in err
+    assert "Traceback" not in out + err
+    assert api.requests == []
+
+
+@pytest.mark.parametrize(("root", "refused"), [("data", True), ("/datasets/shared", False)],
+                         ids=["relative", "absolute"])
+def test_submit_refuses_a_relative_dataset_root_it_reads(kfp_api, spec_file, capsys, root,
+                                                          refused):
+    """A pod resolves a relative root in its own empty working directory; an absolute one may
+    be in the image or a volume."""
+    api, host = kfp_api
+
+    code = submit(spec_file, host, "--set", f"dataset={{name: arrays, path: d.npz, root: {root}}}")
+
+    err = capsys.readouterr().err
+    if refused:
+        assert code == 2
+        assert err.startswith(f"{spec_file}: dataset.root: 'data' is relative to a pod's own "
+                              "empty working directory; give dataset.source"), err
+        assert api.requests == []
+    else:
+        assert code == 0, err
+        assert api.runs
+
+
+def _spec_values(node) -> list[dict]:
+    """Every spec (JSON text holding an `experiment` section) among a compiled pipeline's values."""
+    if isinstance(node, dict):
+        return [found for value in node.values() for found in _spec_values(value)]
+    if isinstance(node, list):
+        return [found for value in node for found in _spec_values(value)]
+    if isinstance(node, str) and node.startswith('{"experiment"'):
+        return [json.loads(node)]
+    return []
+
+
+def test_submit_takes_set_as_run_does(kfp_api, tmp_path, capsys):
+    """--set makes the quickstart's local store an S3 one, and changes a setting."""
+    api, host = kfp_api
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
+                    + "tracking: {enabled: false}\n")
+
+    code = submit(spec, host, "--set", "storage={kind: s3, bucket: pfl}",
+                  "--set", "federation.rounds=7")
+
+    assert code == 0, capsys.readouterr().err
+    [package] = api.packages.values()
+    specs = _spec_values(yaml.safe_load(package))
+    assert len(specs) > 3
+    rounds = {s["federation"]["rounds"] for s in specs if "federation" in s}
+    assert 7 in rounds and 40 not in rounds   # the quickstart's 40; a stage's scope keeps 20
+    assert "s3" in {s["storage"]["kind"] for s in specs if "storage" in s}
