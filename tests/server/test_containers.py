@@ -293,8 +293,8 @@ def test_every_stage_ran_in_a_container_of_the_image(quickstart, image):
     assert f"kfp.local (DockerRunner, image {image} (" in header
     assert len(lines) == 8
     # what the killed run finished: partition_data, and train_local beside the warm start
-    assert {line for line in lines if line.startswith("↺")} <= {"↺ partition_data cached",
-                                                                 "↺ train_local cached"}
+    assert {line for line in lines if line.startswith("↺")} <= {
+        "↺ partition_data · seed 0 cached", "↺ train_local · seed 0 cached"}
     assert [log.stem for log in logs] == [
         "collect_results_seed_0", "distill_grid_search_seed_0", "evaluate_fairness",
         "partition_data_seed_0", "personalize_fedper_seed_0", "pipeline",
