@@ -1,4 +1,8 @@
-"""Per-model notes a report must carry beside the scores: what the numbers do not show.
+"""Notes a report carries beside the scores: where a number means less than it seems.
+
+Per model (the report's Notes, report.json ``notes``; `model_lines`), from history.csv rows
+(`pflpipe.stages.rows.history_rows`: model, seed, client, round, split, loss, accuracy, scope,
+diag.*):
 
 - **Started better.** Best-on-validation selection never picks round 0, the model a run started
   from (`pflpipe.engine.selection`): the warm start, which the algorithm did not train. A
@@ -9,12 +13,14 @@
   instances hard-routed to the global copy of layer k) routes per layer rather than per instance
   when a layer's share at its last round lies outside ``ROUTED`` on a seed.
 
-Both read history.csv rows (`pflpipe.stages.rows.history_rows`: model, seed, client, round,
-split, loss, accuracy, scope, diag.*).
+Per split, under its accuracy summaries (`accuracy_notes`), from the results table:
+top_samples_decile when every client holds the same number of samples.
 """
 
 import math
 from collections.abc import Iterable
+
+from pflpipe.metrics.table import ResultsTable
 
 #: The open interval of shares hard-routed to global that counts as routing per instance.
 ROUTED = (0.05, 0.95)
@@ -89,10 +95,10 @@ def routing_shares(history: Iterable[dict]) -> dict[str, dict[int, tuple[int, li
     return out
 
 
-def lines(history: Iterable[dict], selection: str = "best_val") -> list[str]:
+def model_lines(history: Iterable[dict], selection: str = "best_val") -> list[str]:
     """The report's notes, one line per model that needs one.
 
-    >>> lines([{"model": "pfedbayes", "seed": 0, "client": c, "round": r, "split": "val",
+    >>> model_lines([{"model": "pfedbayes", "seed": 0, "client": c, "round": r, "split": "val",
     ...         "scope": "", "accuracy": a, "loss": 1.0} for c, r, a in
     ...        [(0, 0, 0.9), (0, 1, 0.1), (1, 0, 0.9), (1, 1, 0.95)]])[0][:60]
     'pfedbayes: 1 of 2 clients validated better at round 0 (the m'
@@ -128,3 +134,28 @@ def lines(history: Iterable[dict], selection: str = "best_val") -> list[str]:
 
 def _seeds(history: list[dict], model: str) -> int:
     return len({row.get("seed", 0) for row in history if row["model"] == model})
+
+
+def equal_sizes(table: ResultsTable, split: str) -> bool:
+    """Whether every seed's clients hold the same number of `split` samples.
+
+    >>> from pflpipe.metrics import table_from_records
+    >>> equal_sizes(table_from_records([{"client": c, "model": "a", "accuracy": 0.5,
+    ...                                  "n_samples": 30} for c in range(3)]), "test")
+    True
+    """
+    sizes: dict[int, set[int]] = {}
+    for row in table.rows:
+        if row.split == split and not row.scope and row.n_samples is not None:
+            sizes.setdefault(row.seed, set()).add(row.n_samples)
+    return bool(sizes) and all(len(s) == 1 for s in sizes.values())
+
+
+def accuracy_notes(table: ResultsTable, split: str, metrics) -> list[str]:
+    """What the accuracy summaries' table needs said: top_samples_decile with equal clients."""
+    if "top_samples_decile" not in metrics or not equal_sizes(table, split):
+        return []
+    return ["top_samples_decile: every client holds the same number of samples on this split, "
+            "so no decile of clients is largest; ties rank the less accurate client first, and "
+            "the value is the bottom-decile mean (the min with 10 clients or fewer), not "
+            "Self-FL's largest clients."]

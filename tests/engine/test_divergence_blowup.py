@@ -88,7 +88,7 @@ def test_with_the_rule_off_no_client_is_scored_at_the_warm_start_and_the_count_i
     assert result.started_better == (by_hand, 40)
     summary = (warm / "off" / "summary.md").read_text()
     assert f"{by_hand} of 40 clients validated better at round 0" in summary
-    assert notes.lines(history)[0].startswith(
+    assert notes.model_lines(history)[0].startswith(
         f"pfedbayes: {by_hand} of 40 clients validated better at round 0")
 
 

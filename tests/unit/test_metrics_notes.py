@@ -42,14 +42,14 @@ def test_report_notes_say_how_many_clients_validated_better_at_the_start():
 
     line = ("pfedbayes: 2 of 4 clients validated better at round 0 (the model it started "
             "from, before it trained) than at any round it trained")
-    assert [n[:len(line)] for n in report.notes()] == [line]   # ditto improved: no note
-    assert report.to_json()["notes"] == report.notes()
+    assert [n[:len(line)] for n in report.model_notes()] == [line]   # ditto improved: no note
+    assert report.to_json()["notes"] == report.model_notes()
     markdown = report.to_markdown()
     assert "## Notes" in markdown and line in markdown
     assert "Round 0, the model a run started from" in report.to_json()["protocol"]
     # last-round selection never scores round 0: nothing to note
     assert build_report(table, selection="last_round",
-                        context=ReportContext(history=tuple(HISTORY))).notes() == []
+                        context=ReportContext(history=tuple(HISTORY))).model_notes() == []
 
 
 def test_routing_note_names_the_layers_outside_5_to_95_percent_per_seed():
@@ -60,7 +60,7 @@ def test_routing_note_names_the_layers_outside_5_to_95_percent_per_seed():
             for r in (299, 300)]
     rows[0]["diag.to_global.0"] = 0.5          # round 299 is not the last: not read
 
-    (line,) = notes.lines(rows)
+    (line,) = notes.model_lines(rows)
 
     assert line.startswith("flow: routing is degenerate on 1 of 2 seed(s)")
     assert "seed 0, round 300: layer 0 100.0 %, layer 1 0.0 %" in line
