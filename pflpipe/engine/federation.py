@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from torch.func import vmap
 
-from pflpipe.engine import accounting, checkpoint, selection
+from pflpipe.engine import accounting, blowup, checkpoint, selection
 from pflpipe.engine.data import FederatedData, member_seed, steps_for_epochs
 from pflpipe.engine.evaluate import evaluate, forward_shared, member_predict
 from pflpipe.engine.noise import step_keys
@@ -72,6 +72,11 @@ class Plan:
     full_eval_every: int | None = None
     #: Checkpoint the client states every n rounds (and after the last); results are the same.
     checkpoint_every: int = field(default=1, repr=False)
+    #: Stop as diverged when a scored model's loss exceeds this multiple of its round-0 value
+    #: with accuracy at chance (`pflpipe.engine.blowup`; the stages pass
+    #: federation.divergence_factor); None: only NaN/inf stop a run. Not in the checkpoints'
+    #: fingerprint: it stops a run or not, and changes none of its numbers.
+    divergence_factor: float | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -112,6 +117,7 @@ class Federation:
             raise ValueError(f"{self.n_clients} clients do not split into {plan.blocks} equal "
                              "blocks (Plan.blocks)")
         self.all_clients = torch.arange(self.n_clients, device=data.train.x.device)
+        self._watch = blowup.Watch(data)
         self.ctx = self._with_modules(ctx)
         if self.ctx is not ctx:
             trainer.ctx = self.ctx
@@ -284,17 +290,48 @@ class Federation:
         if not bad:
             return
         member = bad[0]
-        client = self.data.client_id(clients[member])
+        client, where = self._client(clients[member])
         step, lr = int(result.bad_step[member]), float(lrs[member])
-        done = "round 0" if round_idx == 1 else f"rounds 0–{round_idx - 1}"
-        kept = (f"checkpoints of {done} are intact in {self.store.uri}"
-                if self.store is not None and round_idx > 0 else "nothing was checkpointed yet")
         raise DivergenceError(
-            f"client {client}, round {round_idx}: loss became NaN or infinite after {step + 1} "
+            f"{where}, round {round_idx}: loss became NaN or infinite after {step + 1} "
             f"local step(s) of {objective_name(phase.objective)} (learning rate {lr:g}); "
             f"{len(bad)} client(s) diverged. The learning rate is the likely cause: lower it "
-            f"(federation.lr, or the algorithm's lr). {kept[0].upper()}{kept[1:]}.",
+            f"(federation.lr, or the algorithm's lr). {self._kept(round_idx)}.",
             client=client, round_idx=round_idx)
+
+    def _check_blowup(self, snap: dict, scores: dict[str, Tensor], clients: Tensor,
+                      round_idx: int) -> None:
+        """Raise DivergenceError when a scored model blew up (`pflpipe.engine.blowup`)."""
+        factor = self.plan.divergence_factor
+        if factor is None or round_idx == 0 or self.ctx.task == "regression":
+            return
+        split = "val" if self.plan.best_on_val else "test"
+        for _, members in self._runs(clients):
+            found = self._watch.find(snap["rows"], scores, clients, members, split, factor)
+            if found is not None:
+                client, where = self._client(clients[members[found.member]])
+                raise DivergenceError(
+                    f"{where}, round {round_idx}: {found.describe(split, factor)}. The run "
+                    "diverged although its losses stayed finite. The learning rate is the likely "
+                    "cause: lower it (federation.lr, or the algorithm's lr); "
+                    "federation.divergence_factor: null keeps training. "
+                    f"{self._kept(round_idx)}.", client=client, round_idx=round_idx)
+
+    def _runs(self, clients: Tensor) -> list[tuple[int, Tensor]]:
+        """The separate runs among the scored `clients`: (run, their positions in `clients`)."""
+        return [(0, torch.arange(len(clients)))]
+
+    def _client(self, position) -> tuple[int, str]:
+        """The id of the client at engine `position`, and how a message names it."""
+        client = self.data.client_id(position)
+        return client, f"client {client}"
+
+    def _kept(self, round_idx: int) -> str:
+        """Which checkpoints survive a run stopped in round `round_idx`, as a sentence."""
+        if self.store is None or round_idx == 0:
+            return "Nothing was checkpointed yet"
+        done = "round 0" if round_idx == 1 else f"rounds 0–{round_idx - 1}"
+        return f"Checkpoints of {done} are intact in {self.store.uri}"
 
     # ---- evaluation ------------------------------------------------------------------------
     def _evaluate(self, snap: dict, round_idx: int) -> None:
@@ -312,6 +349,7 @@ class Federation:
         models = vmap(algo.scored, in_dims=(0, None))(state, shared)
         first_row = len(snap["rows"])
         scores = self._scores(snap, round_idx, clients, models, shared)
+        self._check_blowup(snap, scores, clients, round_idx)
         if adaptation is not None:
             accounting.mark_adaptation(snap["rows"][first_row:], clients, adaptation)
         selection.track(snap, scores, models, clients, self.plan.best_on_val)

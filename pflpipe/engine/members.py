@@ -266,6 +266,16 @@ class MemberFederation(Federation):
                                                   clients[rows], keys=keys[rows])
         return loss, accuracy
 
+    def _runs(self, clients: Tensor) -> list[tuple[int, Tensor]]:
+        """Each run's clients among `clients` apart: a run diverges on its own."""
+        runs = (clients // self.size).cpu()
+        return [(run, (runs == run).nonzero().flatten()) for run in runs.unique().tolist()]
+
+    def _client(self, position) -> tuple[int, str]:
+        """A client by its id within its run, and the run's seed."""
+        run, client = divmod(int(position), self.size)
+        return client, f"client {client} (seed {self.algorithm.seeds[run]}, member {run})"
+
     # ---- each run's kept rounds and download bytes -----------------------------------------
     def _round(self, snap: dict, round_idx: int) -> None:
         first = len(snap["rows"])

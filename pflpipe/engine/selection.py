@@ -1,10 +1,13 @@
 """Which of a client's rounds a run keeps, and when its rounds stop early.
 
 The engine keeps each client's last and best-val scores and models. A client's best-val round is
-chosen among the rounds it was scored in: the highest validation accuracy, ties (NaN for a
-regression task) broken by the lower validation loss; without a validation split the best round
-is the last. Early stopping watches the sample-weighted mean validation loss over every client,
-on full sweeps only.
+chosen among the rounds it was scored in after round 0: the highest validation accuracy, ties
+(NaN for a regression task) broken by the lower validation loss; without a validation split the
+best round is the last. Round 0 is the model the run started from (the warm start, or the
+initial model), which the algorithm did not train: it is the best round only of a run that
+trains no round, so no model is credited with a round it did not train (the report counts the
+clients that validated better there: `pflpipe.metrics.notes`). Early stopping watches the
+sample-weighted mean validation loss over every client, on full sweeps only.
 """
 
 import torch
@@ -29,6 +32,7 @@ def track(snap: dict, scores: dict[str, Tensor], models: Tree, clients: Tensor,
     improved = (acc > best_acc) | (tie & (scores["val_loss"] < best["val_loss"]))
     if not best_on_val:
         improved = torch.ones_like(improved)
+    improved |= best["round"] == 0   # a trained round replaces the start, whatever it scores
     for k in scores:
         snap["last"][k].index_copy_(0, clients, scores[k])
         snap["best"][k].index_copy_(0, clients, torch.where(improved, scores[k], best[k]))

@@ -36,7 +36,8 @@ report.json::
      "warm_starts": {MODEL: round}, "compute_warning": "..." | null,
      "compute_by_design": bool,        # the gap is the method's own cost: a note, not a warning
      "stability": {MODEL: {"selected", "last_round", "late_fall", "late_fall_rounds",
-                           "margins", "far_below", "swings"}}}     # `pflpipe.metrics.stability`
+                           "margins", "far_below", "swings"}},    # `pflpipe.metrics.stability`
+     "notes": ["MODEL: ...", ...]}      # what the scores do not show (`pflpipe.metrics.notes`)
 
 Metric values are means over seeds; a null value has its reason in the model's "reasons".
 "decisions" hold the thesis's vote; "best" and "fairest" name a model only where the
@@ -97,7 +98,10 @@ def protocol(selection: str, local: str, global_: str, validation: bool | None =
             "validation split. The warm start's global model (FedAvg) is one model, so its "
             "best-on-validation round is one round for every client: the round with the best "
             "mean validation accuracy over the clients, weighted by their samples. An algorithm's "
-            "own global model is scored at the round its personalized model was chosen. Test is "
+            "own global model is scored at the round its personalized model was chosen. Round 0, "
+            "the model a run started from (the warm start, or the initial model), is never "
+            "chosen when the run trained a round: a model is scored only at rounds it trained "
+            "(the notes count the clients that validated better at round 0). Test is "
             "never used to choose; both the last-round and the best-on-validation models are "
             f"recorded, and this report evaluates {chosen[selection]} ({selection}).")
     return (
@@ -207,6 +211,7 @@ class Report:
             "compute_warning": found.text if found else None,
             "compute_by_design": bool(found and found.by_design),
             "stability": {m: s.to_json() for m, s in self.stability.items()},
+            "notes": self.model_notes(),
             **({"tuning": self.context.tuning} if self.context.tuning else {}),
         }
 
@@ -230,6 +235,7 @@ class Report:
             ("p", protocol(self.selection, self.local, self.global_, self.validation, self.unit)),
             *tuning.blocks(self.context.tuning),
             ("h2", "Answers"), ("list", [self.answer(s.split) for s in self.answered()]),
+            *([("h2", "Notes"), ("list", self.model_notes())] if self.model_notes() else []),
         ]
         out += stability.blocks(self.stability, self.primary.split, self.selection, self.unit)
         out += self._compute_blocks()
@@ -256,6 +262,10 @@ class Report:
         history, plan = self.context.history, self.context.plan
         return cost.mismatch(cost.in_all(history, plan), (self.local, self.global_),
                              self.context.compute_mismatch, plan, compute.totals(history))
+
+    def model_notes(self) -> list[str]:
+        """What the scores do not show, per model (`pflpipe.metrics.notes`)."""
+        return notes.model_lines(self.context.history, self.selection)
 
     def compute_warning(self) -> str | None:
         """The text of `unequal_compute` (a warning, or a note when the gap is by design)."""

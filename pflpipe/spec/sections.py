@@ -130,6 +130,15 @@ class FederationSettings(Section):
         None, ge=1,
         description="With eval_clients: sampled, also score every client every n rounds.",
     )
+    divergence_factor: float | None = Field(
+        3.0, gt=1,
+        description="Stop a run as diverged (DivergenceError naming the client and round) when, "
+        "at an evaluated round, a scored model's mean validation loss over the scored clients "
+        "exceeds this multiple of its round-0 value while its mean validation accuracy is no "
+        "better than predicting each client's most frequent label (docs/contracts.md, "
+        "'Divergence'); null: only a NaN or infinite loss stops a run. Default 3: no shipped "
+        "digits spec comes near it.",
+    )
 
     @model_validator(mode="after")
     def _momentum_is_sgd(self):
@@ -211,8 +220,9 @@ class Evaluation(Section):
     baselines: Baselines = Field(default_factory=Baselines, description="Baseline model names.")
     selection: Literal["best_val", "last_round"] = Field(
         "best_val",
-        description="Which per-client model is scored: the round/epoch best on validation, or the "
-        "last one. Both are recorded; without a validation split both are the last one.",
+        description="Which per-client model is scored: the round/epoch best on validation among "
+        "those the algorithm trained (never round 0, the model it started from), or the last "
+        "one. Both are recorded; without a validation split both are the last one.",
     )
     compute_mismatch: float = Field(
         1.5, ge=1,

@@ -7,6 +7,7 @@ model).
 import hashlib
 import logging
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from pflpipe.algorithms import build
 from pflpipe.data.files import load_tensors
 from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import Plan
-from pflpipe.errors import DataError
+from pflpipe.errors import DataError, DivergenceError
+from pflpipe.metrics import notes
 from pflpipe.metrics.table import GLOBAL_SCOPE
 from pflpipe.stages import common, tune
 from pflpipe.tracking import NULL_TRACKER, Tracker
@@ -33,14 +35,20 @@ class PersonalizeResult:
     best_val_test_accuracy: float
     last_round_test_accuracy: float
     has_validation: bool = True
+    #: (clients whose round-0 model validated better than any trained round, clients)
+    started_better: tuple[int, int] = (0, 0)
 
     def to_markdown(self) -> str:
         """One paragraph for the KFP Markdown artifact."""
-        chosen = ("with each client's model chosen on validation" if self.has_validation
+        chosen = ("with each client's model chosen on validation among its trained rounds"
+                  if self.has_validation
                   else "with each client's last model (no validation split)")
+        better, clients = self.started_better
+        worse = (f" {better} of {clients} clients validated better at round 0, the model it "
+                 "started from, than at any round it trained." if better else "")
         return (f"**{self.model}**: {self.rounds} rounds; mean client test accuracy "
                 f"{self.best_val_test_accuracy:.4f} {chosen}, {self.last_round_test_accuracy:.4f}"
-                " after the last round.\n")
+                f" after the last round.{worse}\n")
 
 
 def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path | None,
@@ -68,8 +76,9 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
             stage, shard)
     recipe = _recipe(*args)
     common.use_checkpoints(recipe.store, resume, recipe.plan.rounds)
-    result = common.federate(spec, recipe, _recipe, args,
-                             common.round_progress(recipe.plan.rounds) if progress else None)
+    with _naming([label]):
+        result = common.federate(spec, recipe, _recipe, args,
+                                 common.round_progress(recipe.plan.rounds) if progress else None)
     return _write(spec, seed, label, recipe, result, Path(results_dir), tracker, stage, shard,
                   tuning_dir)
 
@@ -115,7 +124,8 @@ def run_variants(runs: list[tuple], seeds: list[int], partition_dirs: list[Path]
     federation = combine(recipes, [r.plan.seed for r in recipes], store, key,
                          common.round_progress(rounds) if progress else None,
                          [r.store for r in recipes])
-    results = iter(zip(recipes, federation.run_members(), strict=True))
+    with _naming([label for _, label in runs]):
+        results = iter(zip(recipes, federation.run_members(), strict=True))
     return [[_write(spec, seed, label, *next(results), Path(out), tracker, stage, None,
                     tuning_dir)
              for seed, out in zip(seeds, outs, strict=True)]
@@ -133,7 +143,8 @@ def _write(spec, seed: int, label: str, recipe: Recipe, result, results_dir: Pat
     summary = PersonalizeResult(model, result.rounds_completed,
                                 common.mean_test_accuracy(results, "best_val"),
                                 common.mean_test_accuracy(results, "last_round"),
-                                common.has_validation(data))
+                                common.has_validation(data),
+                                notes.started_better(history).get((model, seed), (0, 0)))
     models = common.client_models(result.best_model, data.first_client)
     common.write_results(Path(results_dir), results, history, models, summary.to_markdown())
     if shard is not None:
@@ -149,6 +160,16 @@ def _write(spec, seed: int, label: str, recipe: Recipe, result, results_dir: Pat
     common.log_clients(tracker, stage, model, results, history,
                        models=models if spec.tracking.log_models else None)
     return summary
+
+
+@contextmanager
+def _naming(labels: list[str]):
+    """Name the entry (or entries) in a DivergenceError raised inside."""
+    try:
+        yield
+    except DivergenceError as err:
+        named = ", ".join(repr(label) for label in dict.fromkeys(labels))
+        raise DivergenceError(f"entry {named}, {err}", err.client, err.round_idx) from err
 
 
 def _recipe(spec, seed: int, label: str, partition_dir: Path, start: Path | None, stage: str,

@@ -150,7 +150,8 @@ def plan_settings(spec) -> dict:
     fed = spec.federation
     return {"optimizer": optimizer(spec), "eval_clients": fed.eval_clients,
             "full_eval_every": fed.full_eval_every,
-            "checkpoint_every": spec.engine.checkpoint_every}
+            "checkpoint_every": spec.engine.checkpoint_every,
+            "divergence_factor": fed.divergence_factor}
 
 
 def engine_key(spec, s: Setup | None = None) -> dict:

@@ -19,6 +19,7 @@ from pathlib import Path
 from pflpipe import layout
 from pflpipe.distill.figures import lambda_t_figure
 from pflpipe.errors import DataError
+from pflpipe.metrics import notes
 from pflpipe.stages import common
 from pflpipe.stages.distill_grid_search import FIGURES, DistillResult
 from pflpipe.stages.personalize import PersonalizeResult
@@ -90,9 +91,12 @@ def _summary(parts: list[dict], out: Path) -> DistillResult | PersonalizeResult:
             c["test_accuracy"] for c in chosen) / len(chosen)})
     results = [{**row, "accuracy": float(row["accuracy"])}
                for row in common.read_csv(out / layout.RESULTS_CSV)]
+    counts = [v for (model, _), v in notes.started_better(
+        common.read_csv(out / layout.HISTORY_CSV)).items() if model == parts[0]["model"]]
     return PersonalizeResult(**{**parts[0], **{
         f"{selection}_test_accuracy": common.mean_test_accuracy(results, selection)
-        for selection in ("best_val", "last_round")}})
+        for selection in ("best_val", "last_round")},
+        "started_better": (sum(c[0] for c in counts), sum(c[1] for c in counts))})
 
 
 def _numbers(row: dict) -> dict:

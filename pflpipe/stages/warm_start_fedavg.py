@@ -148,8 +148,8 @@ def _global_results(rows: list[dict], last: int, seed: int, data) -> tuple[list[
     """The global model's results; it is one model, so it has one best-val round.
 
     Its best-val round is the round with the best sample-weighted mean validation accuracy (ties:
-    lower mean loss, then the earlier round) among the rounds that scored every client; without a
-    validation split, the last round.
+    lower mean loss, then the earlier round) among the trained rounds (≥ 1) that scored every
+    client; without a validation split (or a trained round), the last round.
     """
     best = last
     if common.has_validation(data):
@@ -157,7 +157,8 @@ def _global_results(rows: list[dict], last: int, seed: int, data) -> tuple[list[
         for row in rows:
             if row["split"] == "val":
                 scored[row["round"]] = scored.get(row["round"], 0) + 1
-        full = [r for r in rows if scored.get(r["round"]) == data.n_clients]
+        full = [r for r in rows if scored.get(r["round"]) == data.n_clients
+                and (r["round"] > 0 or last == 0)]
         accuracy = common.mean_by_round(full, "val", "accuracy", data)
         loss = common.mean_by_round(full, "val", "loss", data)
         best = min(accuracy, key=lambda r: (-accuracy[r], loss[r], r))

@@ -137,3 +137,28 @@ def test_pfedbayes_defaults_train_the_40_client_ds2_digits_case_without_divergin
     sigma = torch.cat([torch.nn.functional.softplus(v).flatten() for k, v in model.items()
                        if k.startswith("spread/")])
     assert torch.isfinite(sigma).all() and sigma.max() < 10.0
+
+
+def test_pfedbayes_with_sgd_at_lr_0_3_diverges_on_the_40_client_ds2_digits_case(tmp_path):
+    # Prepare: the same case with the federation's plain SGD at lr 0.3 (`optimizer: federation`):
+    # client 33's handful of samples make the KL's curvature ζ/(n·σ²) ~10⁴, so each step
+    # multiplies the personal–global gap. The losses stay finite (~10⁶): the blow-up rule stops
+    # the run (`pflpipe.engine.blowup`).
+    from pflpipe.errors import DivergenceError
+    from pflpipe.spec import parse_spec
+    from pflpipe.stages import partition_data, personalize
+
+    spec = parse_spec(PFEDBAYES_DS2.replace("warm_start: none, local_epochs: 5}",
+                                            "warm_start: none, local_epochs: 5, "
+                                            "optimizer: federation, lr: 0.3}")
+                      + f"storage: {{kind: local, path: {tmp_path / 'store'}}}\n")
+    partition_data.run(spec, 0, tmp_path / "partition")
+
+    # Execute
+    with pytest.raises(DivergenceError) as info:
+        personalize.run(spec, 0, "pfedbayes", tmp_path / "partition", None, tmp_path / "out")
+
+    # Assert: named by entry, client and round
+    assert (info.value.client, info.value.round_idx) == (33, 1)
+    assert str(info.value).startswith("entry 'pfedbayes', client 33, round 1: the personalized "
+                                      "model's mean val loss rose to ")

@@ -1,8 +1,9 @@
 """`pflpipe run` when a stage fails: the stage's own error on screen, exit 1, no traceback, the
 MLflow parent run FAILED, and what the other stages computed kept (a rerun reuses it).
 
-The failure is real: Ditto with a learning rate of 100 (the largest the spec allows) diverges
-in its second round.
+The failure is real: Ditto with a learning rate of 100 (the largest the spec allows) blows up in
+its first round (finite losses, its global model at chance: the blow-up rule; NaN follows in the
+second round with `federation.divergence_factor: null`).
 """
 
 import os
@@ -45,7 +46,8 @@ def test_failing_stage_exits_1_with_its_own_error_and_no_traceback(failed):
     assert "✗ personalize[ditto] · seed 0" in first.stdout
     error = first.stderr
     assert "error: stage personalize[ditto] · seed 0 failed:" in error
-    assert "DivergenceError: client " in error and "learning rate 100" in error
+    assert "DivergenceError: entry 'ditto', client 3, round 1: the global model's" in error
+    assert "losses stayed finite. The learning rate is the likely cause" in error
     log = work / "results" / "logs" / "personalize_ditto_seed_0.log"
     assert f"(its full output: {log})" in error and log.is_file()
     assert len(error.splitlines()) <= 4  # the stage's error, not a wall of runner logs
@@ -64,7 +66,7 @@ def test_parent_run_is_failed_and_the_successful_stages_are_kept(failed):
     # the cached stage tracks nothing itself: the CLI leaves its error and log in MLflow
     (run, _) = failed_stage
     assert run.info.run_name == "personalize[ditto] · seed 0"
-    assert "DivergenceError: client " in run.data.tags["mlflow.note.content"]
+    assert "DivergenceError: entry 'ditto', client " in run.data.tags["mlflow.note.content"]
     assert [a.path for a in client.list_artifacts(run.info.run_id, "logs")] == [
         "logs/personalize_ditto_seed_0.log"]
     assert "✓ warm_start_fedavg · seed 0" in first.stdout

@@ -32,15 +32,16 @@ def test_sampled_evaluation_scores_the_rounds_clients_and_full_sweeps(ds3):
         assert scored[round_idx] == trained
 
 
-def test_sampled_evaluation_tracks_each_clients_best_among_its_scored_rounds(ds3):
+def test_sampled_evaluation_tracks_each_clients_best_among_its_scored_trained_rounds(ds3):
     _, result = _run(ds3, "sampled", full_eval_every=4)
 
     for client in range(10):
         rows = {(r["round"], r["split"]): r for r in result.rows
                 if r["client"] == client and r["split"] in ("val", "test")}
         rounds = sorted({r for r, _ in rows})
-        best = min(rounds, key=lambda r: (-rows[(r, "val")]["accuracy"], rows[(r, "val")]["loss"],
-                                          r))
+        trained = [r for r in rounds if r > 0]   # round 0 (the start) is never the best
+        best = min(trained, key=lambda r: (-rows[(r, "val")]["accuracy"],
+                                           rows[(r, "val")]["loss"], r))
         assert int(result.best["round"][client]) == best
         assert result.best["test_accuracy"][client].item() == rows[(best, "test")]["accuracy"]
         assert int(result.last["round"][client]) == rounds[-1]
