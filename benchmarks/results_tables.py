@@ -221,9 +221,13 @@ def section(spec_path: Path, run: Path, commit: str, ran_by: str = "`pflpipe run
     return "\n".join(lines)
 
 
+def markers(name: str) -> tuple[str, str]:
+    """The lines around experiment `name`'s section."""
+    return tuple(f"<!-- benchmarks/results_tables.py: {name} {m} -->" for m in ("begin", "end"))
+
+
 def write(out: Path, text: str, name: str) -> None:
-    begin, end = (f"<!-- benchmarks/results_tables.py: {name} {m} -->" for m in ("begin", "end"))
-    replace_section(out, text, begin, end)
+    replace_section(out, text, *markers(name))
 
 
 def main() -> None:
