@@ -84,8 +84,11 @@ class Command:
     fence: bool = False  # plain-text output: keep its columns in a code block
     about: str = ""  # what the output's numbers are, for the reader
 
+    workdir: bool = False  # the benchmark keeps its stages' outputs in --workdir (resumes)
+
     def argv(self, run: Path, quick: bool) -> list[str]:
-        return list(self.quick_args if quick else self.args)
+        work = ["--workdir", str(run / "work")] if self.workdir else []
+        return [*(self.quick_args if quick else self.args), *work]
 
     def finished(self, run: Path) -> bool:
         return (run / OUTPUT).is_file() and (run / PROVENANCE).is_file()
@@ -121,11 +124,11 @@ RESULTS = Page("docs/results.md", (
         "partition.n_clients=4")),
     Command("flow-digits", (
         "benchmarks/flow_digits.py", "--seeds", "0", "1", "2", "--only", "fedavg_ft", "flow",
-        "flow-paper-eq5", "--set", "partition.n_clients=20", "--set", "federation.rounds=60",
+        "--set", "partition.n_clients=20", "--set", "federation.rounds=60",
         "--set", "federation.client_fraction=0.5", "--set", "federation.full_eval_every=20"),
         quick_args=("benchmarks/flow_digits.py", "--seeds", "0", "--only", "flow", "--set",
                     "partition.n_clients=10", "--set", "federation.rounds=2", "--set",
-                    "federation.full_eval_every=1")),
+                    "federation.full_eval_every=1"), workdir=True),
     Command("selffl-synthetic", (
         "benchmarks/selffl_synthetic.py", "--repetitions", "10", "--fractions", "0.1", "0.5", "1"),
         quick_args=("benchmarks/selffl_synthetic.py", "--repetitions", "3",
@@ -165,8 +168,7 @@ def run(source, folder: Path, quick: bool) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     argv = source.argv(folder, quick)
     shown = "python " + " ".join(shlex.quote(a) for a in argv)
-    if isinstance(source, Spec):
-        shown = shown.replace(shlex.quote(str(folder)), "RUN_DIR")
+    shown = shown.replace(shlex.quote(str(folder)), "RUN_DIR")
     made = {"command": shown, "commit": commit(), "machine": machine(),
             "load": [round(os.getloadavg()[0], 1)]}
     print(f"{source.name}: {shown}", file=sys.stderr, flush=True)
