@@ -40,6 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 import results_tables  # noqa: E402  (a sibling script, not a package)
 
+from pflpipe.events import TAG  # noqa: E402
 from pflpipe.markdown import replace_section  # noqa: E402
 
 PROVENANCE = "provenance.json"
@@ -85,6 +86,7 @@ class Command:
     about: str = ""  # what the output's numbers are, for the reader
 
     workdir: bool = False  # the benchmark keeps its stages' outputs in --workdir (resumes)
+    env: tuple[tuple[str, str], ...] = ()  # environment the command runs with (shown with it)
 
     def argv(self, run: Path, quick: bool) -> list[str]:
         work = ["--workdir", str(run / "work")] if self.workdir else []
@@ -94,7 +96,8 @@ class Command:
         return (run / OUTPUT).is_file() and (run / PROVENANCE).is_file()
 
     def body(self, run: Path, made: dict) -> str:
-        text = (run / OUTPUT).read_text().strip("\n")
+        text = "\n".join(line for line in (run / OUTPUT).read_text().strip("\n").splitlines()
+                         if not line.strip().startswith(TAG))  # a stage's events, not its output
         if self.fence:
             text = f"```\n{text}\n```"
         return "\n".join(filter(None, [self.about, text]))
@@ -129,13 +132,47 @@ RESULTS = Page("docs/results.md", (
         quick_args=("benchmarks/flow_digits.py", "--seeds", "0", "--only", "flow", "--set",
                     "partition.n_clients=10", "--set", "federation.rounds=2", "--set",
                     "federation.full_eval_every=1"), workdir=True),
+    Command("selffl-ablations", ("benchmarks/selffl_digits.py", "--seeds", "1", "2", "3",
+                                 "--rounds", "30"),
+            quick_args=("benchmarks/selffl_digits.py", "--seeds", "1", "--rounds", "2", "--only",
+                        "self_fl", "only_init"), workdir=True),
     Command("selffl-synthetic", (
         "benchmarks/selffl_synthetic.py", "--repetitions", "10", "--fractions", "0.1", "0.5", "1"),
         quick_args=("benchmarks/selffl_synthetic.py", "--repetitions", "3",
                     "--references-only")),
 ))
 
-PERFORMANCE = Page("docs/performance.md", ())
+ONE_COMPILE_THREAD = (("TORCHINDUCTOR_COMPILE_THREADS", "1"),)  # compiling counted as CPU
+PERFORMANCE = Page("docs/performance.md", (
+    Command("engine-cpu", ("benchmarks/engine.py", "--clients", "10", "100", "1000", "--rounds",
+                           "2", "--threads", "1", "--clock", "cpu"),
+            quick_args=("benchmarks/engine.py", "--clients", "4", "--rounds", "1", "--threads",
+                        "1", "--clock", "cpu", "--no-compile"),
+            fence=True, env=ONE_COMPILE_THREAD),
+    Command("step-profile", ("benchmarks/step_profile.py",),
+            quick_args=("benchmarks/step_profile.py", "--members", "4"), fence=True),
+    Command("skew", ("benchmarks/skew.py", "--rounds", "3", "--repeats", "2", "--threads", "1",
+                     "--clock", "cpu"),
+            quick_args=("benchmarks/skew.py", "--rounds", "1", "--repeats", "1", "--trainers",
+                        "plain", "batched", "--threads", "1", "--clock", "cpu"),
+            fence=True, env=ONE_COMPILE_THREAD),
+    Command("checkpoints", ("benchmarks/checkpoints.py",),
+            quick_args=("benchmarks/checkpoints.py", "--rounds", "3", "--clients", "4"),
+            fence=True),
+    Command("precision", ("benchmarks/precision.py",),
+            quick_args=("benchmarks/precision.py", "--seeds", "0", "--rounds", "2"), fence=True),
+    Command("distill", ("benchmarks/distill.py",),
+            quick_args=("benchmarks/distill.py", "--epochs", "1"), fence=True),
+    Command("pfedme", ("benchmarks/pfedme.py",),
+            quick_args=("benchmarks/pfedme.py", "--clients", "4", "--repeat", "1"), fence=True),
+    Command("variants", ("benchmarks/variants.py",),
+            quick_args=("benchmarks/variants.py", "--seeds", "1", "--lams", "0.1", "1.0",
+                        "--rounds", "1", "--clients", "4"), fence=True),
+    Command("startup", ("benchmarks/startup.py",),
+            quick_args=("benchmarks/startup.py", "--set", "federation.rounds=2"), fence=True),
+    Command("cross-device", ("benchmarks/cross_device.py", "--rounds", "6"),
+            quick_args=("benchmarks/cross_device.py", "--rounds", "2"), fence=True),
+))
 
 PAGES = {"results": RESULTS, "performance": PERFORMANCE}
 
@@ -167,13 +204,15 @@ def run(source, folder: Path, quick: bool) -> dict:
     """Run one source into `folder`; write and return its provenance."""
     folder.mkdir(parents=True, exist_ok=True)
     argv = source.argv(folder, quick)
-    shown = "python " + " ".join(shlex.quote(a) for a in argv)
+    env = dict(getattr(source, "env", ()))
+    shown = " ".join([*(f"{k}={v}" for k, v in env.items()), "python",
+                      *(shlex.quote(a) for a in argv)])
     shown = shown.replace(shlex.quote(str(folder)), "RUN_DIR")
     made = {"command": shown, "commit": commit(), "machine": machine(),
             "load": [round(os.getloadavg()[0], 1)]}
     print(f"{source.name}: {shown}", file=sys.stderr, flush=True)
     start, cpu = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run([sys.executable, *argv], cwd=REPO, check=False,
+    out = subprocess.run([sys.executable, *argv], cwd=REPO, check=False, env=os.environ | env,
                          stdout=subprocess.PIPE if isinstance(source, Command) else None,
                          text=True)
     if out.returncode:
