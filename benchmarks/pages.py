@@ -69,10 +69,7 @@ class Spec:
         return (run / "report").is_dir() and (run / PROVENANCE).is_file()
 
     def body(self, run: Path, made: dict) -> str:
-        text = results_tables.section(REPO / self.spec, run, made["commit"],
-                                      ran_by=f"`{made['command']}`")
-        begin, end = results_tables.markers(read_name(REPO / self.spec))
-        return text.removeprefix(begin).removesuffix(end).strip("\n")
+        return results_tables.section(REPO / self.spec, run, made["commit"], standalone=False)
 
 
 @dataclass(frozen=True)
@@ -103,12 +100,6 @@ class Command:
         return "\n".join(filter(None, [self.about, text]))
 
 
-def read_name(spec: Path) -> str:
-    from pflpipe.spec import read_spec
-
-    return read_spec(spec).experiment.name
-
-
 @dataclass(frozen=True)
 class Page:
     path: str
@@ -121,7 +112,7 @@ RESULTS = Page("docs/results.md", (
         "distillation.epochs=1", "partition.n_clients=4")),
     Spec("results-pfedvem-digits", "specs/results-pfedvem-digits.yaml", quick=(
         "federation.rounds=2", "experiment.seeds=[1]", "tuning.seeds=[100]",
-        "tuning.budget.rounds=2", "partition.n_clients=8")),
+        "tuning.budget.rounds=2", "partition.n_clients=6", "federation.local_epochs=1")),
     Spec("results-selffl-digits", "specs/results-selffl-digits.yaml", quick=(
         "federation.rounds=3", "experiment.seeds=[1]", "tuning.seeds=[100]",
         "partition.n_clients=4")),
@@ -156,6 +147,8 @@ PERFORMANCE = Page("docs/performance.md", (
             quick_args=("benchmarks/skew.py", "--rounds", "1", "--repeats", "1", "--trainers",
                         "plain", "batched", "--threads", "1", "--clock", "cpu"),
             fence=True, env=ONE_COMPILE_THREAD),
+    Command("startup", ("benchmarks/startup.py",),
+            quick_args=("benchmarks/startup.py", "--set", "federation.rounds=2"), fence=True),
     Command("checkpoints", ("benchmarks/checkpoints.py",),
             quick_args=("benchmarks/checkpoints.py", "--rounds", "3", "--clients", "4"),
             fence=True),
@@ -168,8 +161,6 @@ PERFORMANCE = Page("docs/performance.md", (
     Command("variants", ("benchmarks/variants.py",),
             quick_args=("benchmarks/variants.py", "--seeds", "1", "--lams", "0.1", "1.0",
                         "--rounds", "1", "--clients", "4"), fence=True),
-    Command("startup", ("benchmarks/startup.py",),
-            quick_args=("benchmarks/startup.py", "--set", "federation.rounds=2"), fence=True),
     Command("cross-device", ("benchmarks/cross_device.py", "--rounds", "6"),
             quick_args=("benchmarks/cross_device.py", "--rounds", "2"), fence=True),
 ))
