@@ -116,13 +116,6 @@ RESULTS = Page("docs/results.md", (
     Spec("results-selffl-digits", "specs/results-selffl-digits.yaml", quick=(
         "federation.rounds=3", "experiment.seeds=[1]", "tuning.seeds=[100]",
         "partition.n_clients=4")),
-    Command("flow-digits", (
-        "benchmarks/flow_digits.py", "--seeds", "0", "1", "2", "--only", "fedavg_ft", "flow",
-        "--set", "partition.n_clients=20", "--set", "federation.rounds=60",
-        "--set", "federation.client_fraction=0.5", "--set", "federation.full_eval_every=20"),
-        quick_args=("benchmarks/flow_digits.py", "--seeds", "0", "--only", "flow", "--set",
-                    "partition.n_clients=10", "--set", "federation.rounds=2", "--set",
-                    "federation.full_eval_every=1"), workdir=True),
     Command("selffl-ablations", ("benchmarks/selffl_digits.py", "--seeds", "1", "2", "3",
                                  "--rounds", "30"),
             quick_args=("benchmarks/selffl_digits.py", "--seeds", "1", "--rounds", "2", "--only",
@@ -131,6 +124,13 @@ RESULTS = Page("docs/results.md", (
         "benchmarks/selffl_synthetic.py", "--repetitions", "10", "--fractions", "0.1", "0.5", "1"),
         quick_args=("benchmarks/selffl_synthetic.py", "--repetitions", "3",
                     "--references-only")),
+    Command("flow-digits", (
+        "benchmarks/flow_digits.py", "--seeds", "0", "1", "2", "--only", "fedavg_ft", "flow",
+        "--set", "partition.n_clients=20", "--set", "federation.rounds=60",
+        "--set", "federation.client_fraction=0.5", "--set", "federation.full_eval_every=20"),
+        quick_args=("benchmarks/flow_digits.py", "--seeds", "0", "--only", "flow", "--set",
+                    "partition.n_clients=10", "--set", "federation.rounds=2", "--set",
+                    "federation.full_eval_every=1"), workdir=True),
 ))
 
 ONE_COMPILE_THREAD = (("TORCHINDUCTOR_COMPILE_THREADS", "1"),)  # compiling counted as CPU
