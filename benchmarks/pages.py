@@ -84,6 +84,7 @@ class Command:
 
     workdir: bool = False  # the benchmark keeps its stages' outputs in --workdir (resumes)
     env: tuple[tuple[str, str], ...] = ()  # environment the command runs with (shown with it)
+    manual: bool = False  # hours: run only when named in --only, else its kept block stays
 
     def argv(self, run: Path, quick: bool) -> list[str]:
         work = ["--workdir", str(run / "work")] if self.workdir else []
@@ -161,6 +162,11 @@ PERFORMANCE = Page("docs/performance.md", (
     Command("variants", ("benchmarks/variants.py",),
             quick_args=("benchmarks/variants.py", "--seeds", "1", "--lams", "0.1", "1.0",
                         "--rounds", "1", "--clients", "4"), fence=True),
+    Command("protocol", ("benchmarks/protocol.py", "--splits", "ds1", "--pool", "17500",
+                         "--rounds", "10", "--epochs", "1", "--compile", "false"),
+            quick_args=("benchmarks/protocol.py", "--splits", "ds1", "--seeds", "1", "--pool",
+                        "700", "--rounds", "1", "--epochs", "1", "--compile", "false",
+                        "--no-tracking"), manual=True),
     Command("cross-device", ("benchmarks/cross_device.py", "--rounds", "6"),
             quick_args=("benchmarks/cross_device.py", "--rounds", "2"), fence=True),
 ))
@@ -259,6 +265,9 @@ def main() -> None:
         if args.only and source.name not in args.only:
             continue
         folder = runs / source.name
+        named = source.name in (args.only or ())
+        if getattr(source, "manual", False) and not named and not source.finished(folder):
+            continue  # recorded by hand in the page until someone runs it by name
         if not args.render and (args.rerun or not source.finished(folder)):
             run(source, folder, args.quick)
         if not source.finished(folder):
