@@ -160,7 +160,7 @@ def table(scores: dict[str, list[dict]], spec: Spec) -> str:
 
 
 def report(scores, spec: Spec, seeds: list[int], seconds: dict[str, float], command: str) -> str:
-    """This benchmark's section of docs/results.md."""
+    """This benchmark's Markdown section (what --out writes between its markers)."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                             capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "pflpipe"], cwd=REPO,
@@ -239,7 +239,7 @@ def run_seed(spec: Spec, seed: int, root: Path, labels: list[str], threads: int
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the benchmark; print the table and optionally write docs/results.md's section."""
+    """Run the benchmark; print the table and optionally write its section (--out)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", type=Path, default=REPO / "specs" / "pfedvem-digits.yaml")
     parser.add_argument("--seeds", type=int, nargs="+")

@@ -10,10 +10,12 @@ the chosen point; and which seeds chose settings and which are reported. Nothing
 the table can be redone whenever the run is (e.g. after a change to the compute counting).
 
     pflpipe run specs/results-digits.yaml --results DIR
-    python benchmarks/results_tables.py specs/results-digits.yaml DIR/latest --out docs/results.md
+    python benchmarks/results_tables.py specs/results-digits.yaml DIR/latest [--out FILE.md]
 
 --out replaces the text between this table's markers (named after the experiment) in the file,
 or appends the section. --commit names the commit whose code (and compute counting) ran.
+docs/results.md's tables are written by benchmarks/pages.py, which runs each result spec and
+calls `section` on its run folder.
 """
 
 import argparse
