@@ -4,8 +4,10 @@ Reads what the run wrote (each seed's results.csv, each tuned entry's tuning.jso
 tuning section, report.json's compute warning) and the spec it ran, and prints a Markdown section:
 per model the mean client test accuracy of the personalized models at each client's best-validation
 round and after the last round, the global model's (GA) after the last round, mean ± sd over the
-reported seeds; the compute each model cost (the engine's own counts in results.csv, summed over
-clients, mean over seeds); the tuning grids with every point's validation score per tuning seed and
+reported seeds, with its 95 % interval (over the seeds, or a bootstrap over the clients of one
+seed) and every pair of models compared (Holm-corrected paired tests: which gaps are resolved); the
+compute each model cost (the engine's own counts in results.csv, summed over clients, mean over
+seeds); the tuning grids with every point's validation score per tuning seed and
 the chosen point; and which seeds chose settings and which are reported. Nothing is retrained, so
 the table can be redone whenever the run is (e.g. after a change to the compute counting).
 
@@ -26,8 +28,15 @@ import subprocess
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 from pflpipe import layout
 from pflpipe.markdown import replace_section
+from pflpipe.metrics.pairwise import compare_cells, top_with
+from pflpipe.metrics.pairwise_report import describe as describe_gap
+from pflpipe.metrics.pairwise_report import pairs_markdown
+from pflpipe.metrics.table import client_key
+from pflpipe.metrics.uncertainty import mean_interval
 from pflpipe.spec import read_spec
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,6 +71,45 @@ def per_seed(rows: list[dict]) -> dict:
             out[model][seed] = {k: (sum(v) if k in COMPUTE else statistics.fmean(v))
                                 for k, v in cols.items()}
     return out
+
+
+def cells_of(rows: list[dict]) -> dict[str, np.ndarray]:
+    """model → [S, K] personalized test accuracies at best-val (seeds × clients, in id order)."""
+    by = defaultdict(lambda: defaultdict(dict))
+    for r in rows:
+        if r["scope"] == "" and r["selection"] == "best_val":
+            by[r["model"]][int(r["seed"])][r["client"]] = float(r["accuracy"])
+    return {model: np.array([[clients[c] for c in sorted(clients, key=client_key)]
+                             for _, clients in sorted(seeds.items())])
+            for model, seeds in by.items()}
+
+
+def interval(cells: np.ndarray | None) -> str:
+    """The 95 % interval of a model's mean accuracy in percent, e.g. ``[70.0, 80.0]``."""
+    if cells is None:
+        return "—"
+    found = mean_interval(cells)
+    return f"[{found.low * 100:.1f}, {found.high * 100:.1f}]"
+
+
+def pairwise_lines(spec, cells: dict[str, np.ndarray]) -> list[str]:
+    """Every pair of models on PA best-val, Holm-corrected, and the models tied at the top."""
+    if len(cells) < 2:
+        return []
+    pairs = compare_cells({m: cells[m] for m in ordered(spec, cells)})
+    best = max(cells, key=lambda m: cells[m].mean())
+    top = top_with(best, sorted(cells, key=lambda m: -cells[m].mean()), pairs)
+    seeds, clients = next(iter(cells.values())).shape
+    over = (f"over the {seeds} reported seeds (paired t-test on the per-seed means)" if seeds > 1
+            else f"over the {clients} clients of the one reported seed (Wilcoxon signed-rank; "
+                 "bootstrap interval)")
+    unresolved = [f"{m} ({describe_gap(pair, best, 'fraction')})" for m in top[1:]
+                  for pair in pairs if {pair.a, pair.b} == {best, m}]
+    return [f"Pairwise, PA best-val {over}, Holm-corrected over all {len(pairs)} pairs; Δ in "
+            "percentage points:", "", *pairs_markdown(pairs), "",
+            f"Best mean: {best}; " + (f"not separated from it: {'; '.join(unresolved)}."
+                                      if unresolved else "resolved ahead of every other model."),
+            ""]
 
 
 def mean_sd(values: list[float], scale: float = 100.0, digits: int = 1) -> str:
@@ -103,10 +151,10 @@ def ordered(spec, stats: dict) -> list[str]:
     return [m for m in order if m in stats] + sorted(m for m in stats if m not in order)
 
 
-def model_table(spec, stats: dict, chosen: dict) -> list[str]:
-    lines = ["| model | setting (**tuned**) | PA best-val % | PA last % | GA last % | "
+def model_table(spec, stats: dict, chosen: dict, cells: dict | None = None) -> list[str]:
+    lines = ["| model | setting (**tuned**) | PA best-val % | 95 % CI | PA last % | GA last % | "
              "steps | samples (k) | sent / received (MB) | PA best-val per seed |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for model in ordered(spec, stats):
         s = [stats[model][k] for k in sorted(stats[model])]
 
@@ -120,7 +168,8 @@ def model_table(spec, stats: dict, chosen: dict) -> list[str]:
             f"{statistics.fmean(sent) / 1e6:.2f} / {statistics.fmean(received) / 1e6:.2f}"]
         ga = col("pa_last") if model == "fedavg" else col("ga_last")  # FedAvg's model is global
         by_seed = " / ".join(f"{v['pa_best'] * 100:.1f}" for v in s)
-        lines.append(f"| {model} | {describe(spec, model, chosen)} | {mean_sd(col('pa_best'))} "
+        lines.append(f"| {model} | {describe(spec, model, chosen)} "
+                     f"| {mean_sd(col('pa_best'))} | {interval((cells or {}).get(model))} "
                      f"| {mean_sd(col('pa_last'))} | {mean_sd(ga)} | {' | '.join(compute)} "
                      f"| {by_seed} |")
     return lines
@@ -195,7 +244,8 @@ def section(spec_path: Path, run: Path, commit: str, ran_by: str = "`pflpipe run
     tuning = report.get("tuning")
     chosen = {k: v["chosen"] for k, v in (tuning or {}).get("entries", {}).items()}
     name = spec.experiment.name
-    stats = per_seed(rows_of(run))
+    rows = rows_of(run)
+    stats, cells = per_seed(rows), cells_of(rows)
     seeds = sorted({seed for by_seed in stats.values() for seed in by_seed})  # the rows' seeds
     tuned = sorted(chosen)
     untuned = [e.label or e.name for e in spec.personalization if (e.label or e.name) not in chosen]
@@ -207,7 +257,8 @@ def section(spec_path: Path, run: Path, commit: str, ran_by: str = "`pflpipe run
         "PA: each client's personalized model on its own test split, the unweighted mean over "
         "clients (best-val: each client's round chosen on its validation split; last: after the "
         "last round); GA: the model's global model after the last round; mean ± sd over the "
-        "reported seeds. Compute: the engine's counts for the whole run (local gradient steps, "
+        "reported seeds; its 95 % interval over the seeds (t), or over the clients of one seed "
+        "(bootstrap). Compute: the engine's counts for the whole run (local gradient steps, "
         "samples through forward and backward, parameters sent and received), summed over clients, "
         "mean over seeds.", ""]
     lines = [
@@ -221,7 +272,8 @@ def section(spec_path: Path, run: Path, commit: str, ran_by: str = "`pflpipe run
         f"- Tuned on the tuning seeds: {', '.join(tuned) or 'none'}; run as written: "
         f"{', '.join(untuned) or 'none'}.", "",
         *(definitions if standalone else []),
-        *model_table(spec, stats, chosen), "",
+        *model_table(spec, stats, chosen, cells), "",
+        *pairwise_lines(spec, cells),
         *step_counts(run),
     ]
     if report.get("compute_warning"):

@@ -16,7 +16,7 @@ def collect_members(spec_json: str, seed: int, members: Input[Model], results: O
     """Gather the seed's results directories of `members` under `results/<model>/`."""
     from pflpipe import events
 
-    with events.stage("collect_members", seed=seed):
+    with events.stage("collect_members", named=summary, seed=seed):
         from pathlib import Path
 
         from pflpipe.spec import Spec

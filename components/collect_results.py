@@ -21,7 +21,7 @@ def collect_results(spec_json: str, seed: int, partition: Input[Dataset],
     """Copy each results directory under `results/<model>/`; concatenate their tables."""
     from pflpipe import events
 
-    with events.stage("collect_results", seed=seed):
+    with events.stage("collect_results", named=summary, seed=seed):
         from pathlib import Path
 
         from pflpipe.spec import Spec

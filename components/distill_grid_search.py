@@ -20,7 +20,8 @@ def distill_grid_search(spec_json: str, seed: int, partition: Input[Dataset],
     """
     from pflpipe import events
 
-    with events.stage("distill_grid_search", seed=seed, shard=None if shard < 0 else shard):
+    with events.stage("distill_grid_search", named=summary, seed=seed,
+                      shard=None if shard < 0 else shard):
         from pathlib import Path
 
         from pflpipe.spec import Spec

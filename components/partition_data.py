@@ -20,7 +20,7 @@ def partition_data(spec_json: str, seed: int, partition: Output[Dataset],
     """
     from pflpipe import events
 
-    with events.stage("partition_data", seed=seed):
+    with events.stage("partition_data", named=summary, seed=seed):
         from pathlib import Path
 
         from pflpipe.spec import Spec

@@ -23,7 +23,7 @@ def personalize(spec_json: str, seed: int, label: str, partition: Input[Dataset]
     """
     from pflpipe import events
 
-    with events.stage("personalize", seed=seed, label=label, shard=shard):
+    with events.stage("personalize", named=summary, seed=seed, label=label, shard=shard):
         from pathlib import Path
 
         from pflpipe.spec import Spec

@@ -16,7 +16,7 @@ def select_teachers(spec_json: str, seed: int, checkpoints: Input[Model],
     """Pick each client's teacher round from the warm start's per-round validation scores."""
     from pflpipe import events
 
-    with events.stage("select_teachers", seed=seed):
+    with events.stage("select_teachers", named=summary, seed=seed):
         from pathlib import Path
 
         from pflpipe.spec import Spec

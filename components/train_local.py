@@ -19,7 +19,8 @@ def train_local(spec_json: str, seed: int, partition: Input[Dataset], results: O
     """
     from pflpipe import events
 
-    with events.stage("train_local", seed=seed, shard=None if shard < 0 else shard):
+    with events.stage("train_local", named=summary, seed=seed,
+                      shard=None if shard < 0 else shard):
         from pathlib import Path
 
         from pflpipe.spec import Spec

@@ -16,7 +16,7 @@ def tune_point(spec_json: str, seed: int, label: str, values: str, partition: In
     """Train the entry `label` at the grid point `values` (JSON); score it on validation."""
     from pflpipe import events
 
-    with events.stage("tune_point", seed=seed, label=label, point=values):
+    with events.stage("tune_point", named=summary, seed=seed, label=label, point=values):
         import json
         from pathlib import Path
 

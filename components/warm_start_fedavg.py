@@ -18,7 +18,7 @@ def warm_start_fedavg(spec_json: str, seed: int, partition: Input[Dataset],
     """Run (or resume: all, unfinished, none) FedAvg; write the checkpoint and results dirs."""
     from pflpipe import events
 
-    with events.stage("warm_start_fedavg", seed=seed):
+    with events.stage("warm_start_fedavg", named=summary, seed=seed):
         from pathlib import Path
 
         from pflpipe.spec import Spec

@@ -4,7 +4,11 @@
 
     result = pflpipe.run("specs/persfl-digits.yaml", federation={"rounds": 50})
     result.results            # every seed's per-client table (pandas)
-    result.best, result.report_html, result.mlflow_run_id
+    result.best               # ("persfl",) when resolved; ("fedper", "persfl") when tied
+    result.report_html, result.mlflow_run_id
+
+`best` and `fairest` are tuples: the models tied at the top of the primary split, one name where
+the Holm-corrected paired test resolves the winner (`pflpipe.metrics.pairwise`).
 
 Overrides are keyword arguments: a section as a mapping merged into the spec's
 (``federation={"rounds": 50}``) or a dotted path (``**{"federation.rounds": 50}``), validated
@@ -103,14 +107,19 @@ class RunResult:
         return json.loads((self.report_dir / layout.REPORT_JSON).read_text(encoding="utf-8"))
 
     @property
-    def best(self) -> str | None:
-        """The best-performing personalized model on the primary split (test)."""
-        return self.report["best"]
+    def best(self) -> tuple[str, ...]:
+        """The best-performing personalized models on the primary split (test).
+
+        One name where the corrected paired test resolves the winner; several, the thesis
+        vote's leader first, where the data cannot tell them apart; empty when the run has no
+        personalized model.
+        """
+        return tuple(self.report["verdicts"]["best"]["top"])
 
     @property
-    def fairest(self) -> str | None:
-        """The fairest personalized model on the primary split (test)."""
-        return self.report["fairest"]
+    def fairest(self) -> tuple[str, ...]:
+        """The fairest personalized models on the primary split (test), as `best`."""
+        return tuple(self.report["verdicts"]["fairest"]["top"])
 
     @property
     def results(self):
@@ -130,7 +139,7 @@ class RunResult:
 
 
 def run(spec: "Spec | str | Path", *, results: "str | Path | None" = None, resume: str = "all",
-        quiet: bool = False, **overrides: Any) -> RunResult:
+        quiet: bool = False, runner: str = "subprocess", **overrides: Any) -> RunResult:
     """Run the spec's pipeline on the local kfp runner, as ``pflpipe run`` does.
 
     Args:
@@ -140,6 +149,8 @@ def run(spec: "Spec | str | Path", *, results: "str | Path | None" = None, resum
             "unfinished" recomputes finished stages (``--no-cache``); "none" recomputes
             everything (``--fresh``).
         quiet: print nothing (else a line per stage and where everything is, as the CLI).
+        runner: "subprocess" (every task a process of this Python) or "docker" (every task in
+            its stage's image, as ``pflpipe run --runner docker``; docs/images.md).
         **overrides: spec settings, e.g. ``federation={"rounds": 50}``.
 
     Raises:
@@ -159,7 +170,7 @@ def run(spec: "Spec | str | Path", *, results: "str | Path | None" = None, resum
     text = Path(spec).read_text(encoding="utf-8") if not isinstance(spec, Spec) else None
     console = Console(file=io.StringIO() if quiet else sys.stdout, highlight=False,
                       soft_wrap=True)
-    outcome = execute(resolved, text, console, resume=resume)
+    outcome = execute(resolved, text, console, resume=resume, runner=runner)
     parent = outcome.parent
     return RunResult(resolved, outcome.run_dir.absolute(),
                      outcome.copies["report"].absolute(),

@@ -156,18 +156,27 @@ def warning(text: str) -> None:
     emit("warning", text=text)
 
 
+#: The output artifact's metadata key that names its task (`stage`'s `named`).
+TASK = "pflpipe.task"
+
+
 @contextmanager
-def stage(name: str, **identity) -> Iterator[None]:
+def stage(name: str, *, named=None, **identity) -> Iterator[None]:
     """Report a stage: started on entry, then a result, or an error (its class) if it raised.
 
-    `identity`: seed, label, shard... (None and "" left out). A component's body::
+    `identity`: seed, label, shard... (None and "" left out). `named`: an output artifact whose
+    metadata keeps the stage and its identity (under `TASK`): a runner that serves the task from
+    its cache keeps the outputs' metadata, not the events, and reads who the task was from it.
+    A component's body::
 
-        with events.stage("personalize", seed=seed, label=label, shard=shard):
+        with events.stage("personalize", named=summary, seed=seed, label=label, shard=shard):
             ...
     """
+    identity = {k: v for k, v in identity.items() if v not in (None, "")}
+    if named is not None:
+        named.metadata[TASK] = {"stage": name, **identity}
     with addressed_to("runner"):
-        emit("started", stage=name,
-             **{k: v for k, v in identity.items() if v not in (None, "")})
+        emit("started", stage=name, **identity)
         try:
             yield
         except BaseException as err:

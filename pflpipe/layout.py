@@ -24,9 +24,10 @@ A **worker task** (a sharded stage's, in a store: `pflpipe.engine.distributed`):
     task.pkl  [result.pt | error.pkl]  files/<sha256>...
 
 An **export directory** (``pflpipe split --export``: `pflpipe.data.export`, `.reproduce`): the
-format's own files (PFLlib's ``config.json``, Flower's ``partitions.json``, ``indices.npz``), the
-marker ``.pflpipe-export.json`` and the reproduction package (``reproduce.json``,
-``initial_weights.pt``, ``model_script.pt``, ``README.md``, the app's ``pflpipe_fedavg/``).
+format's own files (PFLlib's ``config.json``, Flower's ``partitions.json``, ``indices.npz``),
+the record ``.pflpipe-written.json`` (`pflpipe.overwrite`) and the reproduction package
+(``reproduce.json``, ``initial_weights.pt``, ``model_script.pt``, ``README.md``, the app's
+``pflpipe_fedavg/``).
 A **results root** (``pflpipe run``): ``runs/<time>-<run>/``, ``latest``, ``logs/``
 (``pipeline.log``, ``events.jsonl``, one ``<task>.log`` per task).
 """
@@ -187,6 +188,8 @@ PARTITION = PARTITIONS
 
 # ---- a report directory (evaluate_fairness) ---------------------------------------------
 REPORT_JSON, REPORT_MD, REPORT_HTML = "report.json", "report.md", "report.html"
+#: Every pair of models compared, per split and question (`pflpipe.metrics.pairwise_report`).
+PAIRWISE_CSV = "pairwise.csv"
 #: The report's figures, and the copies of the tables it links (inside the report directory, so
 #: its links hold when the directory is copied or uploaded alone).
 FIGURES, REPORT_TABLES = "figures", "tables"
@@ -216,6 +219,8 @@ def report_figure(kind: str, name: str = "") -> str:
 RUNS, LATEST, LOGS, PIPELINE_LOG = "runs", "latest", "logs", "pipeline.log"
 #: In logs/: every task's events (`pflpipe.events`), one JSON object a line with its task's title.
 EVENTS_JSONL = "events.jsonl"
+#: kfp.local's cache of finished tasks' outputs (one ``<key>.json`` per task).
+KFP_CACHE = ".kfp_cache"
 
 
 def task_log(title: str) -> str:
@@ -232,8 +237,6 @@ def seed_folder(seed: int) -> str:
 #: PFLlib's dataset description; Flower's partition description; the npz format's index file.
 PFLLIB_CONFIG_JSON, FLOWER_PARTITIONS_JSON, EXPORT_INDEX_NPZ = (
     "config.json", "partitions.json", "indices.npz")
-#: What an export wrote at the top of its directory (a new export replaces exactly that).
-EXPORT_MARKER = ".pflpipe-export.json"
 #: The reproduction package: settings and batch-order rule, the seeded initial model, the
 #: network as TorchScript (when no model code is exported), how to run it.
 REPRODUCE_JSON, INITIAL_WEIGHTS_PT, MODEL_SCRIPT_PT, README_MD = (
@@ -243,6 +246,11 @@ PYPROJECT_TOML = "pyproject.toml"
 #: What the exported apps write into the directory themselves (their copies of these names live
 #: in the app, `pflpipe/data/flower_app/`, which runs without pflpipe).
 APP_OUTPUTS = ("flower_history.json", "pfllib_history.json")
+
+
+# ---- a directory a command writes into (`pflpipe.overwrite`) --------------------------------
+#: Which command wrote which top-level entries there (the same command replaces exactly those).
+WRITTEN_JSON = ".pflpipe-written.json"
 
 
 # ---- a compiled pipeline ------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""Run a spec's pipeline on kfp.local's SubprocessRunner and find what it wrote.
+"""Run a spec's pipeline on kfp.local and find what it wrote.
 
-Every task runs as a Python subprocess of the current interpreter (`use_venv=False`), so the
-project and its dependencies must be installed here; nothing is installed at run time. kfp.local
+By default every task runs as a Python subprocess of the current interpreter (SubprocessRunner,
+`use_venv=False`), so the project and its dependencies must be installed here; nothing is
+installed at run time. Given a DockerRunner (`pflpipe.pipelines.containers`), every task runs in
+its stage's image instead. kfp.local
 keeps every task's outputs under `pipeline_root`; `publish` copies the report and each seed's
 results into a folder of their own per run (``runs/<time>-<MLflow run>/``) and points
 ``latest`` at it, so a rerun never overwrites what an earlier run published.
@@ -13,14 +15,17 @@ import logging
 import os
 import shutil
 import sys
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from pflpipe.errors import PflpipeError
-from pflpipe.layout import LATEST, LOGS, PIPELINE_LOG, RUNS, seed_folder
+from pflpipe.layout import KFP_CACHE, LATEST, LOGS, PIPELINE_LOG, RUNS, seed_folder
+from pflpipe.pipelines.containers import containers_kept_until_exit
 from pflpipe.pipelines.graph import build_pipeline
 from pflpipe.pipelines.tasklog import TaskLog, TaskLogRouter
 
@@ -54,14 +59,18 @@ class LocalRun:
     report: Path                  # evaluate_fairness's report directory
     seeds: dict[int, Path]        # collect_results' directory per seed (the report's metadata)
     tasks: tuple[TaskLog, ...]
+    run_id: str = ""              # the MLflow parent run, else a random id (logs/events.jsonl)
 
 
 def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: bool = True,
-              on_event: Callable[[str, TaskLog], None] = lambda kind, task: None) -> LocalRun:
+              on_event: Callable[[str, TaskLog], None] = lambda kind, task: None,
+              runner=None) -> LocalRun:
     """Run the pipeline of `spec` with `arguments` (its tracking parameters).
 
     kfp.local writes under ``results_dir/kfp`` and caches under ``results_dir/.kfp_cache``; the
-    log of every task goes to ``results_dir/logs``.
+    log of every task goes to ``results_dir/logs``; each line of its ``events.jsonl`` names the
+    run (the MLflow parent run's id, else a random one), so reruns appended there stay apart.
+    `runner`: kfp.local's runner (default: SubprocessRunner in this environment).
 
     Raises:
         StageFailed: a stage failed; its error and log file are in the message.
@@ -70,13 +79,17 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
     from kfp import local
 
     results_dir = Path(results_dir).absolute()
-    local.init(runner=local.SubprocessRunner(use_venv=False),
+    runner = runner or local.SubprocessRunner(use_venv=False)
+    local.init(runner=runner,
                pipeline_root=str(results_dir / "kfp"), raise_on_error=True,
-               enable_caching=use_cache, cache_root=str(results_dir / ".kfp_cache"))
+               enable_caching=use_cache, cache_root=str(results_dir / KFP_CACHE))
     pipeline = build_pipeline(spec)
-    router = TaskLogRouter(results_dir / LOGS, on_event)
+    run_id = arguments.get("parent_run_id") or uuid.uuid4().hex
+    router = TaskLogRouter(results_dir / LOGS, on_event, run_id, cache_root=results_dir / KFP_CACHE)
+    kept = (containers_kept_until_exit(runner) if isinstance(runner, local.DockerRunner)
+            else nullcontext())
     try:
-        with _routed(router):
+        with _routed(router), kept:
             task = pipeline(**arguments)
     except RuntimeError as err:
         failed = router.failures()
@@ -89,17 +102,19 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
         router.close()
     report = task.outputs["Output"]
     seeds = {int(seed): Path(path) for seed, path in report.metadata["seed_dirs"].items()}
-    return LocalRun(Path(report.path), seeds, tuple(router.tasks))
+    return LocalRun(Path(report.path), seeds, tuple(router.tasks), run_id)
 
 
 def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, dict[str, Path]]:
     """Copy the report and each seed's results into a new ``results_dir/runs/<name>/``.
 
-    The folder is named by the time and the MLflow run (``20261123-140512-1a2b3c4d``); earlier
-    runs' folders are kept, and ``results_dir/latest`` is pointed at the new one. Returns the
-    folder and its copies by name (``report``, ``seed-0``, ...).
+    The folder is named by the time and the run (``20261123-140512-1a2b3c4d``: the MLflow run,
+    else the run's own id); earlier runs' folders are kept, and ``results_dir/latest`` is
+    pointed at the new one. Returns the folder and its copies by name (``report``, ``seed-0``,
+    ...).
     """
     results_dir = Path(results_dir)
+    run_id = run_id or run.run_id
     name = f"{datetime.now():%Y%m%d-%H%M%S}" + (f"-{run_id[:8]}" if run_id else "")
     folder = results_dir / RUNS / name
     suffix = 1

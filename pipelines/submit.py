@@ -23,6 +23,11 @@ from pflpipe.pipelines.compile import compile_pipeline
 
 #: Seconds between kfp.Client's health checks of the API server (kfp waits 5 s, five times).
 HEALTHZ_PAUSE_S = 1.0
+#: Seconds the API server has to accept a connection and to answer the first request (the probe),
+#: and to answer each later one (kfp.Client itself waits for ever).
+PROBE_TIMEOUT_S, REQUEST_TIMEOUT_S = 5.0, 60.0
+#: The KFP v2 API's health endpoint (below --host).
+HEALTHZ = "/apis/v2beta1/healthz"
 
 
 class SubmitError(PflpipeError):
@@ -54,6 +59,7 @@ def submit(spec, *, host: str, experiment: str, arguments: dict[str, str],
     """
     name = spec.experiment.name
     stamp = f"{datetime.now():%Y%m%d-%H%M%S}"
+    check_server(host)
     with tempfile.TemporaryDirectory() as tmp, _quiet() as kfp_log:
         path = compile_pipeline(spec, Path(tmp) / compiled_pipeline(name))
         try:
@@ -61,18 +67,21 @@ def submit(spec, *, host: str, experiment: str, arguments: dict[str, str],
             pipeline_id = _pipeline_id(client, name, namespace)
             is_new = pipeline_id is None
             if is_new:
-                pipeline_id = client.upload_pipeline(str(path), pipeline_name=name,
-                                                     namespace=namespace).pipeline_id
+                pipeline_id = _id(client.upload_pipeline(str(path), pipeline_name=name,
+                                                         namespace=namespace),
+                                  "pipeline_id", "the upload of the pipeline")
                 version_id = _only_version(client, pipeline_id)
             else:
                 # Version names are unique per pipeline: two submits in one second must differ.
-                version_id = client.upload_pipeline_version(
+                version_id = _id(client.upload_pipeline_version(
                     str(path), pipeline_version_name=f"{name}-{stamp}-{secrets.token_hex(3)}",
-                    pipeline_id=pipeline_id).pipeline_version_id
+                    pipeline_id=pipeline_id), "pipeline_version_id", "the upload of a version")
             exp = client.create_experiment(experiment, namespace=namespace)
+            _id(exp, "experiment_id", f"the experiment {experiment!r}")
             run = client.run_pipeline(exp.experiment_id, run_name or f"{name}-{stamp}",
                                       pipeline_id=pipeline_id, version_id=version_id,
                                       params=arguments)
+            _id(run, "run_id", "the new run")
         except SubmitError as err:
             raise SubmitError(f"the KFP API server at {host}: {err}") from err
         except Exception as err:  # noqa: BLE001 - kfp_server_api, urllib3 and ValueError alike
@@ -80,6 +89,54 @@ def submit(spec, *, host: str, experiment: str, arguments: dict[str, str],
                               f"{_reason(err, kfp_log)}") from err
     url = f"{host.rstrip('/')}/#/runs/details/{run.run_id}"
     return Submitted(pipeline_id, version_id, is_new, exp.experiment_id, run.run_id, url)
+
+
+def check_server(host: str) -> None:
+    """Raise SubmitError unless a KFP API answers JSON at `host` within `PROBE_TIMEOUT_S`.
+
+    A refused connection, an unknown host and a silent server fail here in seconds; an HTTP
+    error (401, 500, ...) is left for kfp.Client to report with the server's answer.
+    """
+    import socket
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    url = host.rstrip("/") + HEALTHZ
+    try:
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as answer:
+            body = answer.read(4096)
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        if isinstance(reason, TimeoutError):
+            why = f"it accepts connections but sends no answer within {PROBE_TIMEOUT_S:g} s"
+        elif isinstance(reason, socket.gaierror):
+            why = f"unknown host {urllib.parse.urlsplit(host).hostname!r}"
+        elif isinstance(reason, ConnectionRefusedError):
+            why = "connection refused: nothing listens there"
+        else:
+            why = str(reason)
+        raise SubmitError(f"the KFP API server at {host} does not answer ({why}); check --host, "
+                          "and that the server or its port-forward (kubectl port-forward -n "
+                          "kubeflow svc/ml-pipeline-ui 8080:80) is up") from None
+    try:
+        json.loads(body)
+    except ValueError:
+        shown = body[:60].decode("utf-8", "replace").strip()
+        raise SubmitError(f"{host} is not a KFP API server: GET {HEALTHZ} answered {shown!r}, "
+                          "not JSON; point --host at the KFP API endpoint (e.g. the "
+                          "ml-pipeline-ui service)") from None
+
+
+def _id(answer, field: str, what: str) -> str:
+    """`answer`'s `field`; a server that answers without it is not a KFP API server."""
+    value = getattr(answer, field, None)
+    if not value:
+        raise SubmitError(f"it answered {what} without a {field}; is it a KFP v2 API server "
+                          "(kfp.Client 2.x needs the v2beta1 API)?")
+    return value
 
 
 def _client(host: str, namespace: str | None):
@@ -91,7 +148,14 @@ def _client(host: str, namespace: str | None):
         def get_kfp_healthz(self, sleep_duration: float = HEALTHZ_PAUSE_S):
             return super().get_kfp_healthz(sleep_duration=sleep_duration)
 
-    return Client(host=host, namespace=namespace or "kubeflow")
+    client = Client(host=host, namespace=namespace or "kubeflow")
+    # kfp.Client passes no timeout: a server that stops answering would hold submit for ever
+    rest = client._healthz_api.api_client.rest_client
+    request = rest.request
+    rest.request = lambda *args, _request_timeout=None, **kwargs: request(
+        *args, _request_timeout=_request_timeout or (PROBE_TIMEOUT_S, REQUEST_TIMEOUT_S),
+        **kwargs)
+    return client
 
 
 def _pipeline_id(client, name: str, namespace: str | None) -> str | None:
@@ -116,7 +180,7 @@ def _only_version(client, pipeline_id: str) -> str:
     if not versions:
         raise SubmitError(f"pipeline {pipeline_id} was uploaded but the server lists no version "
                           "of it")
-    return versions[0].pipeline_version_id
+    return _id(versions[0], "pipeline_version_id", "the list of the pipeline's versions")
 
 
 class _KfpLog(logging.Filter):

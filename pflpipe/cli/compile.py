@@ -16,12 +16,17 @@ def register(subparsers) -> None:
                         help="Output file (default: <experiment name>.yaml).")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                         help="Override a spec setting, validated like the file (repeatable).")
+    parser.add_argument("--force", action="store_true",
+                        help="Replace FILE even when it is not a pipeline `pflpipe compile` "
+                        "wrote (your spec, another file).")
     parser.set_defaults(handler=run)
 
 
 def run(args) -> int:
     """Compile and say what was written."""
+    from pflpipe.cli import UsageError
     from pflpipe.layout import compiled_pipeline
+    from pflpipe.overwrite import claim_file
     from pflpipe.pipelines.compile import compile_pipeline
     from pflpipe.pipelines.graph import personalize_labels
     from pflpipe.spec import read_spec
@@ -30,10 +35,22 @@ def run(args) -> int:
 
     # Credentials never go into the IR: the pods get MLFLOW_TRACKING_USERNAME/PASSWORD.
     spec = without_credentials(read_spec(args.spec, parse_assignments(args.set)))
-    path = compile_pipeline(spec, args.output or Path(compiled_pipeline(spec.experiment.name)))
+    path = args.output or Path(compiled_pipeline(spec.experiment.name))
+    if path.suffix not in (".yaml", ".yml"):
+        example = (path / compiled_pipeline(spec.experiment.name) if path.is_dir()
+                   else path.with_name(path.name + ".yaml"))
+        raise UsageError(f"-o {path}: KFP writes a pipeline to a .yaml (or .yml) file; name one, "
+                         f"e.g. -o {example}")
+    claim_file(path, "pflpipe compile", force=args.force, ours=_compiled)
+    path = compile_pipeline(spec, path)
     labels = personalize_labels(spec)
     print(f"{path}: pipeline {spec.experiment.name!r}, seeds {spec.experiment.seeds}, "
           f"personalize {labels or 'none'}, image {spec.resources.image}")
     print("parameters: tracking_uri, experiment, parent_run_id (empty: the pipeline opens its "
           "own parent run when a tracking URI is known)")
     return 0
+
+
+def _compiled(text: str) -> bool:
+    """Whether `text` is KFP IR of a pflpipe pipeline (what this verb writes)."""
+    return text.startswith("# PIPELINE DEFINITION") and "from pflpipe" in text

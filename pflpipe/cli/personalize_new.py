@@ -27,7 +27,12 @@ def register(subparsers) -> None:
                         help="The warm start's checkpoint directory (default: as --partition).")
     parser.add_argument("--seed", type=seed_argument, default=None,
                         help="Seed (the spec's first).")
-    parser.add_argument("-o", "--output", type=Path, help="Output directory.")
+    parser.add_argument("-o", "--output", type=Path, metavar="DIR",
+                        help="Output directory (default: <results>/newcomer/<FILE's stem>).")
+    parser.add_argument("--force", action="store_true",
+                        help="Write into DIR even when it holds files `pflpipe personalize-new` "
+                        "did not write there (a run's results, your files); files of the same "
+                        "names are replaced.")
     parser.set_defaults(handler=run)
 
 
@@ -51,14 +56,18 @@ def run(args) -> int:
             raise UsageError(f"{what}: {path} does not exist" + (
                 "; run `pflpipe run SPEC` again or pass the directory"
                 if what != "--client-data" else ""))
+    from pflpipe import layout
+    from pflpipe.overwrite import claim_dir
     from pflpipe.stages import personalize_new
 
     out = args.output or Path(spec.experiment.results_dir) / "newcomer" / args.client_data.stem
+    written = (layout.TEACHER_JSON, layout.GRID_CSV, layout.MODEL_PT, layout.SUMMARY_MD)
+    claim = claim_dir(out, "pflpipe personalize-new", force=args.force,
+                      writes=set(written).__contains__)
     result = personalize_new.run(spec, args.client_data, partition, checkpoints, out, seed)
+    claim.record(written)
     print(result.to_text())
-    from pflpipe import layout
-
-    print(f"wrote {out}/ ({layout.TEACHER_JSON}, {layout.GRID_CSV}, {layout.MODEL_PT})")
+    print(f"wrote {out}/ ({', '.join(written)})")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pflpipe.layout import REPORT_HTML, REPORT_JSON, REPORT_MD
+from pflpipe.layout import FIGURES, PAIRWISE_CSV, REPORT_HTML, REPORT_JSON, REPORT_MD
 
 
 def register(subparsers) -> None:
@@ -11,8 +11,9 @@ def register(subparsers) -> None:
         "report", help="Evaluate a per-client accuracy table: performance, fairness, report.",
         description="Evaluate one or more per-client results tables (columns client, model, "
         "accuracy; optional seed, split, selection, loss, n_samples, round) and write "
-        f"{REPORT_JSON}, {REPORT_MD}, {REPORT_HTML} and figures into DIR. Exit 2 on a bad "
-        "table.")
+        f"{REPORT_JSON}, {REPORT_MD}, {REPORT_HTML}, {PAIRWISE_CSV} and figures into DIR. A "
+        "model is named best or fairest only where a Holm-corrected paired test separates it "
+        "from every other; otherwise the models tied at the top are. Exit 2 on a bad table.")
     parser.add_argument("tables", nargs="+", type=Path, metavar="TABLE.csv")
     parser.add_argument("-o", "--output", type=Path, default=Path("report"), metavar="DIR",
                         help="Output directory (default: ./report).")
@@ -27,6 +28,10 @@ def register(subparsers) -> None:
                         help="Unit of the accuracy column; auto (default) detects fractions or "
                         "percent and refuses a table mixing them; neg_mse reads a regression's "
                         "loss column (MSE).")
+    parser.add_argument("--force", action="store_true",
+                        help="Write into DIR even when it holds files `pflpipe report` did not "
+                        "write there (a run's report, your files); files of the same names are "
+                        "replaced.")
     parser.set_defaults(handler=run)
 
 
@@ -34,11 +39,16 @@ def run(args) -> int:
     """Build the report; print the two answers per split and where the files are."""
     from pflpipe.metrics import read_table
     from pflpipe.metrics.report import build_report, write_report
+    from pflpipe.overwrite import claim_dir
 
     table = read_table(args.tables, unit=args.unit)
     report = build_report(table, local=args.local, global_=args.global_,
                           selection=args.selection)
+    claim = claim_dir(args.output, "pflpipe report", force=args.force,
+                      writes={REPORT_JSON, REPORT_MD, REPORT_HTML, PAIRWISE_CSV,
+                              FIGURES}.__contains__)
     files = write_report(report, args.output)
+    claim.record(files.written)
     unit = {"fraction": "accuracies in fractions", "percent": "accuracies in percent",
             "neg_mse": "scores are −MSE (a regression)"}[report.unit]
     print(f"{len(table.rows)} rows from {len(args.tables)} table(s); {unit}; "

@@ -51,23 +51,36 @@ def register(subparsers) -> None:
                         help="Override a spec setting, validated like the file, e.g. --set "
                         "federation.rounds=50 or --set personalization.ditto.lam=0.2 "
                         "(repeatable; values are YAML).")
+    parser.add_argument("--runner", choices=RUNNERS, default="subprocess",
+                        help="subprocess (default): every task a Python process here; docker: "
+                        "every task in its stage's image (resources.image) through Docker or "
+                        "podman ($DOCKER_HOST), with the working and results directories "
+                        "mounted (docs/images.md).")
     parser.set_defaults(handler=run)
+
+
+#: kfp.local's runners: `pflpipe run --runner`.
+RUNNERS = ("subprocess", "docker")
 
 
 def run(args) -> int:
     """Run the pipeline; finish the MLflow parent run FINISHED, FAILED or KILLED."""
     from rich.console import Console
 
+    from pflpipe.cli.validate import checked_model
     from pflpipe.spec import read_spec
     from pflpipe.spec.overrides import parse_assignments
 
     spec = with_run_control(
         with_results_dir(read_spec(args.spec, parse_assignments(args.set)), args.results),
         threads=args.threads, parallel=args.parallel)
+    if spec.model.architecture == "custom":   # (a built-in model: no torch import here)
+        checked_model(spec, args.spec)  # what validate finds (model.path: os:system), now
     resume = "none" if args.fresh else "unfinished" if args.no_cache else "all"
     # kfp.local swaps sys.stdout during the run; the console keeps the real one.
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
-    execute(spec, args.spec.read_text(encoding="utf-8"), console, resume=resume)
+    execute(spec, args.spec.read_text(encoding="utf-8"), console, resume=resume,
+            runner=args.runner)
     return 0
 
 
@@ -81,11 +94,14 @@ class Outcome:
     tasks: tuple = ()
 
 
-def execute(spec, spec_yaml: str | None, console, *, resume: str = "all") -> Outcome:
+def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
+            runner: str = "subprocess") -> Outcome:
     """Open the parent run, run the pipeline, publish its results; show it on `console`.
 
     `resume` is the pipeline's: "all" reuses cached stages and checkpoints, "unfinished"
-    (``--no-cache``) recomputes finished stages, "none" (``--fresh``) everything.
+    (``--no-cache``) recomputes finished stages, "none" (``--fresh``) everything. `runner`:
+    one of `RUNNERS`; under "docker" a spec whose tasks would touch a path the containers do not
+    share, or name an image the engine lacks, is refused before anything starts.
     """
     import logging
 
@@ -94,21 +110,32 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all") -> Out
     from pflpipe.tracking import open_parent_run, record_failure
     from pflpipe.tracking.runs import without_credentials
 
+    if runner not in RUNNERS:
+        from pflpipe.cli import UsageError
+
+        raise UsageError(f"runner must be one of {', '.join(RUNNERS)} (got {runner!r})")
     spec = without_credentials(spec)  # the tasks inherit them from the environment
     results_dir = Path(spec.experiment.results_dir)
     import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
 
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
     check_store(spec.storage)  # a silent or missing store fails here, before any stage runs
+    containers = None
+    if runner == "docker":
+        from pflpipe.pipelines.containers import prepare
+
+        containers = prepare(spec, results_dir)
     parent = open_parent_run(spec, spec_yaml=spec_yaml, owner_pid=os.getpid())
-    _header(console, spec, parent, resume)
+    _header(console, spec, parent, resume,
+            containers.describe() if containers else "SubprocessRunner")
     progress = Progress(console)
     started = time.monotonic()
     try:
         with progress, component_tmpdir():
             local = run_local(spec, parent.pipeline_parameters() | {"resume": resume},
                               results_dir=results_dir, use_cache=resume == "all",
-                              on_event=progress.event)
+                              on_event=progress.event,
+                              runner=containers.runner if containers else None)
         run_dir, copies = publish(local, results_dir, parent.run_id)
     except BaseException as err:
         for task in (err.task, *err.others) if isinstance(err, StageFailed) else ():
@@ -249,14 +276,14 @@ RESUME_TEXT = {"all": "cached stages and checkpoints reused",
                "none": "--fresh: everything recomputed from round 0"}
 
 
-def _header(console, spec, parent, resume: str) -> None:
+def _header(console, spec, parent, resume: str, runner: str) -> None:
     from pflpipe.pipelines.graph import model_names
 
-    clients = spec.partition.n_clients or "predefined"
+    clients = spec.partition.n_clients or "the predefined file's"
     engine = spec.engine
     console.print(f"[bold]{spec.experiment.name}[/]: {spec.dataset.name}, {clients} clients, "
                   f"seeds {spec.experiment.seeds}, algorithms {', '.join(model_names(spec))}")
-    console.print(f"  kfp.local (SubprocessRunner) → {spec.experiment.results_dir}/kfp; "
+    console.print(f"  kfp.local ({runner}) → {spec.experiment.results_dir}/kfp; "
                   f"{engine.parallel_tasks} task(s) at once × {engine.threads} torch thread(s); "
                   f"{RESUME_TEXT[resume]}")
     if parent.run_id:
@@ -279,9 +306,13 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
                   f"{layout.REPORT_JSON}, {layout.FIGURES}/, {layout.REPORT_TABLES}/)")
     for name, path in copies.items():
         if name.startswith("seed-"):
-            models = sorted(p.name for p in path.iterdir() if (p / layout.MODELS).is_dir())
-            console.print(f"  {name:<8} {path}/<model>/models/client_*.pt  "
-                          f"({', '.join(models)}); per-client table {path / layout.RESULTS_CSV}")
+            folders = sorted(p for p in path.iterdir() if (p / layout.MODELS).is_dir())
+            per_client = [p.name for p in folders if layout.client_model_files(p)]
+            shared = [p.name for p in folders if not layout.client_model_files(p)]
+            one = "".join(f"; {m}/{layout.MODELS}/ (one global model)" for m in shared)
+            console.print(f"  {name:<8} {path}/<model>/{layout.MODELS}/client_*.pt  "
+                          f"({', '.join(per_client)}){one}; per-client table "
+                          f"{path / layout.RESULTS_CSV}")
     console.print(f"  logs     {results_dir / layout.LOGS}/")
     if parent.run_id:
         console.print(f"  MLflow   run {parent.run_id} in experiment {parent.experiment!r}")

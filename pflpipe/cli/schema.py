@@ -3,6 +3,9 @@
 import json
 from pathlib import Path
 
+#: The schema's title (also how `-o` recognises a file this verb wrote).
+TITLE = "pflpipe spec"
+
 
 def register(subparsers) -> None:
     """Add the verb to the command line."""
@@ -12,6 +15,8 @@ def register(subparsers) -> None:
     parser.add_argument("-o", "--output", type=Path, help="Write to this file instead of stdout.")
     parser.add_argument("--markdown", action="store_true",
                         help="Print the spec reference as Markdown tables instead.")
+    parser.add_argument("--force", action="store_true",
+                        help="Replace the -o file even when `pflpipe schema` did not write it.")
     parser.set_defaults(handler=run)
 
 
@@ -25,11 +30,21 @@ def run(args) -> int:
     else:
         schema = Spec.model_json_schema(by_alias=True)
         schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-        schema["title"] = "pflpipe spec"
+        schema["title"] = TITLE
         text = json.dumps(schema, indent=2) + "\n"
     if args.output:
+        from pflpipe.overwrite import claim_file
+
+        claim_file(args.output, "pflpipe schema", force=args.force, ours=_ours)
         args.output.write_text(text)
         print(f"wrote {args.output}")
     else:
         print(text, end="")
     return 0
+
+
+def _ours(text: str) -> bool:
+    """Whether `text` is a schema or reference this verb wrote (either kind)."""
+    from pflpipe.spec.reference import PREAMBLE
+
+    return f'"title": "{TITLE}"' in text or text.startswith(PREAMBLE[:40])

@@ -43,6 +43,7 @@ def run(args) -> int:
     """Write the partition, print its table and, with --export, write it for another tool."""
     from pflpipe.cli import UsageError
     from pflpipe.data.export import FORMATS, export_partition
+    from pflpipe.overwrite import claim_dir
     from pflpipe.spec import read_spec
     from pflpipe.stages import partition_data
 
@@ -52,9 +53,11 @@ def run(args) -> int:
     spec = read_spec(args.spec)
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
     out_dir = args.output or partition_data.default_dir(spec, seed)
-    # -o names a directory of the user's choice: never replace what it holds unless --force
-    result = partition_data.run(spec, seed, out_dir,
-                                replace=args.force or args.output is None)
+    # the default directory is split's own; -o names one of the user's choice
+    claim = claim_dir(out_dir, "pflpipe split", force=args.force or args.output is None,
+                      writes={MANIFEST_JSON, CLIENTS, HEATMAP_PNG}.__contains__)
+    result = partition_data.run(spec, seed, out_dir)
+    claim.record([MANIFEST_JSON, CLIENTS, HEATMAP_PNG])
     _print(result, args.rows)
     if args.export:
         fmt, target = args.export[0], Path(args.export[1])
@@ -71,14 +74,18 @@ def exported(fmt: str, result) -> str:
     package = (f"; {layout.REPRODUCE_JSON}, {layout.INITIAL_WEIGHTS_PT}, "
                "pflpipe_fedavg/model.py")
     readme = layout.README_MD
+    data_only = ("; the data only: no reproduction package for a regression, which pflpipe "
+                 "trains with the summed Gaussian NLL that neither the Flower app nor PFLlib's "
+                 "main.py computes")
     return {
         "pfllib": "PFLlib layout: train/<k>.npz, test/<k>.npz" + (", val/<k>.npz" if val else "")
-                  + f", {layout.PFLLIB_CONFIG_JSON}" + package
-                  + f", pfllib_run.py, {readme} (the main.py command)",
+                  + f", {layout.PFLLIB_CONFIG_JSON}" + (
+                      package + f", pfllib_run.py, {readme} (the main.py command)"
+                      if result.n_classes else data_only),
         "flower": "Flower: partition_<k>/{" + ("train,val,test" if val else "train,test")
-                  + f"}}.npz, {layout.FLOWER_PARTITIONS_JSON}" + package
-                  + (f", the app (pflpipe_fedavg/, {layout.PYPROJECT_TOML}, {readme})"
-                     if result.n_classes else " (no app: it covers classification only)"),
+                  + f"}}.npz, {layout.FLOWER_PARTITIONS_JSON}" + (
+                      package + f", the app (pflpipe_fedavg/, {layout.PYPROJECT_TOML}, {readme})"
+                      if result.n_classes else data_only),
         "npz": "row indices; read back with partition: {strategy: predefined, path: "
                f"<DIR>/{layout.EXPORT_INDEX_NPZ}}}",
     }[fmt]

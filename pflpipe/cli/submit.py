@@ -12,32 +12,52 @@ def register(subparsers) -> None:
         "here first, so tracking.uri (or $MLFLOW_TRACKING_URI) must be a server the pods can "
         "reach; the parent stays RUNNING while the pipeline runs on the cluster.")
     parser.add_argument("spec", type=Path, metavar="SPEC")
-    parser.add_argument("--host", required=True, metavar="URL",
+    parser.add_argument("--host", required=True, metavar="URL", type=host_url,
                         help="KFP API endpoint, e.g. http://localhost:8080 after kubectl "
                         "port-forward -n kubeflow svc/ml-pipeline-ui 8080:80.")
     parser.add_argument("--experiment", metavar="E",
                         help="KFP experiment (default: the spec's experiment name).")
     parser.add_argument("--namespace", metavar="N", help="Kubernetes namespace (multi-user).")
     parser.add_argument("--run-name", metavar="R", help="Run name (default: <name>-<time>).")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                        help="Override a spec setting, validated like the file (repeatable).")
     parser.set_defaults(handler=run)
+
+
+def host_url(text: str) -> str:
+    """Parse --host: an http(s) URL with a host name (kfp.Client would read "x" as https://x)."""
+    import argparse
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(text)
+    try:
+        parts.port   # noqa: B018 - raises on a port that is not a number
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{text!r}: {err}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an http(s) URL; give the KFP API endpoint with its scheme, e.g. "
+            "http://localhost:8080 or https://kfp.example.com")
+    return text
 
 
 def run(args) -> int:
     """Check the tracking server, open the parent run, submit, print the run's URL."""
-    from pflpipe.cli import UsageError
-    from pflpipe.pipelines.submit import submit
+    from pflpipe.errors import SpecError
+    from pflpipe.pipelines.submit import check_server, submit
+    from pflpipe.sharing import CLUSTER, unshared
     from pflpipe.spec import read_spec
+    from pflpipe.spec.overrides import parse_assignments
     from pflpipe.tracking import open_parent_run, resolve_tracking_uri
     from pflpipe.tracking.runs import without_credentials
 
-    spec = without_credentials(read_spec(args.spec))  # never uploaded inside the pipeline
-    if spec.tracking.enabled:
-        uri = resolve_tracking_uri(spec.tracking)
-        if not uri.startswith(("http://", "https://")):
-            raise UsageError(
-                f"tracking URI {uri.split('?')[0]!r} is a local store that pods on a cluster "
-                "cannot reach; set tracking.uri (or MLFLOW_TRACKING_URI) to an MLflow server, "
-                "e.g. http://mlflow.kubeflow:5000, or set tracking.enabled: false")
+    # credentials never uploaded inside the pipeline
+    spec = without_credentials(read_spec(args.spec, parse_assignments(args.set)))
+    uri = resolve_tracking_uri(spec.tracking) if spec.tracking.enabled else None
+    # what pods cannot share (a local checkpoint store or sqlite file, a relative dataset root)
+    if problems := unshared(spec, CLUSTER, uri):
+        raise SpecError([f"{args.spec}: {problem}" for problem in problems])
+    check_server(args.host)  # before the MLflow parent run: a dead --host leaves no FAILED run
     parent = open_parent_run(spec, spec_yaml=args.spec.read_text(encoding="utf-8"),
                              tags={"kfp_host": args.host})
     try:

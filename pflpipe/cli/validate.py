@@ -34,12 +34,13 @@ def run(args) -> int:
         try:
             spec = read_spec(path, overrides)
             checked_model(spec, path)
+            found = data_preview(spec, path)
         except SpecError as err:
             problems.extend(err.problems)
             continue
         if not args.quiet:
             print(f"{path}: valid")
-            print(plan(spec))
+            print(plan(spec, found))
     if problems:
         raise SpecError(problems)
     return 0
@@ -55,6 +56,39 @@ def checked_model(spec, path) -> None:
         raise SpecError([f"{path}: {problem}" for problem in err.problems]) from None
 
 
+def data_preview(spec, path):
+    """What `run` will find in the data where the spec alone cannot say (`stages.preview`).
+
+    Raises:
+        SpecError: `run` would refuse the data (a predefined file's client count, validation
+            rows for only some clients, a missing file), prefixed with `path`.
+
+    """
+    from pflpipe.errors import DataError
+    from pflpipe.stages.preview import needs_data, preview
+
+    if not needs_data(spec):
+        return None
+    if getattr(spec.dataset, "source", None):
+        return None   # fetched from S3 when the pipeline runs
+    try:
+        return preview(spec)
+    except DataError as err:
+        raise SpecError([f"{path}: the data: {err}"]) from None
+
+
+def _normalisation(spec, found) -> str:
+    """How samples become inputs, with the numbers: read from the data where they come from it."""
+    from pflpipe.stages.preview import known_normalisation, needs_data
+
+    if found:
+        return found.normalisation
+    if not needs_data(spec):
+        return known_normalisation(spec.dataset)
+    return (f"{getattr(spec.dataset, 'normalization', 'none')}, its numbers from the data once "
+            "fetched from dataset.source")
+
+
 def _partition(part) -> str:
     """How the clients and their splits are made: a strategy's fractions, or given splits."""
     if part.strategy != "predefined":
@@ -67,14 +101,20 @@ def _partition(part) -> str:
             f" (used as given{held})")
 
 
-def plan(spec) -> str:
-    """Describe, in a few lines, the stages the spec runs."""
+def plan(spec, found=None) -> str:
+    """Describe, in a few lines, the stages the spec runs.
+
+    `found`: what the data holds (`stages.preview.Preview`), where the spec alone cannot say.
+    """
     part, fed = spec.partition, spec.federation
     algorithms = [entry.display_name for entry in spec.personalization if entry.name != "persfl"]
     lines = [
         f"  experiment {spec.experiment.name!r}: seeds {spec.experiment.seeds}, results in "
         f"{spec.experiment.results_dir}/",
         f"  partition_data      {spec.dataset.name}, {_partition(part)}",
+        *([f"    first seed: {found.clients}"] if found else []),
+        *(f"    warning: {text}" for text in (found.warnings if found else ())),
+        f"    normalisation: {_normalisation(spec, found)}",
         f"  warm_start_fedavg   {spec.model.architecture}, {fed.rounds} rounds × "
         f"{fed.local_epochs} local epoch(s), {fed.optimizer} lr {fed.lr:g}, batch {fed.batch_size}",
     ]
@@ -92,14 +132,16 @@ def plan(spec) -> str:
             f"  distill_grid_search {len(dist.lambdas)} λ × {len(dist.temperatures)} T, "
             f"{dist.epochs} epochs, objective {dist.objective}, chosen on {dist.selection_split}",
         ]
+    chosen = spec.evaluation.selection
+    if found and not found.has_validation and chosen == "best_val":
+        chosen += " (no validation rows: the last round)"
     if spec.runs_local:
         lines.append(f"  evaluate_fairness   baselines {spec.evaluation.baselines.local!r} and "
-                     f"{spec.evaluation.baselines.global_!r}, metrics chosen on "
-                     f"{spec.evaluation.selection}")
+                     f"{spec.evaluation.baselines.global_!r}, metrics chosen on {chosen}")
     else:   # run skips train_local: no personalized model to compare with the local baseline
         lines.append(f"  evaluate_fairness   {spec.evaluation.baselines.global_!r} alone (no "
                      f"personalization: no local baseline, nothing to compare), metrics chosen "
-                     f"on {spec.evaluation.selection}")
+                     f"on {chosen}")
     sharded = [*(["train_local"] if spec.runs_local else []),
                *(["distill_grid_search"] if spec.has_persfl else []),
                *(f"personalize[{entry.display_name}]" for entry in spec.personalization

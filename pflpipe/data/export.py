@@ -8,7 +8,8 @@
   `partition-id`, and so does the `client_files` dataset (layout `flower`).
 
 With the spec, both also get the reproduction package of the FedAvg warm start
-(`pflpipe.data.reproduce`).
+(`pflpipe.data.reproduce`), for a classification: a regression's is not written, since pflpipe
+trains it with the summed Gaussian NLL, which neither the exported app nor PFLlib computes.
 - `npz`: `indices.npz`, each client's row positions in the pooled dataset (`train_<k>`, ...),
   read back by the `predefined` partition (`path: DIR/indices.npz`) on the same dataset.
 
@@ -18,7 +19,6 @@ numbers and every split its row order.
 """
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +30,6 @@ from pflpipe.errors import DataError
 from pflpipe.layout import (
     APP_OUTPUTS,
     EXPORT_INDEX_NPZ,
-    EXPORT_MARKER,
     FLOWER_PARTITIONS_JSON,
     INITIAL_WEIGHTS_PT,
     MODEL_SCRIPT_PT,
@@ -39,6 +38,7 @@ from pflpipe.layout import (
     README_MD,
     REPRODUCE_JSON,
 )
+from pflpipe.overwrite import claim_dir
 
 FORMATS = ("pfllib", "flower", "npz")
 
@@ -54,43 +54,19 @@ def export_partition(partition_dir: Path, fmt: str, out_dir: Path, *, spec=None,
     """
     if fmt not in FORMATS:
         raise DataError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    out_dir = Path(out_dir)
-    _clear(out_dir, force)
+    claim = claim_dir(Path(out_dir), "pflpipe split --export", force=force, option="--export",
+                      keep=APP_OUTPUTS, writes=_exported_name)
+    out_dir = claim.path
     out_dir.mkdir(parents=True, exist_ok=True)
     partition = load_partition(partition_dir, transform=fmt != "npz")
     files = {"pfllib": _pfllib, "flower": _flower, "npz": _npz}[fmt](partition, out_dir)
-    if spec is not None and fmt != "npz":
+    if spec is not None and fmt != "npz" and partition.task == "classification":
         from pflpipe.data import reproduce
 
         files += reproduce.write(out_dir, fmt, spec,
                                  partition.manifest["seed"] if seed is None else seed, partition)
-    top = sorted({path.relative_to(out_dir).parts[0] for path in files})
-    _json(out_dir / EXPORT_MARKER, {"format": fmt, "entries": top})
+    claim.record(files)
     return files
-
-
-def _clear(out_dir: Path, force: bool) -> None:
-    """Remove an earlier export from `out_dir`; refuse other files there unless `force`."""
-    if not out_dir.is_dir():
-        return
-    ours: set[str] = set()
-    if (out_dir / EXPORT_MARKER).is_file():
-        try:
-            ours = set(json.loads((out_dir / EXPORT_MARKER).read_text(encoding="utf-8"))["entries"])
-        except (ValueError, KeyError, TypeError):
-            ours = set()
-    present = {entry.name for entry in out_dir.iterdir()} - {EXPORT_MARKER, *APP_OUTPUTS}
-    foreign = sorted(present - ours)
-    if foreign and not force:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5
-                                          else "")
-        raise DataError(f"{out_dir} holds files that are not an earlier pflpipe export "
-                        f"({shown}); exporting there would overwrite or mix with them. Choose an "
-                        "empty directory, or pass --force to replace them")
-    stale = ours | ({name for name in foreign if _exported_name(name)} if force else set())
-    for name in stale & present:
-        path = out_dir / name
-        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 def _exported_name(name: str) -> bool:

@@ -58,7 +58,7 @@ def load_tensors(path, what: str, map_location="cpu", name: str | None = None):
             return torch.load(path, map_location=map_location, weights_only=True)
     except _READ_ERRORS as err:
         found = _GLOBAL.search(str(err))
-        pickled = None if found or name is not None else pickled_object(Path(path))
+        pickled = None if found else pickled_object(path if hasattr(path, "read") else Path(path))
         path = name or path
         if found:
             raise DataError(f"{path}: holds a Python object ({found.group(1)}), not only tensors "
@@ -72,17 +72,21 @@ def load_tensors(path, what: str, map_location="cpu", name: str | None = None):
                         f"torch.save); expected {what}") from None
 
 
-def pickled_object(path: Path, max_ops: int = 100_000) -> str | None:
+def pickled_object(path, max_ops: int = 100_000) -> str | None:
     """The first class or function a plain pickle file refers to, read without unpickling.
 
-    `pickletools.genops` only parses the opcodes; None when the file is no pickle (a zip archive
-    of torch.save, random bytes) or refers to no object.
+    `path` may be a binary file object (a checkpoint store's bytes). `pickletools.genops` only
+    parses the opcodes; None when the file is no pickle (a zip archive of torch.save, random
+    bytes) or refers to no object.
     """
+    import contextlib
     import itertools
     import pickletools
 
     try:
-        with open(path, "rb") as handle:
+        opened = contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb")
+        with opened as handle:
+            handle.seek(0)
             if handle.read(2) == b"PK":  # torch.save's zip format
                 return None
             handle.seek(0)

@@ -48,10 +48,17 @@ WEIGHTING = ("the new global model is sum_k (n_k / n) * w_k over the round's cli
 
 
 def write(out_dir: Path, fmt: str, spec, seed: int, partition) -> list[Path]:
-    """Write the reproduction package of `fmt` ("flower" or "pfllib") into `out_dir`."""
+    """Write the reproduction package of `fmt` ("flower" or "pfllib") into `out_dir`.
+
+    The package reproduces a classification (cross-entropy, accuracy); a regression has none
+    (`pflpipe.data.export` writes its data alone).
+    """
+    if partition.task != "classification":
+        raise DataError(f"{partition.manifest['dataset']['name']!r} is a regression; the "
+                        "reproduction package covers classification only")
     from pflpipe.models import build_model
 
-    n_outputs = partition.n_classes if partition.task == "classification" else 1
+    n_outputs = partition.n_classes
     network = build_model(spec.model, partition.input_shape, n_outputs, seed)
     weights = {k: v.detach().clone() for k, v in network.state_dict().items()}
     torch.save(weights, out_dir / INITIAL_WEIGHTS)
@@ -65,11 +72,8 @@ def write(out_dir: Path, fmt: str, spec, seed: int, partition) -> list[Path]:
     if fmt == "pfllib":
         files += _copy(out_dir, "pfllib_run.py")
         files.append(_text(out_dir / README_MD, pfllib_readme(spec, seed, partition, weights)))
-    elif partition.task == "classification":
+    else:
         files += _flower_app(out_dir, app, spec, partition)
-    else:   # task.py trains with cross-entropy and scores accuracy
-        files.append(_text(out_dir / README_MD, "The Flower app covers classification only; "
-                           f"{SETTINGS} still holds pflpipe's settings and batch order.\n"))
     return files
 
 
@@ -87,8 +91,6 @@ def settings(spec, seed: int, partition, weights: dict) -> dict:
                      "to float rounding, accuracies matched exactly in our tests")
     if spec.engine.compile is True:
         notes.append("engine.compile: compiled steps round differently from a plain loop")
-    if partition.task != "classification":
-        notes.append("regression: the exported app (cross-entropy, accuracy) does not apply")
     if fed.early_stop:
         notes.append("federation.early_stop: pflpipe may stop before `rounds` (not reproduced)")
     return {
@@ -107,7 +109,7 @@ def settings(spec, seed: int, partition, weights: dict) -> dict:
                       "split: accuracy = correct / n",
         "model": {"architecture": spec.model.architecture,
                   "input_shape": list(partition.input_shape), "n_outputs":
-                      partition.n_classes if partition.task == "classification" else 1,
+                      partition.n_classes,
                   "state_dict": {key: list(value.shape) for key, value in weights.items()}},
         "partition": {"num_partitions": partition.n_clients, "task": partition.task,
                       "content_hash": partition.content_hash,

@@ -49,7 +49,8 @@ class Metric:
 
     def __call__(self, values: Iterable[float]) -> float:
         """Apply the metric; raise `UndefinedMetricError` when it has no value."""
-        return float(self.fn(np.asarray(list(values), dtype=float)))
+        array = values if isinstance(values, np.ndarray) else np.asarray(list(values))
+        return float(self.fn(array.astype(float, copy=False)))
 
     def compute(self, values: Iterable[float]) -> tuple[float | None, str | None]:
         """Return ``(value, None)``, or ``(None, reason)`` when the metric is undefined."""

@@ -1,14 +1,14 @@
 """The report's compute and mechanism sections, from the models' history.csv rows.
 
-Compute (`pflpipe.engine.records.COMPUTE`) sits on the train rows of a history: a model's total is
-the sum over its clients and rounds, averaged over seeds. The compared models (every model but the
-baselines) are flagged when their samples processed differ by more than the spec's factor
-(`evaluation.compute_mismatch`). Diagnostics (``diag.*`` columns) are plotted over rounds, the
-mean over clients and seeds. matplotlib is imported inside the figure functions.
+Compute (`pflpipe.engine.records.COMPUTE`) sits on the train rows of a history: a model's own
+total is the sum over its clients and rounds, averaged over seeds (`pflpipe.metrics.cost` adds
+the warm start a model started from, and compares the models). Diagnostics (``diag.*`` columns)
+are plotted over rounds, the mean over clients and seeds. matplotlib is imported inside the
+figure functions.
 """
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 
 from pflpipe.engine.records import COMPUTE, DIAGNOSTIC_PREFIX
 
@@ -39,52 +39,14 @@ def totals(history: Iterable[dict]) -> dict[str, dict[str, float]]:
             for model, seeds in sums.items()}
 
 
-def mismatch(compute: dict[str, dict[str, float]], baselines: Sequence[str], factor: float
-             ) -> str | None:
-    """A warning when the compared models' samples processed differ by more than `factor`.
-
-    >>> print(mismatch({"a": {"samples": 100.0}, "b": {"samples": 10.0},
-    ...                 "local": {"samples": 1.0}}, ["local"], 1.5)[:58])
-    Unequal compute: a processed 10× the samples of b (more th
-    """
-    compared = {m: c[MATCHED_ON] for m, c in compute.items() if m not in baselines}
-    if len(compared) < 2:
-        return None
-    least = min(compared, key=compared.get)
-    over = [m for m, v in sorted(compared.items(), key=lambda kv: -kv[1])
-            if v > factor * compared[least]]
-    if not over:
-        return None
-    ratios = ", ".join(f"{m} processed {_ratio(compared[m], compared[least])}×" for m in over)
-    return (f"Unequal compute: {ratios} the samples of {least} (more than the {factor:g}× "
-            "evaluation.compute_mismatch allows); their scores compare compute as well as "
-            "method. Match them with client_fraction, rounds or local_epochs.")
-
-
-def _ratio(value: float, least: float) -> str:
-    return "∞" if least <= 0 else f"{value / least:.3g}"
-
-
-def table_rows(compute: dict[str, dict[str, float]], models: Sequence[str]) -> list[list[str]]:
-    """One row per model: steps, samples, MB sent and received per seed, samples vs the least."""
-    shown = [m for m in models if m in compute] + sorted(set(compute) - set(models))
-    least = min((compute[m][MATCHED_ON] for m in shown if compute[m][MATCHED_ON] > 0),
-                default=0.0)
-    return [[m, f"{compute[m]['steps']:,.0f}", f"{compute[m]['samples']:,.0f}",
-             f"{compute[m]['bytes_sent'] / 1e6:,.3f}", f"{compute[m]['bytes_received'] / 1e6:,.3f}",
-             _ratio(compute[m][MATCHED_ON], least) if least else "–",
-             f"{compute[m]['adaptation_samples']:,.0f}"] for m in shown]
-
-
-TABLE_HEADER = ["model", "local steps", "samples (fwd+bwd)", "MB sent", "MB received",
-                "samples / least", "adaptation samples"]
-
-
-def accuracy_vs_samples(history: Iterable[dict], split: str) -> dict[str, tuple[list, list]]:
+def accuracy_vs_samples(history: Iterable[dict], split: str,
+                        start: Mapping[tuple[str, str], float] | None = None
+                        ) -> dict[str, tuple[list, list]]:
     """Per model: (cumulative samples processed, mean accuracy) at each evaluated round.
 
-    Samples are summed over clients up to and including the round, accuracy is the mean over
-    clients (scope ""); both averaged over seeds.
+    Samples are summed over clients up to and including the round, from the samples the model
+    had cost when it started (`start`, by model and seed: its warm start's, `cost.
+    starting_samples`); accuracy is the mean over clients (scope ""); both averaged over seeds.
 
     >>> accuracy_vs_samples([{"model": "a", "seed": 0, "round": 1, "split": "train",
     ...                       "samples": 5}, {"model": "a", "seed": 0, "round": 1,
@@ -106,9 +68,8 @@ def accuracy_vs_samples(history: Iterable[dict], split: str) -> dict[str, tuple[
     for key, by_round in scores.items():
         if key not in spent:
             continue
-        total = 0.0
         for r in sorted(by_round):
-            total = sum(v for q, v in spent[key].items() if q <= r)
+            total = (start or {}).get(key, 0.0) + sum(v for q, v in spent[key].items() if q <= r)
             points.setdefault(key[0], {}).setdefault(r, []).append(
                 (total, sum(by_round[r]) / len(by_round[r])))
     return {m: ([sum(p[0] for p in ps) / len(ps) for _, ps in sorted(rs.items())],
@@ -148,13 +109,17 @@ def diagnostics_last(series: dict[str, dict[str, tuple[list, list]]]) -> list[li
 DIAGNOSTICS_HEADER = ["model", "diagnostic", "last round", "mean over clients and seeds"]
 
 
-def accuracy_vs_samples_png(history: list[dict], split: str, models: list[str]) -> bytes:
-    """One line per model: mean `split` accuracy against the samples processed so far."""
+def accuracy_vs_samples_png(history: list[dict], split: str, models: list[str],
+                            start: Mapping[tuple[str, str], float] | None = None) -> bytes:
+    """One line per model: mean `split` accuracy against the samples processed so far.
+
+    A warm-started model's line starts at the samples of its warm start (`start`).
+    """
     from matplotlib.figure import Figure
 
     from pflpipe.metrics.figures import _png, colors
 
-    curves = accuracy_vs_samples(history, split)
+    curves = accuracy_vs_samples(history, split, start)
     palette = colors([*models, *sorted(set(curves) - set(models))])
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
@@ -162,7 +127,7 @@ def accuracy_vs_samples_png(history: list[dict], split: str, models: list[str]) 
         samples, accuracy = curves[model]
         ax.plot(samples, accuracy, marker=".", color=palette[model], label=model, linewidth=1.4)
     ax.set_xscale("symlog")
-    ax.set_xlabel("samples processed (forward + backward), all clients")
+    ax.set_xlabel("samples processed (forward + backward), all clients, warm start included")
     ax.set_ylabel(f"mean {split} accuracy")
     ax.grid(alpha=0.3)
     if curves:

@@ -6,7 +6,7 @@ and used through `Figure` (no pyplot state).
 """
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -55,11 +55,18 @@ def round_bands(history: Iterable[dict], split: str, unit: str = "fraction"
 
 
 def accuracy_rounds_png(history: list[dict], split: str, models: list[str],
-                        unit: str = "fraction") -> bytes:
+                        unit: str = "fraction", starts: Mapping[str, int] | None = None) -> bytes:
+    """The PNG of `accuracy_rounds_figure`."""
+    return _png(accuracy_rounds_figure(history, split, models, unit, starts))
+
+
+def accuracy_rounds_figure(history: list[dict], split: str, models: list[str],
+                           unit: str = "fraction", starts: Mapping[str, int] | None = None):
     """One panel per model: the mean score over rounds, a band of ± 1 std over clients and seeds.
 
     The panels share the y axis (0 to 1 for an accuracy) so the algorithms compare by eye;
-    models without a history (results given as a table only) are left out.
+    models without a history (results given as a table only) are left out. A model started from
+    the warm start (`starts`: its warm-start round) says after how many warm-start rounds.
     """
     from matplotlib.figure import Figure
 
@@ -80,7 +87,9 @@ def accuracy_rounds_png(history: list[dict], split: str, models: list[str],
             (np.clip(mean - std, 0, 1), np.clip(mean + std, 0, 1))
         ax.fill_between(rounds, low, high, color=palette[model], alpha=0.2, linewidth=0)
         ax.set_title(f"{model}: {mean[-1]:.4g} at the end", fontsize=9)
-        ax.set_xlabel(EPOCHS.get(model, "round"), fontsize=8)
+        after = (starts or {}).get(model, 0)
+        ax.set_xlabel(EPOCHS.get(model, "round") + (f", after {after} warm-start rounds"
+                                                     if after else ""), fontsize=8)
         if accuracy:
             ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
@@ -94,20 +103,44 @@ def accuracy_rounds_png(history: list[dict], split: str, models: list[str],
                         va="center", transform=axes[0][0].transAxes)
     fig.suptitle(f"Mean {split} {name} over rounds, band: ± 1 std over clients and seeds",
                  fontsize=10)
-    return _png(fig)
+    return fig
+
+
+def client_axis(summary: SplitSummary) -> tuple[float, float]:
+    """The score axis of the per-client bars: (bottom, top).
+
+    An accuracy's axis ends just above its maximum (1 or 100) and starts at a multiple of 5
+    points at least 2 points below the lowest bar (less its error bar), so that 89 against 96
+    shows; a −MSE's runs from 0 down past the lowest bar.
+
+    >>> from types import SimpleNamespace as S
+    >>> client_axis(S(unit="fraction", models={"a": S(per_client_accuracy={"0": 0.89, "1": 0.96},
+    ...                                                per_client_seeds={})}))
+    (0.85, 1.02)
+    """
+    values = [v - _std(result.per_client_seeds.get(c, ()))
+              for result in summary.models.values()
+              for c, v in result.per_client_accuracy.items() if not math.isnan(v)]
+    if summary.unit == "neg_mse":
+        return 1.1 * min(min(values, default=-1.0), -1e-12), 0.0
+    top = 100.0 if summary.unit == "percent" else 1.0
+    step = 0.05 * top
+    lowest = min(values, default=0.0)
+    return max(0.0, round(math.floor((lowest - 0.02 * top) / step + 1e-9) * step, 10)), top * 1.02
 
 
 def client_bars_png(summary: SplitSummary) -> bytes:
-    """Grouped bars: each client's score under every model (mean over seeds, ± std).
+    """Grouped bars: each client's score under every model (mean over seeds, ± std)."""
+    return _png(client_bars_figure(summary))
 
-    An accuracy's axis spans 0 to 1 (or 100); a −MSE's runs from 0 down past the lowest bar.
-    """
+
+def client_bars_figure(summary: SplitSummary):
+    """The figure of `client_bars_png`; its score axis is `client_axis`."""
     from matplotlib.figure import Figure
 
     models = list(summary.models)
     clients = list(summary.clients)
     palette = colors(models)
-    top = 100.0 if summary.unit == "percent" else 1.0
     width = 0.8 / max(1, len(models))
     inches = min(18.0, max(6.0, 2.0 + 0.16 * len(clients) * len(models)))
     fig = Figure(figsize=(inches, 3.8))
@@ -124,18 +157,16 @@ def client_bars_png(summary: SplitSummary) -> bytes:
     ax.set_xticks(ticks, [clients[int(t)] for t in ticks], fontsize=7)
     ax.set_xlabel("client")
     ax.set_ylabel(f"{summary.split} {measure(summary.unit)} ({summary.unit})")
-    if summary.unit == "neg_mse":
-        lowest = min((v for r in summary.models.values() for v in r.per_client_accuracy.values()),
-                     default=-1.0)
-        ax.set_ylim(1.1 * min(lowest, -1e-12), 0)
-    else:
-        ax.set_ylim(0, top * 1.02)
+    ax.set_ylim(*client_axis(summary))
     ax.legend(ncol=min(len(models), 6), fontsize=8, loc="lower center",
               bbox_to_anchor=(0.5, 1.0), frameon=False)
-    return _png(fig)
+    return fig
+
+
+def _std(values) -> float:
+    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
 def _seed_std(summary: SplitSummary, model: str, client: str) -> float:
     """The std over seeds of one client's score (0 with one seed)."""
-    values = summary.models[model].per_client_seeds.get(client, ())
-    return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return _std(summary.models[model].per_client_seeds.get(client, ()))

@@ -41,9 +41,11 @@ NULL_RULE = (
 #: Captions of the score figures; {measure} is the unit's score (accuracy, −MSE).
 ROUNDS_CAPTION = ("{Measure} over rounds, one panel per model: the mean over clients and seeds "
                   "with a band of ± 1 std (local: epochs alone; PersFL: distillation epochs from "
-                  "each client's teacher, epoch 0 being the teacher).")
+                  "each client's teacher, epoch 0 being the teacher; a model started from the "
+                  "FedAvg warm start says after how many of its rounds, round 0 being the warm "
+                  "start's model).")
 CLIENTS_CAPTION = ("Each client's {measure} under every model (mean over seeds; error bars: std "
-                   "over seeds).")
+                   "over seeds).{axis}")
 #: The client table's row of means (thesis Table 6.2 calls it "Avg Acc").
 AVERAGE = {"accuracy": "Avg Acc", "−MSE": "Avg −MSE"}
 SEED_RULE = (
@@ -102,17 +104,23 @@ def _best(values: Sequence[float | None], higher: bool) -> list[int]:
 
 
 def split_blocks(summary: SplitSummary, metrics: Sequence[str],
-                 figures: Mapping[str, str]) -> list[Block]:
-    """Return the blocks of one split: answers, tables, figures and notes."""
+                 figures: Mapping[str, str], answer: str | None = None,
+                 accuracy_notes: Sequence[str] = ()) -> list[Block]:
+    """Return the blocks of one split: answers, tables, figures and notes.
+
+    `answer` replaces the summary's own (the thesis vote's) answer: the report's, gated by the
+    pairwise tests (`pflpipe.metrics.pairwise_report.answer`). `accuracy_notes` are said under
+    the accuracy summaries (`pflpipe.metrics.notes`).
+    """
     personalized = [m for m, r in summary.models.items() if r.is_personalized]
     everyone = list(summary.models)
     seeds = ", ".join(map(str, summary.seeds))
     name = measure(summary.unit)
     words = {"measure": name, "Measure": name[0].upper() + name[1:],
-             "fair_measure": measure(summary.unit, fairness=True)}
+             "fair_measure": measure(summary.unit, fairness=True), "axis": _axis(summary)}
     out: list[Block] = [
         ("h2", f"Split: {summary.split}"),
-        ("p", f"{len(summary.clients)} clients, seed(s) {seeds}. {summary.answer()}"),
+        ("p", f"{len(summary.clients)} clients, seed(s) {seeds}. {answer or summary.answer()}"),
         ("h3", f"Per-client {name} (thesis Table 6.2 style; mean over seeds)"),
         _client_table(summary),
     ]
@@ -132,7 +140,8 @@ def split_blocks(summary: SplitSummary, metrics: Sequence[str],
     acc = [m for m in ACCURACY if m in metrics]
     if acc:
         out += [("h3", f"{words['Measure']} summaries"),
-                metric_table(summary, everyone, [f"accuracy.{m}" for m in acc])]
+                metric_table(summary, everyone, [f"accuracy.{m}" for m in acc]),
+                *(("p", note) for note in accuracy_notes)]
     if "qoi" in figures:
         out.append(("figure", figures["qoi"], "QoI per personalized model: a box over clients "
                     "and seeds, one dot per client and seed; above the dashed line the client "
@@ -146,6 +155,16 @@ def split_blocks(summary: SplitSummary, metrics: Sequence[str],
     if notes:
         out += [("h3", "Undefined metrics"), ("list", notes)]
     return out
+
+
+def _axis(summary: SplitSummary) -> str:
+    """Where the per-client bars' axis starts, when not at 0 (`curves.client_axis`)."""
+    from pflpipe.metrics.curves import client_axis
+
+    bottom = client_axis(summary)[0]
+    if summary.unit == "neg_mse" or bottom == 0:
+        return ""
+    return f" The axis starts at {fmt(bottom, 'AA', summary.unit)}, not at 0."
 
 
 def _client_table(summary: SplitSummary) -> Block:
@@ -189,10 +208,10 @@ def _notes(summary: SplitSummary, personalized: list[str]) -> list[str]:
             for (reason, where), models in grouped.items()]
 
 
-def rule_blocks() -> list[Block]:
-    """Return the blocks stating how the answers and the numbers are made."""
+def rule_blocks(*more: str) -> list[Block]:
+    """Return the blocks stating how the answers and the numbers are made (`more` appended)."""
     return [("h2", "How the answers are decided"),
-            ("list", [BEST_RULE, FAIREST_RULE, SEED_RULE, NULL_RULE])]
+            ("list", [BEST_RULE, FAIREST_RULE, SEED_RULE, NULL_RULE, *more])]
 
 
 def to_markdown(blocks: Sequence[Block]) -> str:
@@ -229,17 +248,36 @@ figcaption { font-size: 0.9em; color: #555; }
 """
 
 
+def inline(text: str) -> str:
+    """A paragraph's Markdown (emphasis, code, links) as HTML, as report.md shows it.
+
+    Raw HTML in the text is escaped.
+
+    >>> inline("**Warning.** `warm_start` <b>x</b> fedavg_ft")
+    '<strong>Warning.</strong> <code>warm_start</code> &lt;b&gt;x&lt;/b&gt; fedavg_ft'
+    """
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).renderInline(text)
+
+
 def to_html(blocks: Sequence[Block], images: Mapping[str, bytes], title: str) -> str:
-    """Render blocks as one self-contained HTML page; figures are embedded as base64 PNG."""
+    """Render blocks as one self-contained HTML page; figures are embedded as base64 PNG.
+
+    Paragraphs and list items are Markdown (`inline`), as in report.md; headings, table cells
+    and captions are plain text.
+    """
     esc = html.escape
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
              f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"]
     for block in blocks:
         kind = block[0]
-        if kind in ("h1", "h2", "h3", "p"):
+        if kind in ("h1", "h2", "h3"):
             parts.append(f"<{kind}>{esc(block[1])}</{kind}>")
+        elif kind == "p":
+            parts.append(f"<p>{inline(block[1])}</p>")
         elif kind == "list":
-            parts.append("<ul>" + "".join(f"<li>{esc(i)}</li>" for i in block[1]) + "</ul>")
+            parts.append("<ul>" + "".join(f"<li>{inline(i)}</li>" for i in block[1]) + "</ul>")
         elif kind == "links":
             parts.append("<ul>" + "".join(f"<li><a href=\"{esc(href)}\">{esc(text)}</a></li>"
                                           for text, href in block[1]) + "</ul>")

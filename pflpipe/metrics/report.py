@@ -8,6 +8,7 @@ report.json::
      "baselines": {"local": "local", "global": "fedavg"}, "primary_split": "test",
      "models": {MODEL: ...},            # the primary split's models (test if present)
      "best": MODEL | null, "fairest": MODEL | null, "answer": "...",   # primary split
+     "verdicts": {"best" | "fairest": ...},   # the primary split's (see "uncertainty")
      "splits": {SPLIT: {"models": {MODEL: {
                             "role": "personalized" | "local baseline" | "global baseline",
                             "performance": {"PUI", "PUD", "MPI", "API", "MPD", "APD", "AA"},
@@ -21,12 +22,26 @@ report.json::
                         "best": MODEL | null, "fairest": MODEL | null, "answer": "...",
                         "decisions": {"best" | "fairest": {"model", "votes", "winners",
                                                            "tie_break", "reason"}},
+                        "uncertainty": {"over": "seeds" | "clients", "n", "level", "alpha",
+                                        "resamples", "intervals": {MODEL: {PATH: {"low",
+                                        "high", "over", "n"[, "reason"]}}},
+                                        "verdicts": {"best" | "fairest": {"metric", "leader",
+                                        "winner", "top", "resolved", "reason", "pairs": [...]}}},
                         "clients": [...], "seeds": [...], "figures": {...},
                         "generalization": {MODEL: {"GA", "PA", "beats_global",
                                                    "std_over_seeds", "n_clients"}}}},
-     "rules": {"best", "fairest", "seeds", "nulls"}, "protocol": "...", "sources": [...]}
+     "rules": {"best", "fairest", "seeds", "nulls", "uncertainty"}, "protocol": "...",
+     "sources": [...],
+     "compute": {MODEL: {COUNT: own}}, "compute_in_all": {MODEL: {COUNT: warm start included}},
+     "warm_starts": {MODEL: round}, "compute_warning": "..." | null,
+     "compute_by_design": bool,        # the gap is the method's own cost: a note, not a warning
+     "stability": {MODEL: {"selected", "last_round", "late_fall", "late_fall_rounds",
+                           "margins", "far_below", "swings"}}}     # `pflpipe.metrics.stability`
 
 Metric values are means over seeds; a null value has its reason in the model's "reasons".
+"decisions" hold the thesis's vote; "best" and "fairest" name a model only where the
+Holm-corrected paired test resolves the vote's leader against every other contender
+(`pflpipe.metrics.pairwise`), and each verdict's "top" lists the models tied at the top.
 """
 
 import json
@@ -35,9 +50,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe import layout
-from pflpipe.metrics import compute, curves, figures, generalization, render, tuning
+from pflpipe.metrics import (
+    compute,
+    cost,
+    curves,
+    figures,
+    generalization,
+    notes,
+    pairwise,
+    pairwise_report,
+    render,
+    stability,
+    tuning,
+)
 from pflpipe.metrics.fairness import FAIRNESS
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
+from pflpipe.metrics.stability import Stability
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, SplitSummary, summarize
 from pflpipe.metrics.table import ResultsTable, measure
 
@@ -93,6 +121,8 @@ class ReportContext:
         links: (text, relative href) of the per-seed results tables.
         tuning: Each tuned entry's grid, scores and choice, the tuning and reported seeds and
             the untuned entries (`pflpipe.metrics.tuning`); empty without tuning.
+        plan: What the spec scheduled per model: its warm-start round, its epochs
+            (`pflpipe.metrics.cost`); compute is counted in all, the warm start included.
 
     """
 
@@ -106,6 +136,7 @@ class ReportContext:
     #: with the mechanism diagnostics.
     mechanism_images: tuple[str, ...] = ()
     tuning: dict = field(default_factory=dict)
+    plan: cost.Plan = field(default_factory=cost.Plan)
 
 
 @dataclass(frozen=True)
@@ -123,37 +154,59 @@ class Report:
     context: ReportContext = field(default_factory=ReportContext)
     #: GA, PA and beats_global per split and model (`pflpipe.metrics.generalization`).
     comparisons: dict[str, dict[str, generalization.Comparison]] = field(default_factory=dict)
+    #: Intervals, pairwise tests and gated verdicts per split (`pflpipe.metrics.pairwise`).
+    uncertainty: dict[str, pairwise.Assessment] = field(default_factory=dict)
+    #: The primary split's selected and last-round scores per model (`pflpipe.metrics.stability`).
+    stability: dict[str, Stability] = field(default_factory=dict)
+    #: Per split, what its accuracy summaries need said (`pflpipe.metrics.notes`).
+    notes: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def primary(self) -> SplitSummary:
         """The split the top-level answers refer to: test when present."""
         return self.splits.get("test") or next(iter(self.splits.values()))
 
+    def answered(self) -> list[SplitSummary]:
+        """The splits the headline answers: not val beside another split (it chose the models)."""
+        return [s for s in self.splits.values() if s.split != "val" or s is self.primary]
+
     def answers(self) -> str:
-        """Return the two answers of every split, one line per split."""
-        return "\n".join(summary.answer() for summary in self.splits.values())
+        """Return the two answers of every answered split, one line per split."""
+        return "\n".join(self.answer(summary.split) for summary in self.answered())
+
+    def answer(self, split: str) -> str:
+        """The split's answers, naming a model only where the corrected paired test does."""
+        summary, assessment = self.splits[split], self.uncertainty.get(split)
+        return pairwise_report.answer(summary, assessment) if assessment else summary.answer()
 
     def to_json(self, figure_files: dict[str, dict[str, str]] | None = None) -> dict:
         """Return report.json's content (see the module docstring)."""
-        splits = {name: {**_split_json(s, (figure_files or {}).get(name, {})),
+        splits = {name: {**_split_json(s, (figure_files or {}).get(name, {}),
+                                       self.uncertainty.get(name)),
                          "generalization": {m: c.to_json() for m, c in
                                             self.comparisons.get(name, {}).items()}}
                   for name, s in self.splits.items()}
         primary = splits[self.primary.split]
+        found = self.unequal_compute()
         return {
             "format": 1, "unit": self.unit, "selection": self.selection,
             "baselines": {"local": self.local, "global": self.global_},
             "primary_split": self.primary.split, "models": primary["models"],
             "best": primary["best"], "fairest": primary["fairest"], "answer": primary["answer"],
+            "verdicts": primary.get("uncertainty", {}).get("verdicts", {}),
             "splits": splits,
             "rules": {"best": BEST_RULE, "fairest": FAIREST_RULE, "seeds": render.SEED_RULE,
-                      "nulls": render.NULL_RULE},
+                      "nulls": render.NULL_RULE, "uncertainty": pairwise.RULE},
             "protocol": protocol(self.selection, self.local, self.global_, self.validation,
                                  self.unit),
             "sources": list(self.sources), "run": dict(self.context.run),
             "tables": dict(self.context.links),
             "compute": compute.totals(self.context.history),
-            "compute_warning": self.compute_warning(),
+            "compute_in_all": cost.in_all(self.context.history, self.context.plan),
+            "warm_starts": dict(self.context.plan.starts),
+            "compute_warning": found.text if found else None,
+            "compute_by_design": bool(found and found.by_design),
+            "stability": {m: s.to_json() for m, s in self.stability.items()},
             **({"tuning": self.context.tuning} if self.context.tuning else {}),
         }
 
@@ -176,11 +229,15 @@ class Report:
             ("h2", "Protocol"),
             ("p", protocol(self.selection, self.local, self.global_, self.validation, self.unit)),
             *tuning.blocks(self.context.tuning),
-            ("h2", "Answers"), ("list", [s.answer() for s in self.splits.values()]),
+            ("h2", "Answers"), ("list", [self.answer(s.split) for s in self.answered()]),
         ]
+        out += stability.blocks(self.stability, self.primary.split, self.selection, self.unit)
         out += self._compute_blocks()
         for name, summary in self.splits.items():
-            out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}))
+            out += render.split_blocks(summary, self.metrics, (figure_files or {}).get(name, {}),
+                                       self.answer(name), self.notes.get(name, ()))
+            if name in self.uncertainty:
+                out += pairwise_report.blocks(self.uncertainty[name], summary, self.metrics)
             comparisons = self.comparisons.get(name, {})
             if any(c.mean["GA"] is not None and c.mean["PA"] is not None
                    for c in comparisons.values()):
@@ -192,18 +249,23 @@ class Report:
         if pictures:
             out += [("h2", "The split"),
                     *(("figure", name, caption) for name, caption in pictures)]
-        return out + render.rule_blocks()
+        return out + render.rule_blocks(pairwise.RULE)
+
+    def unequal_compute(self) -> cost.Mismatch | None:
+        """The compared models' (all but the baselines) unequal compute in all, if any."""
+        history, plan = self.context.history, self.context.plan
+        return cost.mismatch(cost.in_all(history, plan), (self.local, self.global_),
+                             self.context.compute_mismatch, plan, compute.totals(history))
 
     def compute_warning(self) -> str | None:
-        """The unequal-compute warning of the compared models (all but the baselines), if any."""
-        return compute.mismatch(compute.totals(self.context.history), (self.local, self.global_),
-                                self.context.compute_mismatch)
+        """The text of `unequal_compute` (a warning, or a note when the gap is by design)."""
+        found = self.unequal_compute()
+        return found.text if found else None
 
     def _compute_blocks(self) -> list[tuple]:
-        totals = compute.totals(self.context.history)
-        if not totals:
+        if not compute.totals(self.context.history):
             return []
-        warning = self.compute_warning()
+        found = self.unequal_compute()
         return [("h2", "Compute"),
                 ("p", "What each model cost, counted by the engine from what it ran: local "
                       "optimizer steps; samples processed, a sample counted once per network "
@@ -215,10 +277,17 @@ class Report:
                       "adaptation, Flow's re-personalization) at every evaluation, not "
                       "matched. Scoring, PersFL's teacher selection and its teachers' logits "
                       "are forward passes only and not counted. A model started from the FedAvg "
-                      "warm start also cost the warm start's compute (its row 'fedavg')."),
-                *([("p", f"**Warning.** {warning}")] if warning else []),
-                ("table", compute.TABLE_HEADER,
-                 compute.table_rows(totals, list(self.primary.models))),
+                      "warm start also cost the warm start's compute up to the round it started "
+                      "from (PersFL: every round, its teachers): steps, samples and MB are "
+                      "counted in all, the warm start included, and so is the figure. Passes "
+                      "per sample and epoch: the model's own samples over the passes over its "
+                      "clients' data its settings schedule (FedAvg 1, Ditto 2, PersFL its grid's "
+                      "students)."),
+                *([("p", f"**{'Note' if found.by_design else 'Warning'}.** {found.text}")]
+                  if found else []),
+                ("table", cost.TABLE_HEADER,
+                 cost.table_rows(self.context.history, self.context.plan,
+                                 list(self.primary.models))),
                 ("figure", COMPUTE_FIGURE, "Accuracy against samples processed: one line per "
                  "model, a point per evaluated round.")]
 
@@ -254,14 +323,19 @@ def _diagnostic_figure(model: str) -> str:
     return layout.report_figure("diagnostics", model)
 
 
-def _split_json(summary: SplitSummary, figure_files: dict[str, str]) -> dict:
+def _split_json(summary: SplitSummary, figure_files: dict[str, str],
+                assessment: pairwise.Assessment | None = None) -> dict:
+    gated = {} if assessment is None else {
+        "best": assessment.best.winner, "fairest": assessment.fairest.winner,
+        "answer": pairwise_report.answer(summary, assessment),
+        "uncertainty": assessment.to_json()}
     return {
         "models": {m: r.to_json() for m, r in summary.models.items()},
         "best": summary.best.model, "fairest": summary.fairest.model,
         "answer": summary.answer(),
         "decisions": {"best": summary.best.to_json(), "fairest": summary.fairest.to_json()},
         "clients": list(summary.clients), "seeds": list(summary.seeds), "figures": figure_files,
-    }
+    } | gated
 
 
 def build_report(table: ResultsTable, *, local: str = "local", global_: str = "fedavg",
@@ -281,8 +355,14 @@ def build_report(table: ResultsTable, *, local: str = "local", global_: str = "f
         raise ValueError(f"unknown metric(s) {unknown}; choose among {', '.join(ALL_METRICS)}")
     splits = summarize(table, local=local, global_=global_, selection=selection)
     comparisons = generalization.compare(table, global_=global_, selection=selection)
+    context = context or ReportContext()
+    primary = "test" if "test" in splits else next(iter(splits))
+    uncertainty = pairwise.assess(table, splits, local=local, global_=global_,
+                                  selection=selection)
     return Report(splits, table.unit, selection, local, global_, tuple(metrics), table.sources,
-                  validation, context or ReportContext(), comparisons)
+                  validation, context, comparisons, uncertainty,
+                  stability.assess(table, context.history, primary, selection),
+                  {s: notes.accuracy_notes(table, s, metrics) for s in splits})
 
 
 @dataclass(frozen=True)
@@ -294,6 +374,13 @@ class ReportFiles:
     markdown: Path
     html: Path
     figures: tuple[Path, ...]
+    pairwise: Path | None = None
+
+    @property
+    def written(self) -> list[Path]:
+        """Every file written, figures included."""
+        return [self.json, self.markdown, self.html, *self.figures,
+                *([self.pairwise] if self.pairwise else [])]
 
 
 def write_report(report: Report, out_dir: Path) -> ReportFiles:
@@ -309,23 +396,25 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
                  "fairness": layout.report_figure("fairness", name)}
         if history and name == report.primary.split:  # the curves of the reported split
             files["rounds"] = layout.report_figure("accuracy_rounds", name)
-            images[files["rounds"]] = curves.accuracy_rounds_png(history, name,
-                                                                 list(summary.models),
-                                                                 report.unit)
+            images[files["rounds"]] = curves.accuracy_rounds_png(
+                history, name, list(summary.models), report.unit, report.context.plan.starts)
         images[files["clients"]] = curves.client_bars_png(summary)
         images[files["qoi"]] = figures.qoi_strip_png(summary)
         images[files["fairness"]] = figures.fairness_bars_png(summary, report.metrics)
         figure_files[name] = files
     if compute.totals(history):
         images[COMPUTE_FIGURE] = compute.accuracy_vs_samples_png(
-            history, report.primary.split, list(report.primary.models))
+            history, report.primary.split, list(report.primary.models),
+            cost.starting_samples(history, report.context.plan))
     for model, series in compute.diagnostics(history).items():
         images[_diagnostic_figure(model)] = compute.diagnostics_png(model, series)
     images |= {f"{layout.FIGURES}/{n}": data for n, (data, _) in report.context.images.items()}
     for relative, data in images.items():
         (out_dir / relative).write_bytes(data)
     paths = ReportFiles(out_dir, out_dir / layout.REPORT_JSON, out_dir / layout.REPORT_MD,
-                        out_dir / layout.REPORT_HTML, tuple(out_dir / r for r in images))
+                        out_dir / layout.REPORT_HTML, tuple(out_dir / r for r in images),
+                        out_dir / layout.PAIRWISE_CSV)
+    paths.pairwise.write_text(pairwise_report.pairwise_csv(report.uncertainty), encoding="utf-8")
     text = json.dumps(report.to_json(figure_files), indent=2, ensure_ascii=False)
     paths.json.write_text(text + "\n", encoding="utf-8")
     blocks = report.blocks(figure_files)

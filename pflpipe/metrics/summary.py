@@ -137,28 +137,38 @@ class SplitSummary:
 
     def answer(self) -> str:
         """Answer the thesis's two questions for this split in words."""
-        lines = [f"Best performing on {self.split}: {self.best.explain()}.",
-                 f"Fairest on {self.split}: {self.fairest.explain()}."]
-        best, fairest = self.best.model, self.fairest.model
+        return " ".join([f"Best performing on {self.split}: {self.best.explain()}.",
+                         f"Fairest on {self.split}: {self.fairest.explain()}.",
+                         *self.remarks(self.best.model, self.fairest.model)])
+
+    def remarks(self, best: str | None, fairest: str | None, fairness_of: str | None = None
+                ) -> list[str]:
+        """The notes after the two answers, about the models named `best` and `fairest`.
+
+        `fairness_of` (default `fairest`) is the model whose count of improved clients the
+        caution on a fairness verdict reads.
+        """
+        lines = []
         if best and fairest and best != fairest:
             lines.append(f"The best-performing model ({best}) is not the fairest ({fairest}): "
                          f"performance and fairness disagree here (thesis Remark 1).")
         elif best and best == fairest:
             lines.append(f"{best} is both the best performing and the fairest.")
-        pui = self.models[fairest].mean["performance.PUI"] if fairest else None
+        fairness_of = fairness_of or fairest
+        pui = self.models[fairness_of].mean["performance.PUI"] if fairness_of else None
         improved = None if pui is None else pui / 100 * len(self.clients)
         if improved is not None and improved < MIN_CLIENTS:
             lines.append(f"Caution: the fairness verdict rests on {improved:.3g} improved "
-                         f"client(s) of {len(self.clients)} ({fairest}'s U⁺, mean over seeds); "
+                         f"client(s) of {len(self.clients)} ({fairness_of}'s U⁺, mean over seeds); "
                          f"fairness over fewer than {MIN_CLIENTS} clients is trivially high, so "
                          f"it says little. Read PUI and the "
                          f"{measure(self.unit, fairness=True)} fairness instead.")
         elif pui is not None and pui < 50:
-            lines.append(f"Note: {fairest} improved only {pui:.1f}% of clients; its fairness "
+            lines.append(f"Note: {fairness_of} improved only {pui:.1f}% of clients; its fairness "
                          f"describes how evenly those few improvements are shared.")
         if len(self.clients) < MIN_CLIENTS:
             lines.append(f"Caution: {len(self.clients)} client(s) only; no verdict is reliable.")
-        return " ".join(lines)
+        return lines
 
 
 def summarize(table: ResultsTable, *, local: str = "local", global_: str = "fedavg",

@@ -31,7 +31,7 @@ mean squared error as `loss`; the table's unit is then ``neg_mse`` and the score
 import csv
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -133,7 +133,7 @@ def table_from_records(records: Iterable[Mapping[str, object]], source: str = "<
     """Validate in-memory rows (mappings with the CSV's column names) as a table."""
     _check_unit(unit)
     records = list(records)
-    unit = _regression(records, unit)
+    unit = _regression(records, unit, lambda i: f"{source}: row {i + 1}")
     rows = tuple(_parse_row(record, f"{source}: row {i + 1}", unit == "neg_mse")
                  for i, record in enumerate(records))
     if not rows:
@@ -179,8 +179,22 @@ def _check_unit(unit: str) -> None:
         raise DataError(f"unit must be one of {', '.join(UNITS)} (got {unit!r})")
 
 
-def _regression(records: Sequence[Mapping[str, object]], unit: str) -> str:
-    """Return "neg_mse" for a regression table under "auto": no accuracy, every loss given."""
+def _regression(records: Sequence[Mapping[str, object]], unit: str,
+                where: Callable[[int], str]) -> str:
+    """Return "neg_mse" for a regression table under "auto": no accuracy, every loss given.
+
+    A table with accuracies is a classification's: its loss is a cross-entropy, which
+    ``neg_mse`` would call −MSE, so declaring it is an error naming the first such row.
+    """
+    if unit == "neg_mse":
+        scored = next((i for i, r in enumerate(records)
+                       if _text(r, "accuracy").lower() not in ("", "nan")), None)
+        if scored is not None:
+            raise DataError(f"{where(scored)}: accuracy {_text(records[scored], 'accuracy')}: "
+                            "the table scores a classification, but --unit neg_mse reads the "
+                            "loss column as a regression's MSE (a classification's loss is its "
+                            "cross-entropy); drop --unit neg_mse, or give --unit fraction or "
+                            "percent")
     if unit != "auto" or not records:
         return unit
     no_accuracy = all(_text(r, "accuracy").lower() in ("", "nan") for r in records)
@@ -206,7 +220,7 @@ def _read_one(path: Path, unit: str) -> ResultsTable:
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise DataError(f"{path}: cannot read the results table: {err}") from err
     # Line numbers count the header as line 1.
-    unit = _regression(records, unit)
+    unit = _regression(records, unit, lambda i: f"{path}:{i + 2}")
     rows = tuple(_parse_row(rec, f"{path}:{i + 2}", unit == "neg_mse")
                  for i, rec in enumerate(records))
     if not rows:

@@ -28,12 +28,16 @@ def blocks(tuning: dict) -> list[tuple]:
         keys = list(record["grid"])
         header = [*keys, *(f"seed {s}" for s in tuning["seeds"]), "mean", "chosen"]
         rows = [[*(_value(p["values"][k]) for k in keys),
-                 *(f"{p['scores'][str(s)]:.4f}" for s in tuning["seeds"]), f"{p['mean']:.4f}",
+                 *(_score(p["scores"][str(s)]) for s in tuning["seeds"]), _score(p["mean"]),
                  "✓" if p["values"] == record["chosen"] else ""] for p in record["points"]]
         chosen = ", ".join(f"{k} = {_value(v)}" for k, v in record["chosen"].items())
+        failed = [p for p in record["points"] if p.get("diverged")]
         out += [("h3", f"{label}: {chosen}"),
                 ("p", f"{len(record['points'])} grid point(s), budget {budget['max_points']}"
-                      f"{rounds}."),
+                      f"{rounds}." + (f" {len(failed)} diverged, scored as failed and never "
+                                      "chosen: " + "; ".join(
+                                          f"{json.dumps(p['values'])} ({p['diverged']})"
+                                          for p in failed) + "." if failed else "")),
                 ("table", header, rows)]
     if tuning["untuned"]:
         out.append(("p", f"Not tuned (run with the spec's settings): "
@@ -41,6 +45,10 @@ def blocks(tuning: dict) -> list[tuple]:
     if tuning.get("warning"):
         out.append(("p", tuning["warning"]))
     return out
+
+
+def _score(score: float | None) -> str:
+    return "diverged" if score is None else f"{score:.4f}"
 
 
 def _value(value) -> str:

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 #: The largest integer a field without a bound of its own accepts.
 MAX_COUNT = 100_000
+#: The largest learning rate any field accepts (federation's, an entry's, distillation's).
+MAX_LR = 100
 
 
 class Section(BaseModel):

@@ -7,7 +7,6 @@ size, how deep it nests and how many values it holds once YAML aliases are expan
 """
 
 import difflib
-import re
 import types
 import typing
 from pathlib import Path
@@ -19,21 +18,13 @@ from pydantic import BaseModel, ValidationError
 from pflpipe.errors import SpecError
 from pflpipe.spec.algorithms import PARAMS
 from pflpipe.spec.spec import Spec
+from pflpipe.spec.yaml_reader import AmbiguousNumber, _Loader
 
 Loc = tuple[str | int, ...]
 _CREDENTIAL_WORDS = ("secret", "password", "token", "access_key", "credential")
 _TAGS = ("name", "strategy", "architecture", "kind")  # discriminator keys of the spec's unions
 #: Limits on a spec file (the largest shipped spec is 2 kB, 4 levels deep, 150 values).
 MAX_BYTES, MAX_DEPTH, MAX_VALUES = 100_000, 20, 50_000
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading 1e-3 as a number as YAML 1.2 does (1.1 wants 1.0e-3)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"))
 
 
 def read_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec:
@@ -125,6 +116,8 @@ def parse_yaml(text: str, filename: str = "<spec>") -> tuple[dict, dict[Loc, int
                             f"sections (experiment, dataset, partition, ...), got {kind}")
         lines: dict[Loc, int] = {(): node.start_mark.line + 1}
         data = _build(loader, node, (), lines, filename)
+        if loader.ambiguous:
+            raise SpecError(loader.ambiguous)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         where = f"{filename}:{mark.line + 1}" if mark else filename
@@ -204,7 +197,12 @@ def _build(loader: _Loader, node, loc: Loc, lines: dict[Loc, int], filename: str
             lines[(*loc, index)] = item.start_mark.line + 1
             items.append(_build(loader, item, (*loc, index), lines, filename))
         return items
-    return loader.construct_object(node, deep=True)
+    try:
+        return loader.construct_object(node, deep=True)
+    except AmbiguousNumber as err:  # reported with the others once the whole file is read
+        loader.ambiguous.append(f"{filename}:{node.start_mark.line + 1}: {_dotted(loc) or 'spec'}: "
+                          f"{err.problem}")
+        return node.value
 
 
 def _dotted(loc: Loc) -> str:
@@ -212,6 +210,11 @@ def _dotted(loc: Loc) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+_ABSENT = object()   # what `_data_loc` finds at a key the data does not hold
+#: pydantic's names of the branches of a union of scalars, in an error's location.
+_SCALARS = ("bool", "int", "float", "str", "none")
 
 
 def _data_loc(loc: Loc, data: Any) -> Loc:
@@ -226,11 +229,15 @@ def _data_loc(loc: Loc, data: Any) -> Loc:
         if not isinstance(part, str | int) or (isinstance(part, str) and part.startswith(
                 ("function-", "list[", "dict[", "union["))):
             continue
+        if isinstance(part, str) and current is not _ABSENT and (
+                not isinstance(current, dict) or part not in current and (
+                    part in _SCALARS or part.startswith("literal["))):
+            continue   # a branch of a union of scalars (`lam[0].float`), not a key of the value
         out.append(part)
         try:
             current = current[part]
         except (KeyError, IndexError, TypeError):
-            current = None
+            current = _ABSENT
     return tuple(out)
 
 
@@ -338,6 +345,43 @@ def _message(error: dict, loc: Loc, data: Any) -> tuple[Loc, str]:
     return loc, message + _type_hint(kind, error.get("input"))
 
 
+#: What each branch of a union of scalars accepts, in words (`_one_per_union`).
+_BRANCH_WORDS = {"bool_type": "true or false", "int_type": "an integer", "float_type": "a number",
+                 "string_type": "text", "none_required": "null"}
+
+
+def _one_per_union(errors: list[dict], data: Any) -> list[dict]:
+    """Replace the errors of every branch of a union of scalars by one error for the value.
+
+    A value that fails `bool | int | float | str` gets an error per branch (``lam[0].bool``,
+    ``.int``, ...). When one branch took its type but refused its value (a NaN float: "must be
+    a finite number"), that branch's error is the one; otherwise one error lists what the
+    branches accept ("must be 'auto', true or false").
+    """
+    groups: dict[Loc, list[dict]] = {}
+    for error in errors:
+        groups.setdefault(_data_loc(error["loc"], data), []).append(error)
+    out = []
+    for loc, group in groups.items():
+        branches = [e for e in group if e["loc"] and isinstance(e["loc"][-1], str)
+                    and (not loc or e["loc"][-1] != loc[-1])]
+        if len(branches) < 2:
+            out += group
+            continue
+        out += [e for e in group if e not in branches]
+        typed = [e for e in branches if e["type"] not in _BRANCH_WORDS
+                 and e["type"] not in ("literal_error", "int_from_float")]
+        if typed:
+            out.append(typed[0])
+            continue
+        accepted = [e["ctx"]["expected"] if e["type"] == "literal_error" else
+                    _BRANCH_WORDS.get(e["type"], "a whole number") for e in branches]
+        words = ", ".join(dict.fromkeys(w for text in accepted for w in text.split(" or ")))
+        words = " or ".join(words.rsplit(", ", 1))
+        out.append({**branches[0], "type": "union", "msg": f"must be {words}"})
+    return out
+
+
 def _type_hint(kind: str, value: Any) -> str:
     """Say how to write a number the strict spec refused."""
     if kind not in ("int_type", "float_type"):
@@ -376,7 +420,7 @@ def format_errors(err: ValidationError, data: Any, lines: dict[Loc, int],
                   filename: str) -> list[str]:
     """Format every validation error as `FILE:LINE: path: message`, in file order."""
     out: list[tuple[int, str]] = []
-    for error in err.errors():
+    for error in _one_per_union(err.errors(), data):
         if error["type"] == "default_factory_not_called":  # a default that reads a bad section
             continue
         loc, message = _message(error, _data_loc(error["loc"], data), data)

@@ -28,7 +28,8 @@ def parse_assignments(assignments: Sequence[str]) -> dict[str, Any]:
     >>> parse_assignments(["federation.rounds=50", "experiment.seeds=[0, 1]", "federation.lr=1e-3"])
     {'federation.rounds': 50, 'experiment.seeds': [0, 1], 'federation.lr': 0.001}
     """
-    from pflpipe.spec.loader import _Loader  # the file's own YAML reading (1e-3 is a number)
+    # the file's own YAML reading (1e-3 is a number)
+    from pflpipe.spec.yaml_reader import AmbiguousNumber, _Loader
 
     out: dict[str, Any] = {}
     for text in assignments:
@@ -39,6 +40,8 @@ def parse_assignments(assignments: Sequence[str]) -> dict[str, Any]:
             # read as the value of a key, exactly as `PATH: VALUE` in the file reads it
             out[path.strip()] = (yaml.load(f"v: {value}", Loader=_Loader)["v"]  # noqa: S506
                                  if value.strip() else "")
+        except AmbiguousNumber as err:
+            raise SpecError(f"--set {text}: {err.problem}") from None
         except yaml.YAMLError as err:
             raise SpecError(f"--set {text}: the value is not valid YAML ({err})") from None
     return out

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from pflpipe.layout import REPORT_HTML, REPORT_JSON, REPORT_MD
-from pflpipe.spec.base import Section
+from pflpipe.spec.base import MAX_LR, Section
 
 STAGES = (
     "partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",
@@ -105,7 +105,7 @@ class FederationSettings(Section):
     local_epochs: int = Field(1, ge=1, description="Local epochs per round.")
     batch_size: int = Field(20, ge=1, description="Local mini-batch size.")
     optimizer: Literal["sgd", "adam"] = Field("sgd", description="Local optimizer.")
-    lr: float = Field(0.05, gt=0, le=100, description="Local learning rate.")
+    lr: float = Field(0.05, gt=0, le=MAX_LR, description="Local learning rate.")
     momentum: float = Field(0.0, ge=0, lt=1, description="SGD momentum.")
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay.")
     client_fraction: float = Field(
@@ -176,7 +176,8 @@ class Distillation(Section):
         "protocol and is flagged in the report as leaking test labels. 'val' without a "
         "validation split chooses on train.",
     )
-    lr: float | None = Field(None, gt=0, description="Learning rate; federation.lr when omitted.")
+    lr: float | None = Field(None, gt=0, le=MAX_LR,
+                             description="Learning rate; federation.lr when omitted.")
     batch_size: int | None = Field(None, ge=1, description="Batch size; federation's when omitted.")
 
     _lambdas = field_validator("lambdas")(lambda v: _grid(v, "λ"))
@@ -216,7 +217,9 @@ class Evaluation(Section):
     compute_mismatch: float = Field(
         1.5, ge=1,
         description="The report warns when the compared models (all but the baselines) differ "
-        "in samples processed by more than this factor, naming them.",
+        "in samples processed in all (the FedAvg warm start a model started from included) by "
+        "more than this factor, naming them; a gap their settings do not make (the method's own "
+        "cost, e.g. Ditto's second model or PersFL's grid) is said as a note instead.",
     )
 
 

@@ -30,7 +30,7 @@ from pflpipe.spec.sections import (
     Teachers,
     Tracking,
 )
-from pflpipe.spec.tuning import Tuning, tuning_errors
+from pflpipe.spec.tuning import Tuning, tuning_errors, with_values
 
 IMAGE_SHAPES = {
     "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28), "emnist": (1, 28, 28),
@@ -69,7 +69,7 @@ class Spec(Section):
     @model_validator(mode="after")
     def _consistent(self):
         errors = [*_data_errors(self), *_model_errors(self), *_algorithm_errors(self),
-                  *tuning_errors(self)]
+                  *tuning_errors(self), *_grid_point_errors(self)]
         if errors:
             raise ValidationError.from_exception_data(
                 "Spec",
@@ -259,6 +259,34 @@ def _algorithm_errors(spec: Spec):
                "teachers and distillation sections", None)
     yield from _baseline_errors(spec, [*stage_models, *(
         e.display_name for e in spec.personalization if e.stage == "personalize")])
+
+
+def _grid_point_errors(spec: Spec):
+    """Each tuning grid value checked as the spec checks its entry's own field.
+
+    A value valid for the field alone can still clash with the rest of the spec (a warm-start
+    round beyond federation.rounds); the error names the grid value, e.g.
+    ``tuning.entries[0].grid.warm_start[1]``.
+    """
+    from pydantic import ValidationError as Invalid
+
+    indices = {e.display_name: i for i, e in enumerate(spec.personalization)}
+    for t, tuned in enumerate(spec.tuning.entries if spec.tuning else ()):
+        index = indices.get(tuned.entry)
+        if index is None:
+            continue   # tuning_errors names the entry
+        entry = spec.personalization[index]
+        for key, values in tuned.grid.items():
+            for position, value in enumerate(values):
+                try:
+                    point = with_values(entry, {key: value})
+                except Invalid:
+                    continue   # tuning_errors names the value
+                copy = spec.model_copy(update={"personalization": [
+                    point if i == index else e for i, e in enumerate(spec.personalization)]})
+                for loc, message, _ in _algorithm_errors(copy):
+                    if loc == ("personalization", index, key):
+                        yield (("tuning", "entries", t, "grid", key, position), message, value)
 
 
 def _baseline_errors(spec: Spec, produced: list[str]):

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from pflpipe import layout
 from pflpipe.errors import DataError
+from pflpipe.events import notice, warning
+from pflpipe.stages import schedules
 from pflpipe.stages.beside import Beside
 from pflpipe.stages.tables import read_csv
 from pflpipe.storage import upload_results
@@ -38,7 +40,11 @@ PICTURES = {
 
 @dataclass(frozen=True)
 class ReportResult:
-    """What evaluate_fairness wrote, and the answers per split."""
+    """What evaluate_fairness wrote, and the answers per split.
+
+    `best` and `fairest` name a model per split only where the corrected paired test resolves
+    it (`pflpipe.metrics.pairwise`); None where models are tied at the top or undecided.
+    """
 
     out_dir: Path
     files: tuple[Path, ...]
@@ -92,18 +98,21 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     files = (write_report(report, Path(out_dir)) if alongside is None
              else _write_beside(report, Path(out_dir), alongside))
     log.info("evaluate_fairness: %s", report.answers())
-    if report.compute_warning():
-        from pflpipe.events import warning
+    from pflpipe.metrics.stability import said
 
-        warning(report.compute_warning())
+    for found in report.stability.values():
+        if (sentence := said(found, report.primary.split, report.unit)):
+            warning(sentence)
+    unequal = report.unequal_compute()
+    if unequal:   # said once: a gap by design is a note, one the settings make a warning
+        (notice if unequal.by_design else warning)(unequal.line or unequal.text)
     tracker.log_params({"evaluation.selection": evaluation.selection,
                         "evaluation.baselines.local": evaluation.baselines.local,
                         "evaluation.baselines.global": evaluation.baselines.global_,
                         "evaluation.unit": report.unit})
     tracker.log_metrics(tracked_metrics(report))
-    tracker.set_tags({f"best.{s}": r.best.model or "" for s, r in report.splits.items()}
-                     | {f"fairest.{s}": r.fairest.model or "" for s, r in report.splits.items()})
-    for path in (files.json, files.markdown, files.html):
+    tracker.set_tags(verdict_tags(report))
+    for path in (files.json, files.markdown, files.html, files.pairwise):
         tracker.log_artifact(path, "report")
     tracker.log_artifact(files.out_dir / "figures", "report/figures")
     if tables:
@@ -116,8 +125,8 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     upload_results(spec, files.out_dir, "report")
     return ReportResult(
         out_dir=files.out_dir, files=(files.json, files.markdown, files.html, *files.figures),
-        best={s: r.best.model for s, r in report.splits.items()},
-        fairest={s: r.fairest.model for s, r in report.splits.items()},
+        best={s: a.best.winner for s, a in report.uncertainty.items()},
+        fairest={s: a.fairest.winner for s, a in report.uncertainty.items()},
         answers=report.answers(), markdown=files.markdown.read_text(encoding="utf-8"),
         seed_dirs={seed: Path(d) for d in results_dirs if (seed := _seed_of(d)) is not None},
     )
@@ -221,16 +230,35 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
                 images[name] = (path.read_bytes(), caption)
     reported = list(spec.experiment.seeds if reported_seeds is None else reported_seeds)
     records = tuning_records(spec, results_dirs)
+    n_clients, train_samples = _partitions(list(seeds.values()))
+    plan = schedules.plan(spec, records, train_samples)
     info = {"experiment": spec.experiment.name, "spec hash": spec.content_hash(), **run_info,
             "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
-                    f"{spec.partition.n_clients} clients",
-            "rounds": rounds_line(spec, records), **_seed_rows(spec, reported, records)}
+                    f"{n_clients or spec.partition.n_clients} clients",
+            "rounds": ", ".join(plan.described.values()),
+            **_seed_rows(spec, reported, records)}
     links = tuple((f"seed {s}: {RESULTS}", layout.report_table(s))
                   for s in sorted(seeds))
     chosen = tuple(name for (folder, name) in PICTURES if folder == "persfl" and name in images)
     tuned = _tuning(spec, records, reported) if records else {}
     return ReportContext(info, history, images, links, spec.evaluation.compute_mismatch, chosen,
-                         tuned)
+                         tuned, plan)
+
+
+def _partitions(seed_dirs: list[Path]) -> tuple[int | None, float]:
+    """The seeds' partitions: the first's clients and one pass over the training rows.
+
+    A predefined file decides the clients; the pass is every client's training rows, the mean
+    over the seeds.
+    """
+    clients, totals = None, []
+    for directory in seed_dirs:
+        manifest = Path(directory) / layout.PARTITION / layout.MANIFEST_JSON
+        if manifest.is_file():
+            entries = json.loads(manifest.read_text())["clients"]
+            clients = clients or len(entries)
+            totals.append(sum(entry["n"]["train"] for entry in entries))
+    return clients, sum(totals) / len(totals) if totals else 0.0
 
 
 def tuning_records(spec, results_dirs: list[Path]) -> dict[str, dict]:
@@ -290,8 +318,9 @@ def _tuning(spec, records: dict[str, dict], reported: list[int]) -> dict:
 def rounds_line(spec, records: dict[str, dict] | None = None) -> str:
     """How long each model that ran trained, e.g. ``fedavg 30 rounds, local 20 epochs, ...``.
 
-    A tuned entry counts with the setting chosen for it (`records`, `tuning_records`); where its
-    grid chose the rounds (or epochs), the line says so and on which seeds.
+    A model started from the warm start names its warm-start rounds (``fedper 30 + 30
+    warm-start rounds``); a tuned entry counts with the setting chosen for it (`records`,
+    `tuning_records`, see `pflpipe.stages.schedules.plan`).
 
     >>> from pflpipe.spec import Spec
     >>> rounds_line(Spec.model_validate({
@@ -299,30 +328,9 @@ def rounds_line(spec, records: dict[str, dict] | None = None) -> str:
     ...     "partition": {"strategy": "ds1", "n_clients": 2}, "personalization": []}))
     'fedavg 20 rounds'
     """
-    from pflpipe.spec.tuning import rounds_field, with_values
+    from pflpipe.stages.schedules import plan
 
-    records = records or {}
-    parts = [f"fedavg {spec.federation.rounds} rounds",
-             *([f"local {spec.local_params.epochs} epochs"] if spec.runs_local else [])]
-    for entry in spec.personalization:
-        label = entry.display_name
-        if entry.name == "persfl":
-            parts.append(f"{label} {spec.distillation.epochs} distillation epochs")
-            continue
-        if entry.name == "local":
-            continue
-        chosen = records[label]["entries"][label]["chosen"] if label in records else {}
-        entry = with_values(entry, chosen)
-        count = entry.rounds_of(spec.federation).rounds
-        part = f"{label} {count} {'epochs' if rounds_field(entry) == 'epochs' else 'rounds'}"
-        if rounds_field(entry) in chosen:
-            seeds = ", ".join(map(str, records[label]["seeds"]))
-            part += f" (tuned on tuning seed(s) {seeds})"
-        elif spec.tuning and label not in records and (tuned := spec.tuning.find(label)) \
-                and rounds_field(entry) in tuned.grid:
-            part = f"{label}: {rounds_field(entry)} tuned, the choice is not in these results"
-        parts.append(part)
-    return ", ".join(parts)
+    return ", ".join(plan(spec, records).described.values())
 
 
 def _seed_of(directory: Path) -> int | None:
@@ -340,8 +348,12 @@ def tracked_metrics(report) -> dict[str, float]:
     Names are ``{model}.{split}.{metric}`` (e.g. ``persfl.test.AA``),
     ``{model}.{split}.{group}.{metric}`` for fairness (e.g. ``persfl.test.improved.JI``), and
     ``{model}.{split}.GA``, ``.PA`` and ``.beats_global`` for the generalized vs personalized
-    comparison (`pflpipe.metrics.generalization`).
+    comparison (`pflpipe.metrics.generalization`); each mean's 95 % interval beside it
+    (``persfl.test.AA.ci_low``, ``.ci_high``) and every pair of models compared
+    (``pairwise.test.persfl_vs_fedper.AA.p_holm``, ...: `pairwise_report.tracked_metrics`).
     """
+    from pflpipe.metrics import pairwise_report
+
     metrics: dict[str, float] = {}
     for split, summary in report.splits.items():
         for model, result in summary.models.items():
@@ -359,7 +371,23 @@ def tracked_metrics(report) -> dict[str, float]:
             metrics |= {_metric_name(f"{model}.{split}.{name}"): value
                         for name, value in comparison.mean.items()
                         if value is not None and math.isfinite(value)}
+    metrics |= {_metric_name(name): value for name, value in
+                pairwise_report.tracked_metrics(report.uncertainty, report.metrics).items()}
     return metrics
+
+
+def verdict_tags(report) -> dict[str, str]:
+    """The parent run's answers as tags: ``best.{split}`` and ``fairest.{split}``.
+
+    Each holds the models tied at the top, comma-separated (one name where the corrected paired
+    test resolves the winner; empty where undecided), with ``.resolved`` beside it.
+    """
+    tags = {}
+    for split, assessment in report.uncertainty.items():
+        for question, verdict in (("best", assessment.best), ("fairest", assessment.fairest)):
+            tags[f"{question}.{split}"] = ", ".join(verdict.top)
+            tags[f"{question}.{split}.resolved"] = str(verdict.winner is not None).lower()
+    return tags
 
 
 def _metric_name(name: str) -> str:

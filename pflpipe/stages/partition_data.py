@@ -101,20 +101,17 @@ def default_dir(spec, seed: int) -> Path:
 
 
 def run(spec, seed: int, out_dir: Path, *, tracker: Tracker = NULL_TRACKER,
-        reuse_split: bool = True, replace: bool = True) -> PartitionResult:
+        reuse_split: bool = True) -> PartitionResult:
     """Partition the spec's dataset with `seed` into `out_dir`; log the summary and heatmap.
 
     With `reuse_split`, the partition `pflpipe split` wrote in `default_dir` is reused when it is
-    this one. Without `replace`, a non-empty `out_dir` that holds anything but this very partition
-    (another partition, a run's files, the user's) is an error and is left untouched.
+    this one.
     """
     from pflpipe.data import partition_dataset, write_partition
     from pflpipe.data.artifact import HEATMAP, MANIFEST
 
     plan = partition_dataset(spec, seed)
     section = spec.partition.model_dump(mode="json")
-    if not replace:
-        _refuse_foreign(plan, section, Path(out_dir))
     source = default_dir(spec, seed)
     manifest = _reuse(plan, section, source, Path(out_dir)) if reuse_split else None
     if manifest is None:
@@ -150,34 +147,6 @@ def validation_warnings(clients: tuple[ClientSummary, ...]) -> tuple[str, ...]:
             f"validation samples (smallest: client {smallest.client_id}, {smallest.n_val}); "
             "the best round, teacher and (λ, T) chosen on them are noisy. Raise "
             "partition.fractions.val or min_samples",)
-
-
-def _refuse_foreign(plan, section: dict, out_dir: Path) -> None:
-    """Raise unless `out_dir` is missing, empty or holds this plan's own partition already."""
-    from pflpipe.data import read_manifest
-    from pflpipe.data.artifact import MANIFEST, manifest_header
-
-    if not out_dir.is_dir() or not any(out_dir.iterdir()):
-        return
-    held = "files that are not a pflpipe partition"
-    if (out_dir / MANIFEST).is_file():
-        try:
-            manifest = read_manifest(out_dir)
-        except DataError:
-            manifest = {}
-        header = manifest_header(plan, section)
-        if manifest and all(manifest.get(key) == value for key, value in header.items()):
-            return   # the same partition: writing it again changes no byte
-        if manifest:
-            held = (f"another partition ({len(manifest.get('clients', []))} clients, content "
-                    f"hash {str(manifest.get('content_hash'))[:16]}; this spec's has "
-                    f"{len(plan.clients)} clients)")
-    # a published run's folder: <results_dir>/runs/<run>/seed-<s>/partition (pipelines.local)
-    parts = out_dir.resolve().parts
-    at = max((i for i, part in enumerate(parts[:-1]) if part == "runs"), default=None)
-    run = "" if at is None else f" of run {parts[at + 1]!r}"
-    raise DataError(f"{out_dir} holds {held}{run}; writing this split there would replace "
-                    "them. Choose another -o directory, or pass --force to replace them")
 
 
 def _reuse(plan, section: dict, source: Path, out_dir: Path) -> dict | None:

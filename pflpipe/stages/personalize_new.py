@@ -98,6 +98,34 @@ def _rounds(checkpoints_dir: Path) -> list[int]:
     return rounds
 
 
+def _check_scale(path: Path, x: np.ndarray, partition_dir: Path) -> None:
+    """Refuse a newcomer whose raw features lie on another scale than the clients' training data.
+
+    The stored models saw the partition's transform of the clients' raw values; digits divided
+    by 16, or times 16, would run and choose another teacher without a word. Out of range: beyond
+    the clients' range by more than its width. Squeezed: all within the bottom eighth of it.
+    """
+    from pflpipe.data import load_partition
+
+    clients = load_partition(partition_dir, transform=False).clients
+    train = torch.cat([c.split("train").x.flatten().to(torch.float64) for c in clients])
+    low, high, new_low, new_high = (float(train.min()), float(train.max()), float(x.min()),
+                                    float(x.max()))
+    width = high - low
+    margin = max(width, abs(low), abs(high))
+    if new_low < low - margin or new_high > high + margin:
+        how = "larger scale (multiplied by a constant?)"
+    elif width > 0 and new_high < low + width / 8 and new_high - new_low < width / 8:
+        how = "smaller scale (divided by a constant?)"
+    else:
+        return
+    raise DataError(f"{path}: x lies in [{new_low:g}, {new_high:g}] but the clients' training "
+                    f"data in [{low:g}, {high:g}]: the newcomer's features are on a {how}, so "
+                    "the stored models would see inputs unlike any they were trained on. Give x "
+                    "in the dataset's raw format, as the clients' data are stored (pflpipe "
+                    "applies the partition's transform)")
+
+
 def _client_data(spec, path: Path, partition_dir: Path, seed: int) -> FederatedData:
     """The newcomer's samples, transformed like the partition's and split per the spec."""
     from pflpipe.data import read_manifest
@@ -121,6 +149,13 @@ def _client_data(spec, path: Path, partition_dir: Path, seed: int) -> FederatedD
     y, _ = check_labels(path, arrays["y"], manifest["dataset"]["n_classes"])
     # a predefined partition has no fractions: the newcomer's data is split by the defaults
     fractions = getattr(spec.partition, "fractions", None) or Fractions()
+    needed = 1 + (fractions.val > 0) + (fractions.test > 0)
+    if len(y) < needed:
+        raise DataError(f"{path}: the newcomer has {len(y)} sample(s); at least {needed} are "
+                        "needed (one each for train, val and test: its teacher round and (λ, T) "
+                        "are chosen on validation, its score is taken on test); give it more "
+                        "samples")
+    _check_scale(path, x, partition_dir)
     parts = split_client(np.arange(len(y)), y, fractions.val, fractions.test,
                          np.random.default_rng([seed, 911]), client_id=0)
     features = apply_transform(torch.from_numpy(x), manifest["dataset"]["transform"])

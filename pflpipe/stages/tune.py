@@ -5,13 +5,16 @@ writes the point's score: the mean over clients of its validation accuracy, or M
 regression, of each client's `evaluation.selection` model). This stage gathers those scores (from
 the points' directories, or from `tune` directories of single seeds) and chooses, per entry, the
 point with the best mean score over the tuning seeds; a tie goes to the point written first in
-the grid. Test splits are never read. Output, ``tuning.json``::
+the grid. A point that diverged on any tuning seed (``"score": null``, `tune_point`) is never
+chosen; when every point of an entry diverged, the stage fails naming the entry's grid. Test
+splits are never read. Output, ``tuning.json``::
 
     {"seeds": [100, 101], "selection": "best_val", "score": "accuracy",
      "records": [{"entry": "ditto", "seed": 100, "values": {"lam": 0.1}, "score": 0.91}, ...],
      "entries": {"ditto": {"grid": {"lam": [...]}, "budget": {"max_points": 8, "rounds": null},
                            "points": [{"values": {...}, "scores": {"100": 0.91, ...},
-                                       "mean": 0.9}, ...],
+                                       "mean": 0.9}, ...],   # a diverged one: "mean": null,
+                                                             # "diverged": "seed 101: ..."
                            "chosen": {"lam": 0.1}}}}
 
 The `personalize` tasks of the reported seeds read it (`apply`) and keep their entry's part next
@@ -20,10 +23,10 @@ to their results (`keep_record`), where the report finds it.
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from pflpipe.errors import DataError
+from pflpipe.errors import DataError, DivergenceError
 from pflpipe.layout import POINT_JSON, RESULTS_CSV, TUNING_JSON  # noqa: F401 (tune.X for callers)
 from pflpipe.spec.tuning import replace_entry, with_values
 
@@ -34,12 +37,15 @@ class TuningResult:
 
     seeds: tuple[int, ...]
     chosen: dict[str, dict]
+    diverged: dict[str, int] = field(default_factory=dict)   # grid points scored as failed
 
     def to_markdown(self) -> str:
         """One line per tuned entry (the KFP Markdown artifact)."""
         lines = [f"**tune**: chosen on the validation splits of tuning seed(s) "
                  f"{', '.join(map(str, self.seeds))}", ""]
-        lines += [f"- {label}: {json.dumps(values)}" for label, values in self.chosen.items()]
+        lines += [f"- {label}: {json.dumps(values)}" + (
+                  f" ({self.diverged[label]} diverged point(s) not chosen)"
+                  if self.diverged.get(label) else "") for label, values in self.chosen.items()]
         return "\n".join(lines) + "\n"
 
 
@@ -70,10 +76,15 @@ def run(spec, scored_dirs: list[Path], out_dir: Path) -> TuningResult:
     seeds = sorted({r["seed"] for r in records})
     higher = score_name(spec) == "accuracy"
     entries = {}
-    for tuned in spec.tuning.entries:
+    for index, tuned in enumerate(spec.tuning.entries):
         points = [_point(tuned.entry, values, records, seeds) for values in tuned.points()]
-        means = [p["mean"] for p in points]
-        best = means.index(max(means) if higher else min(means))
+        means = [p["mean"] for p in points if p["mean"] is not None]
+        if not means:
+            raise DivergenceError(
+                f"tuning.entries[{index}] ({tuned.entry!r}): every grid point diverged on the "
+                f"tuning seeds ({'; '.join(p['diverged'] for p in points)}); change the values "
+                f"of tuning.entries[{index}].grid (a lower lr, say)")
+        best = [p["mean"] for p in points].index(max(means) if higher else min(means))
         entries[tuned.entry] = {
             "grid": tuned.grid, "budget": spec.tuning.budget_of(tuned).model_dump(),
             "points": points, "chosen": points[best]["values"]}
@@ -82,7 +93,9 @@ def run(spec, scored_dirs: list[Path], out_dir: Path) -> TuningResult:
     (out / TUNING_JSON).write_text(json.dumps({
         "seeds": seeds, "selection": spec.evaluation.selection, "score": score_name(spec),
         "records": records, "entries": entries}, indent=2) + "\n")
-    return TuningResult(tuple(seeds), {label: e["chosen"] for label, e in entries.items()})
+    return TuningResult(tuple(seeds), {label: e["chosen"] for label, e in entries.items()},
+                        {label: sum(bool(p.get("diverged")) for p in e["points"])
+                         for label, e in entries.items()})
 
 
 def _gather(dirs: list[Path]) -> list[dict]:
@@ -106,8 +119,11 @@ def _point(label: str, values: dict, records: list[dict], seeds: list[int]) -> d
     if missing:
         raise DataError(f"tuning: grid point {key} of {label!r} has no score for tuning seed(s) "
                         f"{missing}; every point trains on every tuning seed")
-    return {"values": values, "scores": {str(s): scores[s] for s in seeds},
-            "mean": math.fsum(scores.values()) / len(scores)}
+    diverged = [f"seed {r['seed']}: {r['diverged']}" for r in records if r["entry"] == label
+                and r.get("diverged") and json.dumps(r["values"], sort_keys=True) == key]
+    mean = None if diverged else math.fsum(scores.values()) / len(scores)
+    return {"values": values, "scores": {str(s): scores[s] for s in seeds}, "mean": mean,
+            **({"diverged": "; ".join(diverged)} if diverged else {})}
 
 
 def read(tuning_dir: Path) -> dict:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from pflpipe.errors import TrackingError
+from pflpipe.errors import DataError, TrackingError
 from pflpipe.tracking.scrub import scrub_text
 
 log = logging.getLogger(__name__)
@@ -114,11 +114,15 @@ def check_sqlite(tracking_uri: str) -> None:
     """Raise TrackingError when another process holds the sqlite store's write lock.
 
     Waits `PROBE_TIMEOUT_S` for it (``BEGIN IMMEDIATE``, rolled back at once); a database not
-    made yet passes (MLflow creates it).
+    made yet passes (MLflow creates it). A path that is a directory, or a file that is not an
+    sqlite database, is a DataError (the spec's tracking.uri is wrong).
     """
     import sqlite3
 
     database = Path(tracking_uri[len("sqlite:///"):].partition("?")[0])
+    if database.is_dir():
+        raise DataError(f"tracking.uri {tracking_uri}: {database} is a directory; name the "
+                        f"database file, e.g. sqlite:///{database / 'mlflow.db'}")
     if not database.is_file():
         return
     try:
@@ -133,6 +137,10 @@ def check_sqlite(tracking_uri: str) -> None:
             raise TrackingError(f"the MLflow store {tracking_uri} cannot be opened ({err})"
                                 ) from None
         raise TrackingError(_locked(tracking_uri, PROBE_TIMEOUT_S)) from None
+    except sqlite3.DatabaseError as err:  # a text file, an image: anything but sqlite
+        raise DataError(f"tracking.uri {tracking_uri}: {database} is not an sqlite database "
+                        f"({err}); name a new file (MLflow creates it) or an MLflow store, "
+                        f"e.g. sqlite:///{database.with_name('mlflow.db')}") from None
 
 
 def _locked(tracking_uri: str, seconds: float) -> str:

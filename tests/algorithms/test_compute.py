@@ -115,9 +115,19 @@ def test_report_shows_compute_per_model_and_warns_of_pfedvem_against_pfedme(run)
     _, work, _ = run
     report = json.loads((work / "report" / "report.json").read_text())
     assert set(MODELS) <= set(report["compute"])
+    # every personalize entry starts from the warm start's final model: in all, its own
+    # samples plus all of FedAvg's
+    own, in_all = report["compute"], report["compute_in_all"]
+    for model in ("pfedvem", "pfedme", "fedper", "per_fedavg"):
+        assert in_all[model]["samples"] == own[model]["samples"] + own["fedavg"]["samples"]
+    assert in_all["fedavg"] == own["fedavg"] and in_all["local"] == own["local"]
     warning = report["compute_warning"]
     assert warning.startswith("Unequal compute: ") and "the samples of pfedme" in warning
-    assert "pfedvem processed" in warning and "fedper processed" in warning
+    least = in_all["pfedme"]["samples"]
+    for model in ("pfedvem", "fedper", "per_fedavg"):
+        ratio = in_all[model]["samples"] / least
+        assert (f"{model} processed {ratio:.3g}×" in warning) == (ratio > 1.5), model
+    assert "pfedvem processed" in warning
     markdown = (work / "report" / "report.md").read_text()
     assert "## Compute" in markdown and "**Warning.** Unequal compute" in markdown
     # Per-FedAvg adapts every client before each of its 3 evaluations (one step of 16 samples

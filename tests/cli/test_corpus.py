@@ -20,6 +20,7 @@ import torch
 from test_validate import BASE, CORPUS
 
 from pflpipe.cli import main
+from pflpipe.layout import WRITTEN_JSON
 
 NEVER = ("Traceback", "unexpected", "weights_only", "allow_pickle", "unsafe", "trust the")
 
@@ -34,6 +35,8 @@ class Case:
     files: Callable[[Path], None] = lambda tmp: None
     code: int = 2
     never: tuple[str, ...] = field(default=NEVER)
+    #: Files or directories (`{tmp}` allowed) whose every byte must survive the command.
+    kept: tuple[str, ...] = ()
 
 
 def spec_case(name: str, text: str, fragments: list[str]) -> Case:
@@ -184,16 +187,29 @@ def leaf_nan(data: Path) -> None:
             {"users": ["u"], "user_data": {"u": {"x": rows, "y": [0, 1] * 3}}}))
 
 
-def newcomer_with_nan(tmp: Path) -> None:
-    from pflpipe.spec import parse_spec
-    from pflpipe.stages import partition_data
+def newcomer(change: Callable[[np.ndarray], np.ndarray], n: int = 20
+             ) -> Callable[[Path], None]:
+    """A digits partition, no checkpoints (the newcomer's data is checked first), new.npz."""
+    def files(tmp: Path) -> None:
+        from pflpipe.spec import parse_spec
+        from pflpipe.stages import partition_data
 
-    (tmp / "spec.yaml").write_text(BASE)
-    partition_data.run(parse_spec(BASE), 0, tmp / "partition")
-    (tmp / "checkpoints").mkdir()
-    x = RNG.integers(0, 17, (20, 64)).astype(np.float64)
+        (tmp / "spec.yaml").write_text(BASE)
+        partition_data.run(parse_spec(BASE), 0, tmp / "partition")
+        (tmp / "checkpoints").mkdir()
+        x = RNG.integers(0, 17, (n, 64)).astype(np.float64)   # digits' raw range, 0..16
+        np.savez(tmp / "new.npz", x=change(x), y=np.arange(n) % 10)
+
+    return files
+
+
+def with_nan(x: np.ndarray) -> np.ndarray:
     x[3, 5] = np.nan
-    np.savez(tmp / "new.npz", x=x, y=np.arange(20) % 10)
+    return x
+
+
+NEWCOMER_ARGS = ("personalize-new", "{tmp}/spec.yaml", "--client-data", "{tmp}/new.npz",
+                 "--partition", "{tmp}/partition", "--checkpoints", "{tmp}/checkpoints")
 
 
 DATA += [
@@ -206,11 +222,21 @@ DATA += [
     Case("data-client-files-leaf-nan", ("split", "{tmp}/spec.yaml"),
          ("{tmp}/data: x holds NaN or infinite values", "in 6 of 12 samples, first in sample 6"),
          client_files("leaf", leaf_nan)),
-    Case("data-newcomer-nan-features",
-         ("personalize-new", "{tmp}/spec.yaml", "--client-data", "{tmp}/new.npz", "--partition",
-          "{tmp}/partition", "--checkpoints", "{tmp}/checkpoints"),
+    Case("data-newcomer-nan-features", NEWCOMER_ARGS,
          ("{tmp}/new.npz: x holds NaN or infinite values", "first in sample 3"),
-         newcomer_with_nan),
+         newcomer(with_nan)),
+    Case("data-newcomer-divided-by-16", NEWCOMER_ARGS,
+         ("{tmp}/new.npz: x lies in [0, 1] but the clients' training data in [0, 16]: the "
+          "newcomer's features are on a smaller scale (divided by a constant?)",
+          "Give x in the dataset's raw format"), newcomer(lambda x: x / 16)),
+    Case("data-newcomer-times-16", NEWCOMER_ARGS,
+         ("{tmp}/new.npz: x lies in [0, 256] but the clients' training data in [0, 16]: the "
+          "newcomer's features are on a larger scale (multiplied by a constant?)",),
+         newcomer(lambda x: x * 16)),
+    Case("data-newcomer-one-sample", NEWCOMER_ARGS,
+         ("{tmp}/new.npz: the newcomer has 1 sample(s); at least 3 are needed (one each for "
+          "train, val and test", "give it more samples"),
+         newcomer(lambda x: x, n=1), never=(*NEVER, "min_samples")),
     Case("data-unofficial-cifar-pickle", ("split", "{tmp}/spec.yaml"),
          ("{tmp}/cifar-10-batches-py/data_batch_1 is not the official file (md5",
           "expected c99cafc152244af753f735de768cd75f", "verify_checksums: false"),
@@ -234,6 +260,12 @@ TABLES = [
     Case("table-regression-without-mse", ("report", "{tmp}/t.csv", "-o", "{tmp}/out"),
          ("{tmp}/t.csv:3: loss (the mean squared error of a regression) must be a finite number",),
          raw("t.csv", b"client,model,accuracy,loss\n0,local,,0.5\n0,fedavg,,-1\n")),
+    Case("table-classification-declared-neg-mse",
+         ("report", "{tmp}/t.csv", "-o", "{tmp}/out", "--unit", "neg_mse"),
+         ("{tmp}/t.csv:2: accuracy 0.75: the table scores a classification, but --unit neg_mse "
+          "reads the loss column as a regression's MSE", "drop --unit neg_mse"),
+         raw("t.csv", b"client,model,accuracy,loss\n0,local,0.75,0.6\n0,fedavg,0.7,0.7\n"
+                      b"0,x,0.8,0.5\n")),
     Case("table-not-utf8", ("report", "{tmp}/t.csv", "-o", "{tmp}/out"),
          ("{tmp}/t.csv: cannot read the results table",), raw("t.csv", b"\xff\xfe\x00bad")),
 ]
@@ -274,6 +306,13 @@ ARGS = [
          ("run", "{tmp}/spec.yaml", "--set", "tracking.uri=ftp://127.0.0.1/mlflow"),
          ("tracking.uri: unsupported scheme 'ftp'", "use one of sqlite, http, https"),
          lambda tmp: (tmp / "spec.yaml").write_text(BASE)),
+    Case("arg-run-model-path-not-a-module",
+         ("run", "{tmp}/spec.yaml", "--set", "model={architecture: custom, path: 'os:system'}"),
+         ("{tmp}/spec.yaml: model.path: 'os:system' is a builtin_function_or_method, not a "
+          "subclass of torch.nn.Module",),
+         lambda tmp: (tmp / "spec.yaml").write_text(BASE.replace(
+             "  name: t\n", f"  name: t\n  output_dir: {tmp}/out\n", 1)
+             + "tracking: {enabled: false}\n")),
     Case("debug-after-the-verb", ("validate", "{tmp}/spec.yaml", "--debug"),
          ("Traceback", "SpecError", "partition.n_clients: must be a valid integer"),
          lambda tmp: (tmp / "spec.yaml").write_text(BASE.replace("10", "true")), never=()),
@@ -286,6 +325,8 @@ CASES = [*(spec_case(*case) for case in CORPUS), *DATA, *TABLES, *ARGS]
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_bad_input_exits_with_its_code_and_a_clear_message(tmp_path, capsys, hostile, case):
     case.files(tmp_path)
+    kept = [Path(path.replace("{tmp}", str(tmp_path))) for path in case.kept]
+    before = [_contents(path) for path in kept]
 
     started = time.monotonic()
     code = _exit_code([arg.replace("{tmp}", str(tmp_path)) for arg in case.args])
@@ -293,7 +334,14 @@ def test_bad_input_exits_with_its_code_and_a_clear_message(tmp_path, capsys, hos
 
     err = capsys.readouterr().err
     hostile(code, err, seconds, expected=case.code, never=case.never,
-            fragments=[fragment.replace("{tmp}", str(tmp_path)) for fragment in case.fragments])
+            fragments=[fragment.replace("{tmp}", str(tmp_path)) for fragment in case.fragments],
+            lost=[_contents(path) for path in kept] != before)
+
+
+def _contents(path: Path) -> dict[str, bytes]:
+    """Every file under `path` (or `path` itself) and its bytes."""
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    return {str(file): file.read_bytes() for file in files if file.is_file()}
 
 
 def _exit_code(args: list[str]) -> int:
@@ -358,8 +406,9 @@ def finished_run_and_other_spec(tmp: Path) -> None:
     """A published run's 9-client partition, and a 6-client spec."""
     (tmp / "nine.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=9))
     (tmp / "spec.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=6))
-    assert main(["split", str(tmp / "nine.yaml"), "-o",
-                 RUN_PARTITION.replace("{tmp}", str(tmp))]) == 0
+    partition = Path(RUN_PARTITION.replace("{tmp}", str(tmp)))
+    assert main(["split", str(tmp / "nine.yaml"), "-o", str(partition)]) == 0
+    (partition / WRITTEN_JSON).unlink()   # the pipeline wrote it, not `pflpipe split`
 
 
 def user_files_and_spec(tmp: Path) -> None:
@@ -368,18 +417,65 @@ def user_files_and_spec(tmp: Path) -> None:
     (tmp / "spec.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=6))
 
 
+RUN = "{tmp}/out/runs/20261126-120000-1a2b3c4d"
+TABLE = (b"client,model,accuracy\n0,local,0.7\n0,fedavg,0.6\n0,x,0.8\n1,local,0.5\n1,fedavg,0.6\n"
+         b"1,x,0.7\n")
+
+
+def finished_run_files(tmp: Path) -> None:
+    """A published run's report and PersFL folder (as the pipeline writes them), a table, a spec."""
+    run = Path(RUN.replace("{tmp}", str(tmp)))
+    for folder, names in (("report", ("report.json", "report.md", "report.html")),
+                          ("seed-0/persfl", ("grid.csv", "summary.md", "chosen.csv"))):
+        (run / folder).mkdir(parents=True)
+        for name in names:
+            (run / folder / name).write_text(f"the run's {name}")
+    (tmp / "t.csv").write_bytes(TABLE)
+    (tmp / "spec.yaml").write_text(SPLIT_SPEC.format(tmp=tmp, clients=6))
+    (tmp / "partition").mkdir()
+    (tmp / "checkpoints").mkdir()
+    np.savez(tmp / "new.npz", x=np.zeros((20, 64)), y=np.arange(20) % 10)
+
+
+NEWCOMER = ("personalize-new", "{tmp}/spec.yaml", "--client-data", "{tmp}/new.npz", "--partition",
+            "{tmp}/partition", "--checkpoints", "{tmp}/checkpoints", "-o")
 OVERWRITE = [
     Case("path-overwrite-finished-run-partition",
          ("split", "{tmp}/spec.yaml", "-o", RUN_PARTITION),
-         ("another partition (9 clients", "of run '20261126-120000-1a2b3c4d'", "--force"),
-         finished_run_and_other_spec),
+         (f"{RUN_PARTITION} holds files of run '20261126-120000-1a2b3c4d' (clients, "
+          "label_distribution.png, manifest.json) that `pflpipe split` did not write", "--force"),
+         finished_run_and_other_spec, kept=(RUN_PARTITION,)),
     Case("path-overwrite-user-dir-split", ("split", "{tmp}/spec.yaml", "-o", "{tmp}/mine"),
-         ("{tmp}/mine holds files that are not a pflpipe partition", "--force"),
-         user_files_and_spec),
+         ("{tmp}/mine holds files (notes.txt) that `pflpipe split` did not write", "--force"),
+         user_files_and_spec, kept=("{tmp}/mine",)),
     *(Case(f"path-overwrite-user-dir-export-{fmt}",
            ("split", "{tmp}/spec.yaml", "--export", fmt, "{tmp}/mine"),
-           ("{tmp}/mine holds files that are not an earlier pflpipe export (notes.txt)",
-            "--force"), user_files_and_spec) for fmt in ("flower", "pfllib")),
+           ("{tmp}/mine holds files (notes.txt) that `pflpipe split --export` did not write",
+            "Choose another --export directory, or pass --force"), user_files_and_spec,
+           kept=("{tmp}/mine",)) for fmt in ("flower", "pfllib")),
+    Case("path-overwrite-finished-run-report", ("report", "{tmp}/t.csv", "-o", f"{RUN}/report"),
+         (f"{RUN}/report holds files of run '20261126-120000-1a2b3c4d' (report.html, report.json, "
+          "report.md) that `pflpipe report` did not write", "Choose another -o directory",
+          "--force"), finished_run_files, kept=(f"{RUN}/report",)),
+    Case("path-overwrite-user-dir-report", ("report", "{tmp}/t.csv", "-o", "{tmp}/mine"),
+         ("{tmp}/mine holds files (notes.txt) that `pflpipe report` did not write", "--force"),
+         lambda tmp: user_files_and_spec(tmp) or (tmp / "t.csv").write_bytes(TABLE),
+         kept=("{tmp}/mine",)),
+    Case("path-overwrite-finished-run-persfl", (*NEWCOMER, f"{RUN}/seed-0/persfl"),
+         (f"{RUN}/seed-0/persfl holds files of run '20261126-120000-1a2b3c4d' (chosen.csv, "
+          "grid.csv, summary.md) that `pflpipe personalize-new` did not write", "--force"),
+         finished_run_files, kept=(f"{RUN}/seed-0/persfl",)),
+    Case("path-overwrite-spec-with-compiled-pipeline",
+         ("compile", "{tmp}/spec.yaml", "-o", "{tmp}/spec.yaml"),
+         ("{tmp}/spec.yaml exists and `pflpipe compile` did not write it",
+          "Choose another -o file, or pass --force to replace it"),
+         user_files_and_spec, kept=("{tmp}/spec.yaml",)),
+    Case("path-overwrite-user-file-schema", ("schema", "-o", "{tmp}/mine/notes.txt"),
+         ("{tmp}/mine/notes.txt exists and `pflpipe schema` did not write it", "--force"),
+         user_files_and_spec, kept=("{tmp}/mine",)),
+    Case("path-compile-output-without-yaml", ("compile", "{tmp}/spec.yaml", "-o", "{tmp}/mine"),
+         ("-o {tmp}/mine: KFP writes a pipeline to a .yaml (or .yml) file",
+          "e.g. -o {tmp}/mine/t.yaml"), user_files_and_spec, kept=("{tmp}/mine",)),
 ]
 
 
@@ -387,6 +483,3 @@ OVERWRITE = [
 @pytest.mark.parametrize("case", OVERWRITE, ids=[case.name for case in OVERWRITE])
 def test_no_command_overwrites_another_runs_or_the_users_files(tmp_path, capsys, hostile, case):
     test_bad_input_exits_with_its_code_and_a_clear_message(tmp_path, capsys, hostile, case)
-
-    if (tmp_path / "mine").is_dir():   # the user's files are untouched
-        assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]

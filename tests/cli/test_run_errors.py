@@ -1,7 +1,8 @@
 """`pflpipe run` when a stage fails: the stage's own error on screen, exit 1, no traceback, the
 MLflow parent run FAILED, and what the other stages computed kept (a rerun reuses it).
 
-The failure is real: FedPer with a learning rate of 1e8 diverges in its first round.
+The failure is real: Ditto with a learning rate of 100 (the largest the spec allows) diverges
+in its second round.
 """
 
 import os
@@ -18,7 +19,7 @@ dataset: {name: digits}
 partition: {strategy: ds1, n_clients: 4, classes_per_client: 4}
 federation: {rounds: 2}
 personalization:
-  - {name: fedper, lr: 1.0e+8, rounds: 2}
+  - {name: ditto, lr: 100, rounds: 2}
 """
 
 
@@ -41,11 +42,11 @@ def test_failing_stage_exits_1_with_its_own_error_and_no_traceback(failed):
     work, first, _ = failed
     assert first.returncode == 1
     assert "Traceback" not in first.stdout + first.stderr
-    assert "✗ personalize[fedper] · seed 0" in first.stdout
+    assert "✗ personalize[ditto] · seed 0" in first.stdout
     error = first.stderr
-    assert "error: stage personalize[fedper] · seed 0 failed:" in error
-    assert "DivergenceError: client " in error and "learning rate 1e+08" in error
-    log = work / "results" / "logs" / "personalize_fedper_seed_0.log"
+    assert "error: stage personalize[ditto] · seed 0 failed:" in error
+    assert "DivergenceError: client " in error and "learning rate 100" in error
+    log = work / "results" / "logs" / "personalize_ditto_seed_0.log"
     assert f"(its full output: {log})" in error and log.is_file()
     assert len(error.splitlines()) <= 4  # the stage's error, not a wall of runner logs
 
@@ -62,10 +63,10 @@ def test_parent_run_is_failed_and_the_successful_stages_are_kept(failed):
     assert {r.info.status for r in failed_stage} == {"FAILED"}
     # the cached stage tracks nothing itself: the CLI leaves its error and log in MLflow
     (run, _) = failed_stage
-    assert run.info.run_name == "personalize[fedper] · seed 0"
+    assert run.info.run_name == "personalize[ditto] · seed 0"
     assert "DivergenceError: client " in run.data.tags["mlflow.note.content"]
     assert [a.path for a in client.list_artifacts(run.info.run_id, "logs")] == [
-        "logs/personalize_fedper_seed_0.log"]
+        "logs/personalize_ditto_seed_0.log"]
     assert "✓ warm_start_fedavg · seed 0" in first.stdout
     # the rerun takes the partition and the warm start from the cache, then fails the same way
     assert "↺ partition_data" in again.stdout and "↺ warm_start_fedavg" in again.stdout

@@ -79,3 +79,23 @@ def test_split_export_unknown_format_exits_2_naming_the_choices(tmp_path, capsys
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert "--export: unknown format 'fedml'; choose one of pfllib, flower, npz" in err
+
+
+@pytest.mark.parametrize("fmt", ["flower", "pfllib"])
+def test_export_of_a_regression_is_its_data_without_a_package_it_cannot_reproduce(
+        tmp_path, capsys, fmt):
+    # pflpipe trains a regression with the summed Gaussian NLL: the package's cross-entropy and
+    # accuracies (reproduce.json, the Flower app, PFLlib's -ncl) would not reproduce it
+    spec = write_spec(tmp_path, "gauss", "{name: gaussian, n_min: 10, n_max: 30}",
+                      "{strategy: natural, n_clients: 4, min_samples: 5}")
+
+    code = main(["split", str(spec), "--export", fmt, str(tmp_path / "out")])
+
+    out = capsys.readouterr().out
+    assert code == 0
+    assert ("the data only: no reproduction package for a regression, which pflpipe trains with "
+            "the summed Gaussian NLL") in out
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == ([".pflpipe-written.json", "partition_0", "partition_1", "partition_2",
+                        "partition_3", "partitions.json"] if fmt == "flower" else
+                       [".pflpipe-written.json", "config.json", "test", "train", "val"])

@@ -8,6 +8,7 @@ import pytest
 from pflpipe import events
 from pflpipe.cli import main
 from pflpipe.data import load_partition, read_manifest
+from pflpipe.layout import WRITTEN_JSON
 from pflpipe.spec import read_spec
 from pflpipe.stages import warm_start_fedavg
 
@@ -34,6 +35,7 @@ def finished_run(tmp_path):
     """A published run's partition: results/g/runs/<run>/seed-0/partition (9 clients)."""
     partition = tmp_path / "results" / "runs" / "20261126-120000-1a2b3c4d" / "seed-0" / "partition"
     assert main(["split", str(write_spec(tmp_path)), "-o", str(partition)]) == 0
+    (partition / WRITTEN_JSON).unlink()   # the pipeline wrote it, not `pflpipe split`
     return partition
 
 
@@ -46,21 +48,26 @@ def test_split_into_a_finished_runs_partition_refuses_naming_the_run_and_force(t
 
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert "another partition (9 clients" in err and "this spec's has 6 clients" in err
-    assert "of run '20261126-120000-1a2b3c4d'" in err and "--force" in err
+    assert (f"{partition} holds files of run '20261126-120000-1a2b3c4d' (clients, "
+            "label_distribution.png, manifest.json) that `pflpipe split` did not write") in err
+    assert "--force" in err
     assert read_manifest(partition)["content_hash"] == before
     assert load_partition(partition, verify=True).n_clients == 9   # untouched, still whole
 
 
-def test_split_again_into_its_own_partition_is_allowed_and_force_replaces(tmp_path, capsys):
+def test_split_again_into_its_own_directory_replaces_it_and_force_a_runs(tmp_path, capsys):
+    own = tmp_path / "own"
+    assert main(["split", str(write_spec(tmp_path)), "-o", str(own)]) == 0
     partition = finished_run(tmp_path)
+    six = write_spec(tmp_path, clients=6, name="six.yaml")
 
-    assert main(["split", str(write_spec(tmp_path)), "-o", str(partition)]) == 0   # same split
-    assert main(["split", str(write_spec(tmp_path, clients=6, name="six.yaml")), "-o",
-                 str(partition), "--force"]) == 0
-    assert load_partition(partition, verify=True).n_clients == 6
-    assert sorted(p.name for p in (partition / "clients").iterdir()) == [
-        f"client_{k:04d}.pt" for k in range(6)]
+    assert main(["split", str(six), "-o", str(own)]) == 0   # what split wrote there itself
+    assert main(["split", str(six), "-o", str(partition), "--force"]) == 0
+
+    for directory in (own, partition):
+        assert load_partition(directory, verify=True).n_clients == 6
+        assert sorted(p.name for p in (directory / "clients").iterdir()) == [
+            f"client_{k:04d}.pt" for k in range(6)]
 
 
 def test_split_into_a_directory_of_user_files_refuses(tmp_path, capsys):
@@ -71,7 +78,8 @@ def test_split_into_a_directory_of_user_files_refuses(tmp_path, capsys):
     code = main(["split", str(write_spec(tmp_path)), "-o", str(mine)])
 
     err = capsys.readouterr().err
-    assert code == 2 and "files that are not a pflpipe partition" in err and "--force" in err
+    assert code == 2 and "holds files (notes.txt) that `pflpipe split` did not write" in err
+    assert "--force" in err
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
 
 
@@ -87,7 +95,8 @@ def test_export_into_user_files_refuses_without_force(tmp_path, capsys, fmt):
 
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
-    assert "not an earlier pflpipe export (README.md, data.csv)" in err and "--force" in err
+    assert ("holds files (README.md, data.csv) that `pflpipe split --export` did not write"
+            in err and "--force" in err)
     assert sorted(p.name for p in target.iterdir()) == ["README.md", "data.csv"]
     assert (target / "README.md").read_text() == "my notes"
 

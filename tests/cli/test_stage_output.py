@@ -34,8 +34,10 @@ def test_a_verbs_warning_is_text_and_bad_input_still_exits_2(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.splitlines()[0] == WARNING and TAG.strip() not in out
 
-    # another spec into the same directory: bad input, one clear line, exit 2
-    code = main(["split", str(spec(tmp_path, 3, "three.yaml")), "-o", str(tmp_path / "p")])
+    # into a directory holding the user's own file: refused, one clear line, exit 2
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "notes.txt").write_text("mine")
+    code = main(["split", str(spec(tmp_path, 3, "three.yaml")), "-o", str(tmp_path / "q")])
     captured = capsys.readouterr()
     assert code == 2 and captured.err.startswith("error: ")
     assert "Traceback" not in captured.err and TAG.strip() not in captured.out + captured.err

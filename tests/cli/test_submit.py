@@ -23,7 +23,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,10 +83,16 @@ class KfpApi:
     unexpected: list[str] = field(default_factory=list)
     fail_with: int | None = None
     fail_paths: str = ""     # with fail_with: only paths matching this regex fail
+    stall_paths: str = ""    # requests to paths matching this regex get no answer for 30 s
+    ok_to_all: bool = False  # answer every request 200 with an empty JSON object
     mlflow: "MlflowApi | None" = None
 
     def handle(self, req: Request) -> tuple[int, dict]:
         self.requests.append(req)
+        if self.ok_to_all:
+            return 200, {}
+        if self.stall_paths and re.search(self.stall_paths, req.path):
+            time.sleep(30)
         if self.fail_with and re.search(self.fail_paths, req.path):
             return self.fail_with, {"error": "database is unavailable", "code": 13}
         for method, pattern, handler in self.routes():
@@ -301,12 +309,20 @@ def kfp_api(monkeypatch, tmp_path):
     thread.join(timeout=5)
 
 
+#: A checkpoint store the pods share (a local one is refused); submit never calls it.
+S3_STORAGE = "storage: {kind: s3, bucket: pfl, endpoint_url: 'http://minio.kubeflow:9000'}\n"
+
+
+def quickstart(*lines: str) -> str:
+    """The quickstart spec with an S3 checkpoint store, and `lines` added."""
+    return (REPO / "specs" / "persfl-digits.yaml").read_text() + S3_STORAGE + "".join(lines)
+
+
 @pytest.fixture
 def spec_file(tmp_path):
-    """The quickstart spec with tracking off."""
+    """The quickstart spec with tracking off and an S3 checkpoint store."""
     path = tmp_path / "spec.yaml"
-    path.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
-                    + "tracking: {enabled: false}\n")
+    path.write_text(quickstart("tracking: {enabled: false}\n"))
     return path
 
 
@@ -354,8 +370,7 @@ def test_submit_passes_the_mlflow_parent_run_to_the_pipeline(kfp_api, tmp_path, 
     api, host = kfp_api
     api.mlflow = MlflowApi(tmp_path / "artifacts")
     spec = tmp_path / "spec.yaml"
-    spec.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
-                    + f"tracking: {{uri: '{host}', experiment: pfl-mlflow}}\n")
+    spec.write_text(quickstart(f"tracking: {{uri: '{host}', experiment: pfl-mlflow}}\n"))
 
     code = submit(spec, host)
 
@@ -380,8 +395,7 @@ def test_failed_submit_marks_the_mlflow_parent_run_failed(kfp_api, tmp_path, cap
     api.mlflow = MlflowApi(tmp_path / "artifacts")
     api.fail_with, api.fail_paths = 500, r"^/apis/v2beta1/runs$"
     spec = tmp_path / "spec.yaml"
-    spec.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
-                    + f"tracking: {{uri: '{host}'}}\n")
+    spec.write_text(quickstart(f"tracking: {{uri: '{host}'}}\n"))
 
     code = submit(spec, host)
 
@@ -432,8 +446,7 @@ def test_submit_to_a_namespace_finds_its_pipeline_there(kfp_api, spec_file, caps
 def test_submit_refuses_a_local_tracking_store(kfp_api, tmp_path, capsys, tracking):
     api, host = kfp_api
     spec = tmp_path / "spec.yaml"
-    spec.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
-                    + f"tracking: {tracking}\n")
+    spec.write_text(quickstart(f"tracking: {tracking}\n"))
 
     code = submit(spec, host)
 
@@ -489,8 +502,66 @@ def test_unreachable_server_fails_with_the_host(kfp_api, spec_file, capsys):
 
     out, err = capsys.readouterr()
     assert code == 1
-    assert f"the KFP API server at {closed} failed the request" in err
-    assert "Traceback" not in out + err
+    assert (f"error: the KFP API server at {closed} does not answer (connection refused: nothing "
+            "listens there); check --host") in err
+    assert "Traceback" not in out + err and "urllib3" not in err and "MaxRetryError" not in err
+
+
+# --- the hostile corpus's submit cases: a host that is no KFP API server ------------------------
+
+def _silent() -> Iterator[str]:
+    with socket.socket() as listener:   # the kernel accepts connections; nobody answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize(("host", "code", "fragments"), [
+    ("silent", 1, ["does not answer (it accepts connections but sends no answer within 5 s); "
+                   "check --host"]),
+    ("http://no-such-host.invalid", 1, ["error: the KFP API server at http://no-such-host.invalid "
+                                        "does not answer (unknown host 'no-such-host.invalid')"]),
+    ("notaurl", 2, ["argument --host: 'notaurl' is not an http(s) URL; give the KFP API endpoint "
+                    "with its scheme, e.g. http://localhost:8080"]),
+    ("ok-to-all", 1, ["it answered the upload of the pipeline without a pipeline_id; is it a KFP "
+                      "v2 API server"]),
+], ids=["silent-server", "unknown-host", "not-a-url", "200-to-everything"])
+def test_submit_to_a_host_that_is_no_kfp_server_fails_in_seconds(kfp_api, spec_file, capsys,
+                                                                 hostile, host, code, fragments):
+    api, live = kfp_api
+    api.ok_to_all = host == "ok-to-all"
+    silent = _silent()
+    target = {"silent": lambda: next(silent), "ok-to-all": lambda: live}.get(host, lambda: host)()
+
+    started = time.monotonic()
+    try:
+        got = submit(spec_file, target)
+    except SystemExit as exited:
+        got = exited.code
+    seconds = time.monotonic() - started
+
+    err = capsys.readouterr().err
+    hostile(got, err, seconds, expected=code, fragments=fragments,
+            never=("Traceback", "unexpected", "urllib3", "MaxRetryError", "ApiValueError"))
+    assert api.runs == {}
+
+
+def test_a_server_that_stops_answering_after_its_health_check_times_out(kfp_api, spec_file,
+                                                                        capsys, monkeypatch):
+    from pflpipe.pipelines import submit as submitting
+
+    api, host = kfp_api
+    api.stall_paths = r"/pipelines/upload"   # answers its health check and lists, then is silent
+    monkeypatch.setattr(submitting, "REQUEST_TIMEOUT_S", 1.0)
+
+    started = time.monotonic()
+    code = submit(spec_file, host)
+
+    err = capsys.readouterr().err
+    assert code == 1 and time.monotonic() - started < 20
+    assert f"the KFP API server at {host} failed the request" in err
+    assert "Read timed out" in err and "Traceback" not in err
 
 
 def test_two_pipelines_of_the_spec_name_are_an_error_not_a_guess(kfp_api, spec_file, capsys):
@@ -506,3 +577,74 @@ def test_two_pipelines_of_the_spec_name_are_an_error_not_a_guess(kfp_api, spec_f
     assert code == 1
     assert f"the KFP API server at {host}: 2 pipelines are called {NAME!r}" in err
     assert api.runs == {} and all(not v for v in api.versions.values())
+
+
+# --- what pods cannot share ----------------------------------------------------------------------
+
+def test_submit_refuses_the_default_local_checkpoint_store(kfp_api, tmp_path, capsys):
+    """The quickstart as it is: its checkpoints would go to each pod's own disk."""
+    api, host = kfp_api
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
+                    + "tracking: {enabled: false}\n")
+
+    code = submit(spec, host)
+
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.startswith(f"{spec}: storage.kind: a local checkpoint store (results/{NAME}) is "
+                          "each pod's own disk"), err
+    assert "use an S3 store (storage: {kind: s3" in err
+    assert "Traceback" not in out + err
+    assert api.requests == []
+
+
+@pytest.mark.parametrize(("root", "refused"), [("data", True), ("/datasets/shared", False)],
+                         ids=["relative", "absolute"])
+def test_submit_refuses_a_relative_dataset_root_it_reads(kfp_api, spec_file, capsys, root,
+                                                          refused):
+    """A pod resolves a relative root in its own empty working directory; an absolute one may
+    be in the image or a volume."""
+    api, host = kfp_api
+
+    code = submit(spec_file, host, "--set", f"dataset={{name: arrays, path: d.npz, root: {root}}}")
+
+    err = capsys.readouterr().err
+    if refused:
+        assert code == 2
+        assert err.startswith(f"{spec_file}: dataset.root: 'data' is relative to a pod's own "
+                              "empty working directory; give dataset.source"), err
+        assert api.requests == []
+    else:
+        assert code == 0, err
+        assert api.runs
+
+
+def _spec_values(node) -> list[dict]:
+    """Every spec (JSON text holding an `experiment` section) among a compiled pipeline's values."""
+    if isinstance(node, dict):
+        return [found for value in node.values() for found in _spec_values(value)]
+    if isinstance(node, list):
+        return [found for value in node for found in _spec_values(value)]
+    if isinstance(node, str) and node.startswith('{"experiment"'):
+        return [json.loads(node)]
+    return []
+
+
+def test_submit_takes_set_as_run_does(kfp_api, tmp_path, capsys):
+    """--set makes the quickstart's local store an S3 one, and changes a setting."""
+    api, host = kfp_api
+    spec = tmp_path / "spec.yaml"
+    spec.write_text((REPO / "specs" / "persfl-digits.yaml").read_text()
+                    + "tracking: {enabled: false}\n")
+
+    code = submit(spec, host, "--set", "storage={kind: s3, bucket: pfl}",
+                  "--set", "federation.rounds=7")
+
+    assert code == 0, capsys.readouterr().err
+    [package] = api.packages.values()
+    specs = _spec_values(yaml.safe_load(package))
+    assert len(specs) > 3
+    rounds = {s["federation"]["rounds"] for s in specs if "federation" in s}
+    assert 7 in rounds and 40 not in rounds   # the quickstart's 40; a stage's scope keeps 20
+    assert "s3" in {s["storage"]["kind"] for s in specs if "storage" in s}

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pflpipe.cli import main
+from pflpipe.spec.loader import parse_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SPECS = sorted((REPO / "specs").glob("*.yaml"))
@@ -172,6 +173,38 @@ CORPUS = [
      ["personalization[0].lr: must be a finite number"]),
     ("nan-lambda", BASE + "personalization:\n  - {name: ditto, lam: .nan}\n",
      ["personalization[0].lam: must be a finite number"]),
+    # numbers YAML 1.1 (PyYAML) reads otherwise than YAML 1.2: an error, never a silent value
+    ("yaml11-base-60", BASE + "federation:\n  rounds: 1:30\n",
+     [":9: federation.rounds: 1:30 is 90 in YAML 1.1 (base 60) but text in YAML 1.2; write the "
+      "number in plain digits (90), or quote it"]),
+    ("yaml11-octal", BASE.replace("n_clients: 10", "n_clients: 010"),
+     [":7: partition.n_clients: 010 is the octal number 8 in YAML 1.1 but 10 in YAML 1.2",
+      "(8 or 10)"]),
+    ("yaml11-underscores", BASE + "federation:\n  rounds: 1_000\n",
+     [":9: federation.rounds: 1_000 is 1000 in YAML 1.1 but text in YAML 1.2", "(1000)"]),
+    ("yaml11-binary", BASE + "federation:\n  rounds: 0b101\n",
+     [":9: federation.rounds: 0b101 is the binary number 5 in YAML 1.1 but text in YAML 1.2"]),
+    ("yaml12-octal", BASE + "federation:\n  rounds: 0o17\n",
+     [":9: federation.rounds: 0o17 is text in YAML 1.1 but the number 15 in YAML 1.2", "(15)"]),
+    ("yaml11-sexagesimal-float", BASE + "federation:\n  lr: 1:30.5\n",
+     [":9: federation.lr: 1:30.5 is 90.5 in YAML 1.1 (base 60)"]),
+    # one line per value of a union of scalars, not one per branch (`lam[0].bool`, `.int`, ...)
+    ("union-compile-maybe", BASE + "engine: {compile: maybe}\n",
+     [":8: engine.compile: must be 'auto', true or false (got 'maybe')"]),
+    ("union-grid-nan", BASE + "personalization: [{name: ditto}]\ntuning: {seeds: [7], entries: "
+     "[{entry: ditto, grid: {lam: [.nan, 1.0]}}]}\n",
+     [":9: tuning.entries[0].grid.lam[0]: must be a finite number (got nan)"]),
+    # a grid value is checked like its entry's own field, against the rest of the spec too
+    ("grid-warm-start-beyond-rounds", BASE + "federation: {rounds: 3}\npersonalization: "
+     "[{name: fedper}]\ntuning: {seeds: [7], entries: [{entry: fedper, grid: {warm_start: "
+     "[1, 50]}}]}\n",
+     [":10: tuning.entries[0].grid.warm_start[1]: round 50 of the FedAvg warm start does not "
+      "exist: it runs federation.rounds = 3 rounds"]),
+    ("grid-lr-beyond-bound", BASE + "personalization: [{name: ditto}]\ntuning: {seeds: [7], "
+     "entries: [{entry: ditto, grid: {lr: [0.01, 1e6]}}]}\n",
+     [":9: tuning.entries[0].grid.lr[1]: must be less than or equal to 100"]),
+    ("entry-lr-beyond-bound", BASE + "personalization: [{name: ditto, lr: 1e6}]\n",
+     [":8: personalization[0].lr: must be less than or equal to 100"]),
     ("string-name", BASE.replace("name: t\n", "name: 2024\n", 1),
      ["experiment.name: must be a valid string (got 2024)"]),
     ("seed-beyond-double", BASE.replace("  name: t\n", "  name: t\n  seeds: [9007199254740993]\n"),
@@ -235,6 +268,39 @@ def test_validate_corpus_is_large_enough():
     assert len(CORPUS) >= 30
 
 
+def test_numbers_yaml_1_1_and_1_2_agree_on_are_read_as_numbers():
+    data, _ = parse_yaml("a: .5e3\nb: 1e3\nc: 0x1F\nd: 07\ne: '1:30'\nf: 1.5\ng: -0\n")
+
+    assert data == {"a": 500.0, "b": 1000.0, "c": 31, "d": 7, "e": "1:30", "f": 1.5, "g": 0}
+
+
+def test_every_ambiguous_number_is_reported_at_once(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text("experiment: {name: t, seeds: [017]}\ndataset: {name: digits}\n"
+                    "partition: {strategy: iid}\nfederation:\n  rounds: 1_000\n"
+                    "  batch_size: 1:30\n")
+
+    code = main(["validate", str(path)])
+
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert [line.split(": ")[:2] for line in lines] == [
+        [f"{path}:1", "experiment.seeds[0]"], [f"{path}:5", "federation.rounds"],
+        [f"{path}:6", "federation.batch_size"]]
+
+
+def test_set_with_an_ambiguous_number_names_the_assignment(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"
+    path.write_text(BASE)
+
+    code = main(["validate", str(path), "--set", "federation.rounds=0b11"])
+
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "--set federation.rounds=0b11: 0b11 is the binary number 3 in YAML 1.1 but text in "
+        "YAML 1.2; write the number in plain digits (3), or quote it if you mean text")
+
+
 def test_validate_reports_every_problem_at_once(tmp_path, capsys):
     path = tmp_path / "spec.yaml"
     path.write_text(BASE + "  alpha: 1\nfederation:\n  lr: 0\n  rounds: -1\n")
@@ -263,12 +329,22 @@ def test_every_shipped_spec_validates(spec, capsys):
 @pytest.mark.parametrize(("partition", "expected"), [
     ("{strategy: predefined}",
      "predefined splits of every client from the dataset (used as given)"),
-    ("{strategy: predefined, path: idx.npz, n_clients: 4, val_from_train: 0.25}",
-     "predefined splits of 4 clients from idx.npz (used as given, 0.25 of train held out as val "
-     "where none is given)"),
+    ("{strategy: predefined, path: data/idx.npz, n_clients: 4, val_from_train: 0.25}",
+     "predefined splits of 4 clients from data/idx.npz (used as given, 0.25 of train held out as "
+     "val where none is given)"),
 ])
 def test_validate_prints_the_plan_of_a_predefined_split(tmp_path, capsys, partition, expected):
     # Issue 27: the plan read partition.fractions, which a predefined split has not (exit 1).
+    import numpy as np
+
+    for k in range(4):   # four clients in the Flower layout; validate reads them as run does
+        (tmp_path / "data" / f"partition_{k}").mkdir(parents=True)
+        for split, n in (("train", 4), ("test", 2)):
+            np.savez(tmp_path / "data" / f"partition_{k}" / f"{split}.npz",
+                     x=np.full((n, 2), k, dtype=np.float32), y=np.arange(n) % 2)
+    rows = {"train": (0, 4), "test": (4, 6)}
+    np.savez(tmp_path / "data" / "idx.npz", **{f"{s}_{k}": np.arange(6 * k + a, 6 * k + b)
+                                                for k in range(4) for s, (a, b) in rows.items()})
     path = tmp_path / "spec.yaml"
     path.write_text(f"experiment: {{name: t}}\ndataset: {{name: client_files, root: {tmp_path}, "
                     f"path: data, layout: flower}}\npartition: {partition}\n")
@@ -332,3 +408,95 @@ def test_validate_into_a_closed_pipe_stops_quietly_with_sigpipes_code():
     _, err = proc.communicate(timeout=120)
 
     assert (proc.returncode, err.decode()) == (141, "")
+
+
+def _predefined(tmp_path, clients, partition="", dataset=""):
+    """A spec over a 40-sample arrays file with the given index file's clients."""
+    import json
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.integers(0, 256, (40, 1, 2, 2), dtype=np.uint8),
+             y=np.arange(40) % 4)
+    (tmp_path / "split.json").write_text(json.dumps({"clients": clients}))
+    path = tmp_path / "spec.yaml"
+    path.write_text(f"experiment: {{name: t}}\ndataset: {{name: arrays, root: {tmp_path}, path: "
+                    f"d.npz{dataset}}}\npartition: {{strategy: predefined, path: split.json"
+                    f"{partition}}}\n")
+    return path
+
+
+TEN = [{"train": [4 * k, 4 * k + 1], "test": [4 * k + 2]} for k in range(10)]
+
+
+def test_validate_finds_a_predefined_files_client_count_as_run_does(tmp_path, capsys):
+    # partition.n_clients 20 against a 10-client file: only split/run refused it
+    path = _predefined(tmp_path, TEN, ", n_clients: 20")
+
+    code = main(["validate", str(path)])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert "defines 10 clients but partition.n_clients is 20; set n_clients: 10" in err
+
+
+def test_validate_says_a_predefined_file_has_no_validation_rows(tmp_path, capsys):
+    path = _predefined(tmp_path, TEN)
+
+    assert main(["validate", str(path)]) == 0
+
+    out = capsys.readouterr().out
+    assert ("first seed: 10 clients (the file's; partition.n_clients omitted), 20 training "
+            "rows; no validation rows") in out
+    assert "warning: no validation split: best_val is each client's last round" in out
+    assert "metrics chosen on best_val (no validation rows: the last round)" in out
+
+
+def test_validate_refuses_validation_rows_for_only_some_clients(tmp_path, capsys):
+    clients = [{**TEN[0], "val": [3]}, *TEN[1:]]
+
+    assert main(["validate", str(_predefined(tmp_path, clients))]) == 2
+    assert "clients [1, 2, 3, 4, 5] have no validation rows but others do" in \
+        capsys.readouterr().err
+
+
+def test_validate_prints_the_normalisation_with_the_datas_own_numbers(tmp_path, capsys):
+    import numpy as np
+
+    path = _predefined(tmp_path, TEN, ", n_clients: 10")
+    x = np.load(tmp_path / "d.npz")["x"] / 255
+
+    assert main(["validate", str(path)]) == 0
+
+    # arrays of uint8 default to `standard` with the pooled samples' own mean and std
+    out = capsys.readouterr().out
+    assert "(the file's; partition.n_clients 10 agrees)" in out
+    assert (f"normalisation: auto → standard (uint8 samples): (x / 255 − {x.mean():.4g}) / "
+            f"{x.std():.4g}, the pooled samples' own mean and std") in out
+
+
+def test_validate_prints_per_feature_statistics_of_the_training_rows(tmp_path, capsys):
+    import numpy as np
+
+    path = _predefined(tmp_path, TEN, dataset=", normalization: per_feature")
+    x = np.load(tmp_path / "d.npz")["x"].reshape(40, 4) / 255
+    train = x[[r for c in TEN for r in c["train"]]]
+
+    assert main(["validate", str(path)]) == 0
+
+    mean, std = train.mean(axis=0), train.std(axis=0) + 1e-3
+    assert (f"normalisation: per_feature: (x / 255 − μ) / (σ + 0.001) per feature over 20 "
+            f"training rows of every client (4 features; μ {mean.min():.4g} to "
+            f"{mean.max():.4g}, σ + 0.001 {std.min():.4g} to {std.max():.4g})") \
+        in capsys.readouterr().out
+
+
+def test_validate_prints_the_published_normalisation_without_reading_the_data(tmp_path, capsys):
+    path = tmp_path / "spec.yaml"   # no MNIST files under root: none is read
+    path.write_text(f"experiment: {{name: t}}\ndataset: {{name: mnist, root: {tmp_path}}}\n"
+                    "partition: {strategy: ds1, n_clients: 10}\n")
+
+    assert main(["validate", str(path)]) == 0
+    assert "normalisation: standard: (x / 255 − 0.1307) / 0.3081, published mean and std" in \
+        capsys.readouterr().out

@@ -186,7 +186,7 @@ def test_evaluate_fairness_writes_the_report_and_an_html_artifact(chain):
     assert {p.name for p in chain["report"].iterdir()} >= {"report.json", "report.md",
                                                           "report.html", "figures"}
     assert chain["html"].read_bytes() == (chain["report"] / "report.html").read_bytes()
-    assert json.loads((chain["report"] / "report.json").read_text())["best"]
+    assert json.loads((chain["report"] / "report.json").read_text())["verdicts"]["best"]["top"]
 
 
 def test_evaluate_fairness_draws_the_same_report_in_a_process_beside_the_tracking(chain, tmp_path):

@@ -120,7 +120,9 @@ def test_resume_from_a_tampered_checkpoint_is_a_data_error_naming_it(ds3, tmp_pa
     _fedavg(s, BatchedTrainer, Plan(**{**plan.__dict__, "rounds": 1}), store)
     (tmp_path / "store" / "state_0001.pt").write_bytes(pickle.dumps(DataError("x")))
 
-    # Execute / Assert: no unpickling, the file named, not torch's weights_only advice
-    with pytest.raises(DataError, match=r"store/state_0001\.pt: not a readable torch file") as err:
+    # Execute / Assert: no unpickling, the file named with the right reason (not "damaged"), not
+    # torch's weights_only advice
+    with pytest.raises(DataError, match=r"store/state_0001\.pt: a plain Python pickle holding an "
+                       r"object \(pflpipe\.errors\.DataError\), not a torch\.save file") as err:
         _fedavg(s, BatchedTrainer, plan, store)
     assert "weights_only" not in str(err.value)

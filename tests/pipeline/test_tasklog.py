@@ -47,7 +47,7 @@ def started_event(stage: str, **identity) -> str:
 
 def test_router_sorts_lines_by_task_and_takes_who_it_is_from_its_started_event(tmp_path):
     seen = []
-    router = TaskLogRouter(tmp_path, lambda kind, task: seen.append((kind, task.title)))
+    router = TaskLogRouter(tmp_path, lambda kind, task: seen.append((kind, task.title)), "r1")
 
     router.write(started("partition-data") + task_output("[KFP Executor INFO]: hello"))
     router.write(finished("partition-data"))
@@ -61,7 +61,7 @@ def test_router_sorts_lines_by_task_and_takes_who_it_is_from_its_started_event(t
                     ("started", "personalize"), ("progress", title), ("finished", title)]
     assert router.tasks[1].shard == 1
     assert [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()] \
-        == [{"task": title, "event": "started", "stage": "personalize", "seed": 3,
+        == [{"run": "r1", "task": title, "event": "started", "stage": "personalize", "seed": 3,
              "label": "fedper", "shard": "1"}]
     assert (tmp_path / "personalize_fedper_shard_1_seed_3.log").is_file()
     assert "hello" in (tmp_path / "partition_data.log").read_text()
@@ -118,6 +118,48 @@ def test_a_stage_that_died_without_an_error_event_is_its_log_and_never_bad_input
     [task] = router.failures()
     assert task.error() == "DataError: read from a traceback"
     assert not task.bad_input
+
+
+def test_a_killed_stage_is_one_error_without_protocol_lines_and_an_error_event(tmp_path, capsys):
+    """SIGKILL (the OOM killer, a model ending its process): no error event, the shell's Killed."""
+    lines = event_lines(capsys, lambda: events.emit("started", stage="personalize", seed=0,
+                                                    label="x"),
+                        lambda: events.notice("1 torch thread"))
+    router = TaskLogRouter(tmp_path, lambda kind, task: None, "r1")
+    router.write(started("personalize") + task_output(*lines, "}", "Killed"))
+    router.write(finished("personalize", ok=False))
+    router.close()
+
+    [task] = router.failures()
+    assert task.error().startswith("ProcessDied: the task's process was killed (SIGKILL): the "
+                                   "system's out-of-memory killer, or a custom model")
+    assert events.TAG.strip() not in task.error() and not task.bad_input
+    recorded = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert recorded[-1] == {"run": "r1", "task": "personalize[x] · seed 0", **task.failure}
+    assert recorded[-1]["type"] == "ProcessDied"
+
+
+def test_a_notice_a_task_repeats_shows_once(tmp_path, capsys):
+    """train_members sets up one stage per unit it trains: "1 torch thread" each time."""
+    lines = event_lines(capsys, *[lambda: events.notice("1 torch thread")] * 8,
+                        lambda: events.notice("resumed from round 2/3"))
+    router = TaskLogRouter(tmp_path, lambda kind, task: None)
+
+    router.write(started("train-members") + task_output(*lines) + finished("train-members"))
+
+    assert router.tasks[0].notes == ["1 torch thread", "resumed from round 2/3"]
+
+
+def test_events_of_reruns_carry_their_run_and_cached_tasks_an_event(tmp_path):
+    for run in ("first", "second"):   # two runs append to one events.jsonl
+        router = TaskLogRouter(tmp_path, lambda kind, task: None, run)
+        router.write("21:00:00,000 - INFO - Task warm-start-fedavg cache hit (key=0123456789ab)"
+                     "; skipping execution.\n")
+        router.close()
+
+    recorded = [json.loads(line) for line in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert recorded == [{"run": run, "task": "warm_start_fedavg", "event": "cached"}
+                        for run in ("first", "second")]
 
 
 def test_router_reports_each_round_a_stage_reports(tmp_path, capsys):
@@ -282,3 +324,35 @@ def test_tune_point_tasks_of_one_entry_and_seed_log_to_a_file_per_grid_point(tmp
                                                "tune_point[ditto, lam=0.1] · seed 7"]
     first, second = (t.path.read_text() for t in router.tasks)
     assert first != second and 'trained {"lam": 1.0}' in first
+
+
+def test_router_names_a_cached_task_from_its_outputs_metadata(tmp_path):
+    # kfp.local's own cache writes the entry: the identity `events.stage(named=...)` stamped
+    from kfp import dsl
+    from kfp.local.cache import LocalCache
+
+    key = "0123456789ab" + "c" * 52
+    summary = dsl.Markdown(uri=str(tmp_path / "summary"), metadata={
+        events.TASK: {"stage": "personalize", "seed": 2, "label": "fedper"}})
+    LocalCache(str(tmp_path / "cache")).put(key, {"summary": summary})
+    seen = []
+    router = TaskLogRouter(tmp_path, lambda kind, task: seen.append((kind, task.title)),
+                           cache_root=tmp_path / "cache")
+
+    router.write("21:00:00,000 - INFO - Task personalize cache hit (key=0123456789ab); "
+                 "skipping execution.\n")
+    router.write("21:00:00,000 - INFO - Task warm-start-fedavg cache hit (key=ffffffffffff); "
+                 "skipping execution.\n")
+
+    assert seen == [("cached", "personalize[fedper] · seed 2"), ("cached", "warm_start_fedavg")]
+
+
+def test_a_stage_names_its_output_for_the_cache(tmp_path):
+    from types import SimpleNamespace
+
+    summary = SimpleNamespace(metadata={})
+    with events.stage("personalize", named=summary, seed=1, label="ditto", shard=""):
+        pass
+
+    assert summary.metadata == {events.TASK: {"stage": "personalize", "seed": 1,
+                                              "label": "ditto"}}

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from pflpipe import events
 from pflpipe.cli import main
-from pflpipe.errors import DataError, SpecError
+from pflpipe.errors import DataError, DivergenceError, SpecError
 from pflpipe.pipelines.local import run_local
 from pflpipe.spec import parse_spec
 from pflpipe.spec.tuning import point_spec, replace_entry, with_values
@@ -215,6 +216,106 @@ def test_tune_refuses_a_point_missing_a_seed(tmp_path):
         tune.run(spec, dirs, tmp_path / "chosen")
 
 
+def test_a_diverged_point_is_scored_as_failed_and_the_rest_chosen(tmp_path):
+    spec = parse_spec(SPEC.format(out=tmp_path))
+    dirs = write_points(tmp_path / "points", {7: [0.5, 0.6, 0.9], 8: [0.5, 0.8, 0.5]})
+    failed = json.loads((dirs[5] / tune.POINT_JSON).read_text())   # point 3 on seed 8
+    (dirs[5] / tune.POINT_JSON).write_text(json.dumps(
+        {**failed, "score": None, "diverged": "client 1, round 2: loss became NaN"}))
+
+    result = tune.run(spec, dirs, tmp_path / "chosen")
+
+    # means 0.5, 0.7 and (diverged) none: the second point, never the diverged third
+    assert result.chosen == {"prox": GRID[1]} and result.diverged == {"prox": 1}
+    points = tune.read(tmp_path / "chosen")["entries"]["prox"]["points"]
+    assert [p["mean"] for p in points] == [0.5, 0.7, None]
+    assert points[2]["diverged"] == "seed 8: client 1, round 2: loss became NaN"
+    assert "(1 diverged point(s) not chosen)" in result.to_markdown()
+
+
+def test_every_point_diverged_stops_naming_the_grid(tmp_path):
+    spec = parse_spec(SPEC.format(out=tmp_path))
+    dirs = write_points(tmp_path / "points", {7: [None, None, None]})
+    for directory in dirs:
+        record = json.loads((directory / tune.POINT_JSON).read_text())
+        (directory / tune.POINT_JSON).write_text(json.dumps({**record, "diverged": "NaN"}))
+
+    with pytest.raises(DivergenceError, match=r"tuning.entries\[0\] \('prox'\): every grid "
+                       r"point diverged on the tuning seeds \(seed 7: NaN; seed 7: NaN; seed 7: "
+                       r"NaN\); change the values of tuning.entries\[0\].grid"):
+        tune.run(spec, dirs, tmp_path / "chosen")
+
+
+DIVERGING = """\
+experiment: {{name: d, seeds: [0], output_dir: {out}}}
+dataset: {{name: digits}}
+partition: {{strategy: ds2, n_clients: 6, alpha: 0.5}}
+federation: {{rounds: 3, lr: 0.3}}
+personalization: [{{name: ditto}}]
+tracking: {{enabled: false}}
+tuning: {{seeds: [7], entries: [{{entry: ditto, grid: {{lr: [0.05, 90]}}}}]}}
+"""
+
+
+@pytest.fixture(scope="module")
+def diverging(tmp_path_factory):
+    """The DIVERGING spec's tuning seed: its partition and warm start."""
+    tmp = tmp_path_factory.mktemp("diverging")
+    spec = parse_spec(DIVERGING.format(out=tmp))
+    partition_data.run(spec, 7, tmp / "p", reuse_split=False)
+    warm_start_fedavg.run(spec, 7, tmp / "p", tmp / "c", tmp / "fedavg")
+    return spec, tmp / "p", tmp / "c"
+
+
+def test_tune_point_that_diverges_writes_a_failed_score_and_warns(diverging, tmp_path, capsys):
+    spec, part, ckpt = diverging
+    out, values = tmp_path / "point", {"lr": 90}
+    capsys.readouterr()
+
+    with events.addressed_to("runner"):
+        result = tune_point.run(point_spec(spec, "ditto", values), 7, "ditto", values, part,
+                                ckpt, out)
+
+    seen = [e for line in capsys.readouterr().out.splitlines() if (e := events.parse(line))]
+    assert result.score is None
+    assert result.diverged.startswith("client 5, round 1: loss became NaN or infinite")
+    record = json.loads((out / tune.POINT_JSON).read_text())
+    assert record["score"] is None and record["diverged"] == result.diverged
+    assert "federation.lr" not in record["diverged"]   # that hint is not for a grid point
+    [warned] = [e["text"] for e in seen if e["event"] == "warning"]
+    assert warned.startswith('grid point {"lr": 90} of \'ditto\' diverged on tuning seed 7 (')
+
+
+def test_grid_points_as_members_leave_a_diverging_unit_to_the_seeds_loop(diverging, tmp_path):
+    spec, part, ckpt = diverging   # lam varies per member; an lr of 90 diverges
+    points = [(point_spec(spec, "ditto", {**v, "lr": 90}), "ditto", v)
+              for v in ({"lam": 0.1}, {"lam": 1.0})]
+
+    # train_members turns a DataError into "trains per seed": each point then scores alone
+    with pytest.raises(DataError, match=r"a grid point diverged \(client 5, round 1: .*\); each "
+                       "point trains alone"):
+        tune_point.run_members(points, [7], [part], [ckpt],
+                               [[tmp_path / "a"], [tmp_path / "b"]])
+
+
+def test_report_marks_a_diverged_point():
+    from pflpipe.metrics.tuning import blocks
+
+    record = {"grid": {"lr": [0.1, 90]}, "budget": {"max_points": 8, "rounds": None},
+              "chosen": {"lr": 0.1},
+              "points": [{"values": {"lr": 0.1}, "scores": {"7": 0.8}, "mean": 0.8},
+                         {"values": {"lr": 90}, "scores": {"7": None}, "mean": None,
+                          "diverged": "seed 7: client 1, round 1: loss became NaN"}]}
+
+    out = blocks({"score": "accuracy", "seeds": [7], "reported_seeds": [0], "untuned": [],
+                  "selection": "best_val", "entries": {"prox": record}})
+
+    assert ("p", '2 grid point(s), budget 8. 1 diverged, scored as failed and never chosen: '
+                 '{"lr": 90} (seed 7: client 1, round 1: loss became NaN).') in out
+    assert out[-1] == ("table", ["lr", "seed 7", "mean", "chosen"],
+                       [["0.1", "0.8000", "0.8000", "✓"], ["90", "diverged", "diverged", ""]])
+
+
 OVERLAP = SPEC.replace("seeds: [7]", "seeds: [7, 0]")
 
 
@@ -236,6 +337,13 @@ def test_tuning_seeds_overlapping_experiment_seeds_exit_2_naming_both(tmp_path, 
      "4 grid points, more than the budget's max_points 3"),
     ({"grid": {"rounds": [1, 2]}}, "tuning.entries[0].grid.rounds", "the budget sets rounds"),
     ({"grid": {"lr": [0.1, 0.1]}}, "tuning.entries[0].grid", "must not repeat a value"),
+    # a grid value is checked as the entry's own field is, against the rest of the spec too
+    ({"grid": {"lr": [0.01, 1e6]}}, "tuning.entries[0].grid.lr[1]",
+     "must be less than or equal to 100"),
+    ({"grid": {"warm_start": [1, 50]}}, "tuning.entries[0].grid.warm_start[1]",
+     "round 50 of the FedAvg warm start does not exist: it runs federation.rounds = 2 rounds"),
+    ({"grid": {"mu": [float("nan"), 1.0]}}, "tuning.entries[0].grid.mu[0]",
+     "must be a finite number (got nan)"),
 ])
 def test_bad_tuning_entries_name_their_field(change, field, message, tmp_path):
     data = yaml.safe_load(SPEC.format(out=tmp_path))

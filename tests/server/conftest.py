@@ -10,6 +10,7 @@ Fixtures:
   stopped at teardown.
 - ``make_bucket``: creates a bucket on any endpoint; ``bucket``: a fresh one on ``s3_server``.
 - ``aws_env`` (autouse): dummy credentials and region; no shared config or instance metadata.
+- ``browser`` (per module): Debian's headless Chromium through chromedriver.
 
 A server that does not become ready fails the test with the tail of its log; nothing is skipped.
 """
@@ -200,3 +201,32 @@ def make_bucket():
 def bucket(s3_server) -> str:
     """A fresh, empty bucket on the session's S3 server."""
     return create_bucket(s3_server)
+
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--window-size=2400,1400")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """Debian's headless Chromium through chromedriver, with a fresh profile."""
+    if not (Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file()):
+        message = ("Debian's chromium and chromium-driver are not installed (apt-get install "
+                   "chromium chromium-driver; .ci/run installs them)")
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = CHROMIUM
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()

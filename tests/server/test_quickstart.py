@@ -93,8 +93,9 @@ def test_adding_an_algorithm_runs_only_its_stage(quickstart):
     cached = [title for title, status in second.stages if status == "CACHED"]
 
     assert ran == {"personalize[fedavg_ft] · seed 0"} | ALWAYS
-    assert sorted(cached) == ["distill_grid_search", "partition_data", "personalize",
-                              "select_teachers", "train_local", "warm_start_fedavg"]
+    assert sorted(cached) == [f"{stage} · seed 0" for stage in (
+        "distill_grid_search", "partition_data", "personalize[fedper]", "select_teachers",
+        "train_local", "warm_start_fedavg")]
 
 
 def test_every_client_of_every_model_is_scored_in_range(quickstart):
@@ -160,7 +161,9 @@ def test_report_covers_every_model_client_and_the_run(quickstart):
     # FedPer has none (its head is never sent), FedAvg's rows are its GA
     assert sorted(rows[scope == "global"]["model"].unique()) == ["fedavg_ft"]
     assert len(rows) == (5 + 1) * 2 * 2 * N_CLIENTS
-    assert second.best in MODELS | {"fedavg_ft"}
+    # the models tied at the top: one where the corrected paired test resolves the winner
+    assert second.best and set(second.best) <= MODELS | {"fedavg_ft"}
+    assert (len(second.best) == 1) == second.report["verdicts"]["best"]["resolved"]
 
 
 def test_personalize_new_works_with_its_defaults_after_the_run(quickstart, mlflow_server):
@@ -216,7 +219,8 @@ def test_server_holds_the_parent_run_with_tags_fairness_and_report(server_runs):
     tags = parent.data.tags
     assert parent.info.status == "FINISHED"
     assert len(tags["spec_hash"]) == 16 and len(tags["partition_hash.seed-0"]) == 64
-    assert tags["seeds"] == "0" and tags["best.test"] in MODELS
+    assert tags["seeds"] == "0" and set(tags["best.test"].split(", ")) <= MODELS
+    assert tags["best.test.resolved"] in ("true", "false")
     assert "git_commit" in tags
     # fairness over every client's accuracy always exists; over the improved clients (U⁺) only
     # when some client improved on max(G, L), which the quickstart does not promise
@@ -404,35 +408,8 @@ def test_readme_quickstart_command_runs_this_spec():
 
 #: Where the browser test leaves its screenshot (a CI artifact); PFLPIPE_TEST_ARTIFACTS moves it.
 ARTIFACTS = Path(os.environ.get("PFLPIPE_TEST_ARTIFACTS", REPO / "test-artifacts"))
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--window-size=2400,1400")
 NAME_CELL = "[col-id='attributes.`Run Name`']"
 EXPAND = "button[data-component-id$='runnamecellrenderer.tsx_46']"
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    """Debian's headless Chromium through chromedriver, with a fresh profile."""
-    if not (Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file()):
-        message = ("Debian's chromium and chromium-driver are not installed (apt-get install "
-                   "chromium chromium-driver; .ci/run installs them)")
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.implicitly_wait(0)
-    yield driver
-    driver.quit()
 
 
 def test_mlflow_ui_lists_the_parent_and_its_client_runs_with_metrics(quickstart, browser):

@@ -191,6 +191,27 @@ def test_unsupported_tracking_scheme_from_the_environment_is_exit_2(tmp_path, ca
     assert not (tmp_path / "results").exists()  # found before any stage computed
 
 
+@pytest.mark.parametrize("store", ["directory", "text-file"])
+def test_sqlite_store_that_is_a_directory_or_not_sqlite_is_exit_2_in_seconds(
+        tmp_path, capsys, hostile, monkeypatch, store):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "store"
+    path.mkdir() if store == "directory" else path.write_text("my notes, not a database\n")
+    spec = write_spec(tmp_path, f"tracking: {{uri: 'sqlite:///{path}'}}")
+
+    code, seconds = timed_main(["run", str(spec)])
+
+    err = capsys.readouterr().err
+    why = ("is a directory; name the database file, e.g. sqlite:///" + str(path / "mlflow.db")
+           if store == "directory" else "is not an sqlite database (file is not a database); "
+           "name a new file")
+    hostile(code, err, seconds, expected=2, never=NEVER,
+            fragments=[f"error: tracking.uri sqlite:///{path}: {path} {why}"])
+    assert not (tmp_path / "results").exists()   # found before any stage computed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml", "store"]   # no lock file
+    assert store == "directory" or path.read_text() == "my notes, not a database\n"
+
+
 class _BasicAuthServer(BaseHTTPRequestHandler):
     """Answers 200 to the right basic-auth credentials, 401 otherwise; records what it got."""
 

@@ -14,7 +14,9 @@ MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.sto
            "pflpipe.spec.overrides", "pflpipe.metrics.curves", "pflpipe.stages.rows",
            "pflpipe.stages.prepare",
            "pflpipe.layout", "pflpipe.markdown",
-           "pflpipe.spec.algorithms.base", "pflpipe.stages.evaluate_fairness"]
+           "pflpipe.spec.algorithms.base", "pflpipe.stages.evaluate_fairness",
+           "pflpipe.metrics.cost", "pflpipe.stages.schedules", "pflpipe.metrics.stability",
+           "pflpipe.stages.preview"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -83,7 +83,7 @@ def test_a_file_name_is_spelled_in_layout_only(name):
 
 def test_layout_owns_the_worker_task_the_events_file_and_the_export_package():
     owned = ("task.pkl", "result.pt", "error.pkl", "events.jsonl", "pipeline.log",
-             "reproduce.json", "initial_weights.pt", ".pflpipe-export.json", "report.json")
+             "reproduce.json", "initial_weights.pt", ".pflpipe-written.json", "report.json")
     assert {re.escape(name) for name in owned} <= set(NAMES)
 
 

@@ -1,6 +1,6 @@
 """The report's compute table and its unequal-compute warning, on hand-made histories."""
 
-from pflpipe.metrics import compute, table_from_records
+from pflpipe.metrics import compute, cost, table_from_records
 from pflpipe.metrics.report import ReportContext, build_report
 
 
@@ -28,19 +28,19 @@ def test_totals_sum_clients_and_rounds():
 def test_warning_fires_when_one_model_trains_all_clients_and_another_ten_percent():
     history = _history("pfedvem", 10) + _history("pfedme", 1) + _history("fedper", 9)
 
-    warning = compute.mismatch(compute.totals(history), ["local", "fedavg"], 1.5)
+    warning = cost.mismatch(compute.totals(history), ["local", "fedavg"], 1.5).text
 
     # pfedvem 1500 = 10× pfedme's 150; fedper 1350 = 9×
     assert warning.startswith("Unequal compute: pfedvem processed 10×, fedper processed 9× the "
-                              "samples of pfedme (more than the 1.5× evaluation.compute_mismatch")
+                              "samples of pfedme, more than the 1.5× evaluation.compute_mismatch")
 
 
 def test_no_warning_within_the_factor_and_the_baselines_are_not_compared():
     # 3 vs 2 clients: 1.5× exactly is allowed; the local baseline's 100× is not compared
     history = _history("a", 3) + _history("b", 2) + _history("local", 1, samples=5000)
 
-    assert compute.mismatch(compute.totals(history), ["local", "fedavg"], 1.5) is None
-    assert compute.mismatch(compute.totals(history), ["local", "fedavg"], 1.4) is not None
+    assert cost.mismatch(compute.totals(history), ["local", "fedavg"], 1.5) is None
+    assert cost.mismatch(compute.totals(history), ["local", "fedavg"], 1.4) is not None
 
 
 def test_report_shows_the_compute_table_and_the_warning_at_the_specs_factor():

@@ -6,7 +6,8 @@ import importlib
 import pytest
 
 MODULES = ["pflpipe.metrics.performance", "pflpipe.metrics.fairness",
-           "pflpipe.metrics.generalization"]
+           "pflpipe.metrics.generalization", "pflpipe.metrics.uncertainty",
+           "pflpipe.metrics.pairwise", "pflpipe.metrics.pairwise_report"]
 
 
 @pytest.mark.parametrize("name", MODULES)

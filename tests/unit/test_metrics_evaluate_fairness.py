@@ -102,7 +102,7 @@ def test_the_rounds_row_names_only_the_models_that_ran():
 
     assert evaluate_fairness.rounds_line(alone) == "fedavg 20 rounds"
     assert evaluate_fairness.rounds_line(with_local) == ("fedavg 20 rounds, local 20 epochs, "
-                                                     "ditto 20 rounds")
+                                                     "ditto 20 + 20 warm-start rounds")
 
 
 def test_the_protocol_says_how_the_global_model_round_is_chosen():
@@ -159,7 +159,8 @@ def test_the_run_table_shows_the_tuned_setting_and_both_kinds_of_seed(tmp_path):
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     run = report["run"]
     assert run["rounds"] == ("fedavg 20 rounds, local 20 epochs, fedavg_ft 10 epochs (tuned on "
-                             "tuning seed(s) 100, 101), ditto 7 rounds")
+                             "tuning seed(s) 100, 101) + 20 warm-start rounds, ditto 7 + 20 "
+                             "warm-start rounds")
     # only seed 1's results were evaluated: seed 2 of experiment.seeds is not reported
     assert run["reported seeds"].startswith("1 (")
     assert run["tuning seeds"].startswith("100, 101 (") and "never reported" in run["tuning seeds"]
@@ -177,7 +178,7 @@ def test_a_tuned_rounds_field_without_its_record_is_not_shown_as_the_spec_defaul
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["run"]["rounds"] == (
         "fedavg 20 rounds, local 20 epochs, fedavg_ft: epochs tuned, the choice is not in these "
-        "results, ditto 7 rounds")
+        "results + 20 warm-start rounds, ditto 7 + 20 warm-start rounds")
     assert report["run"]["tuning seeds"] == "100, 101 (the spec's; these results hold no " \
         "tuning record)"
     assert "tuning" not in report  # no record: no grid or choice to show

@@ -53,8 +53,15 @@ def test_report_json_holds_hand_computed_values(written):
     assert y["reasons"]["performance.MPD"].startswith("U⁻ is empty")
     # Same values on both seeds: std over seeds is 0.
     assert y["std_over_seeds"]["performance"]["AA"] == 0.0
-    # y wins PUI, PUD, MPD, APD (no loss) and AA (0.6875 vs 0.625) → best; JI etc. → fairest.
-    assert (data["best"], data["fairest"]) == ("y", "y")
+    # The vote: y wins PUI, PUD, MPD, APD (no loss) and AA (0.6875 vs 0.625) → best; JI etc.
+    # → fairest.
+    decisions = data["splits"]["test"]["decisions"]
+    assert (decisions["best"]["model"], decisions["fairest"]["model"]) == ("y", "y")
+    # Gated: y is 0.0625 ahead of x on both seeds (paired t, no spread: p = 0) → resolved; JI
+    # over U⁺ is 1 for both (x's U⁺ is one client) → indistinguishable, no fairest named.
+    assert (data["best"], data["fairest"]) == ("y", None)
+    assert data["verdicts"]["fairest"]["top"] == ["y", "x"]
+    assert data["verdicts"]["best"]["pairs"][0]["p_holm"] == 0.0
     assert data["unit"] == "fraction"
     assert data["models"]["local"]["role"] == "local baseline"
 
@@ -66,7 +73,8 @@ def test_report_markdown_has_the_thesis_tables_and_the_rules(written):
     assert "| Client 0 | 0.5000 | 0.2500 | **0.7500** | 0.6250 |" in text
     assert "| Avg Acc | 0.5000 | 0.4375 | 0.6250 | **0.6875** |" in text
     assert "| PUI ↑ | 50.0 ± 0.0 | **100.0 ± 0.0** |" in text
-    assert "Best performing on test: y" in text and "Fairest on test: y" in text
+    assert "Best performing on test: y" in text
+    assert "Fairest on test: y and x are indistinguishable here (ΔJI +0.000" in text
     assert "Test is never used to choose" in text
     assert "Equal numbers of wins are broken by AA" in text
     assert "figures/qoi_test.png" in text and "figures/client_accuracy_test.png" in text

@@ -3,6 +3,7 @@
 import csv
 import importlib.util
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,27 @@ def test_accuracy_and_compute_columns_are_client_means_and_sums_over_seeds(table
     # ditto, best-val: seed 0 (0.8 + 0.6)/2 = 0.70, seed 1 0.80 -> 75.0 ± stdev(70, 80) = 7.1;
     # last 50.0 ± 0.0; GA last 60.0; steps (10+20, 30+30) -> 45; samples 20× -> 0.9 k;
     # bytes: 2 clients × 1000 / 2000 -> 0.00 / 0.00 MB; tuned lam 1.0 in bold.
+    # 95 % CI over the 2 seeds: 75 ± t_{0.975, 1} · 7.07 / √2 = 75 ± 12.706 · 5 = [11.5, 138.5]
     assert line(text, "| ditto |") == (
         "| ditto | lam **1.0**; from FedAvg's model (its compute not included) | 75.0 ± 7.1 "
-        "| 50.0 ± 0.0 | 60.0 ± 0.0 | 45 | 0.9 | 0.00 / 0.00 | 70.0 / 80.0 |")
+        "| [11.5, 138.5] | 50.0 ± 0.0 | 60.0 ± 0.0 | 45 | 0.9 | 0.00 / 0.00 | 70.0 / 80.0 |")
     # FedAvg's scored model is its global model: GA = its last-round accuracy (0.4+0.6)/2.
-    assert line(text, "| fedavg |").split(" | ")[2:5] == ["50.0 ± 0.0", "50.0 ± 0.0",
-                                                          "50.0 ± 0.0"]
+    assert line(text, "| fedavg |").split(" | ")[2:6] == ["50.0 ± 0.0", "[50.0, 50.0]",
+                                                          "50.0 ± 0.0", "50.0 ± 0.0"]
+
+
+def test_pairwise_table_says_whether_the_gap_is_resolved(tables, run):
+    text = tables.section(SPEC, run, "abc1234")
+    # ditto − fedavg per seed: 0.2, 0.3 → Δ 25 pp; t = 0.25 / (0.0707 / √2) = 5 at 1 df, a
+    # Cauchy: p = 1 − (2/π) atan 5 = 0.126; one pair, so Holm's p is the same. A third seed at
+    # this spread would do (t at 2 df).
+    p = 1 - 2 / math.pi * math.atan(5)
+    assert f"{p:.2g}" == "0.13"
+    assert line(text, "| ditto − fedavg |") == (
+        "| ditto − fedavg | +25.0 pp | [−38.5, +88.5] | 0.13 | 0.13 | 2 seeds | paired t "
+        "| indistinguishable | about 3 seeds |")
+    assert ("Best mean: ditto; not separated from it: fedavg (Δ +25.0 pp, 95 % CI [−38.5, "
+            "+88.5], p = 0.13, n = 2 seeds; about 3 seeds would settle it).") in text
     assert "**Reported seeds** 0, 1; **tuning seeds** 100, 101" in text
     assert "commit abc1234" in text
     assert "The report warns: Unequal compute" in text
@@ -118,7 +134,7 @@ def test_a_run_stopped_before_the_report_reads_the_seeds_and_the_kept_tuning(tab
     text = tables.section(SPEC, run, "abc1234")
     assert "**Reported seeds** 0, 1; **tuning seeds** 100, 101" in text
     # the report's own Rounds line (a tuned entry counted with its choice; the local baseline)
-    assert ("- Rounds: fedavg 20 rounds, local 20 epochs, ditto 20 rounds, fedprox 20 rounds, "
-            "fedper 20 rounds.") in text
+    assert ("- Rounds: fedavg 20 rounds, local 20 epochs, ditto 20 + 20 warm-start rounds, "
+            "fedprox 20 + 20 warm-start rounds, fedper 20 + 20 warm-start rounds.") in text
     assert line(text, "| ditto |").startswith("| ditto | lam **0.1**;")
     assert line(text, "| ditto | lam 0.1 |") == "| ditto | lam 0.1 | 50.0 | 70.0 | 60.0 | ✓ |"

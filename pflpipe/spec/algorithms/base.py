@@ -11,7 +11,7 @@ from typing import ClassVar, Literal, NamedTuple
 
 from pydantic import Field, field_validator
 
-from pflpipe.spec.base import Section
+from pflpipe.spec.base import MAX_LR, Section
 
 
 class Rounds(NamedTuple):
@@ -56,7 +56,8 @@ class Params(Section):
         description="Name of this entry in results and MLflow; the algorithm name when omitted. "
         "Lets one spec compare the same algorithm with different parameters.",
     )
-    lr: float | None = Field(None, gt=0, description="Learning rate; federation.lr when omitted.")
+    lr: float | None = Field(None, gt=0, le=MAX_LR,
+                             description="Learning rate; federation.lr when omitted.")
     batch_size: int | None = Field(
         None, ge=1, description="Mini-batch size; federation.batch_size when omitted."
     )

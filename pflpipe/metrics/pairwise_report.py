@@ -1,0 +1,223 @@
+"""The pairwise comparisons in words and tables.
+
+The answers they gate, the report's blocks, pairwise.csv and the MLflow metrics
+(`pflpipe.metrics.pairwise` computes the comparisons).
+"""
+
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
+
+from pflpipe import markdown
+from pflpipe.metrics.pairwise import Assessment, Pair, Verdict
+from pflpipe.metrics.render import Block, fmt, heading
+from pflpipe.metrics.summary import PATHS, Decision, SplitSummary
+from pflpipe.metrics.table import measure
+from pflpipe.metrics.uncertainty import CLIENTS, RESAMPLES
+
+#: The columns of pairwise.csv (a row per pair of either family).
+CSV_COLUMNS = ("split", "question", "metric", "a", "b", "delta", "ci_low", "ci_high", "p",
+               "p_holm", "n", "over", "test", "resolved", "ahead", "units_needed")
+PAIR_HEADER = ["question", "a − b", "Δ", "95 % CI", "p", "p (Holm)", "n", "test", "verdict",
+               "to resolve"]
+QUESTION_TEXT = {"best": "best ({measure})", "fairest": "fairest (JI over U⁺)"}
+GROUP_TEXT = {"improved": "QoI over U⁺", "decreased": "|QoI| over U⁻"}
+
+
+def answer(summary: SplitSummary, assessment: Assessment) -> str:
+    """Answer the thesis's two questions for the split, naming a model only where resolved."""
+    lines = [_line(summary, summary.best, assessment.best, "Best performing"),
+             _line(summary, summary.fairest, assessment.fairest, "Fairest")]
+    return " ".join([*lines, *summary.remarks(assessment.best.winner, assessment.fairest.winner,
+                                              fairness_of=summary.fairest.model)])
+
+
+def _line(summary: SplitSummary, decision: Decision, verdict: Verdict, title: str) -> str:
+    head, leader, unit = f"{title} on {summary.split}:", verdict.leader, summary.unit
+    if leader is None or not verdict.pairs and len(verdict.top) == 1:
+        return f"{head} {decision.explain()}."
+    ahead = "ahead of" if verdict.question == "best" else "fairer than"
+    if verdict.winner:
+        others = [f"{p.b if p.a == leader else p.a} ({describe(p, leader, unit)})"
+                  for p in verdict.pairs if leader in (p.a, p.b)]
+        return (f"{head} {decision.explain()}; resolved: the corrected paired test puts it "
+                f"{ahead} {_join(others)}.")
+    pieces = []
+    for model in verdict.top[1:]:
+        pair = verdict.against(model)
+        if pair is None:
+            pieces.append(f"{leader} vs {model}: not compared (defined on fewer than 2 seeds)")
+        elif pair.ahead == model:
+            pieces.append(f"{model} is {ahead} {leader}: {describe(pair, model, unit)}")
+        else:
+            pieces.append(f"{leader} vs {model}: {describe(pair, leader, unit)}")
+    only = verdict.against(verdict.top[1]) if len(verdict.top) == 2 else None
+    if only is not None and not only.resolved:
+        text = f"{_join(verdict.top)} are indistinguishable here ({describe(only, leader, unit)})"
+    else:
+        text = f"{_join(verdict.top)} are tied at the top ({'; '.join(pieces)})"
+    return f"{head} {text}; the thesis's vote alone would name {decision.explain()}."
+
+
+def describe(pair: Pair, first: str, unit: str) -> str:
+    """The pair's gap from `first`'s side, e.g. ``Δ +0.4 pp, 95 % CI [−1.9, +2.7], p = 0.7, ...``.
+
+    p is Holm-corrected; an unresolved pair says how many units would settle it.
+    """
+    g, sign = pair.gap, 1 if pair.a == first else -1
+    name = pair.metric.rsplit(".", 1)[1]
+    text = f"{'Δ' if name == 'AA' else 'Δ' + name} {number(sign * g.delta, pair.metric, unit)}"
+    if g.low is not None:
+        low, high = sorted((sign * g.low, sign * g.high))
+        text += f", 95 % CI [{number(low, pair.metric, unit, suffix=False)}, " \
+                f"{number(high, pair.metric, unit, suffix=False)}]"
+    text += f", p {format_p(pair.p_holm, '= ')}, n = {g.n} {g.over}"
+    if not pair.resolved:
+        text += (f"; about {pair.needed} {g.over} would settle it" if pair.needed
+                 else "; no gap to settle")
+    return text
+
+
+def number(value: float, metric: str, unit: str, *, suffix: bool = True) -> str:
+    """A signed gap: accuracy in percentage points (1 decimal), −MSE and JI with more digits.
+
+    >>> number(0.004, "accuracy.AA", "fraction"), number(-0.0213, "fairness.improved.JI", "")
+    ('+0.4 pp', '−0.021')
+    """
+    value += 0.0  # no −0
+    if metric.endswith(".AA") and unit != "neg_mse":
+        text = f"{value * (100 if unit == 'fraction' else 1):+.1f}" + (" pp" if suffix else "")
+    else:
+        text = f"{value:+.4f}" if metric.endswith(".AA") else f"{value:+.3f}"
+    return text.replace("-", "−")
+
+
+def format_p(p: float, equals: str = "") -> str:
+    """Two significant digits (after `equals`), ``< 0.001`` below.
+
+    >>> format_p(0.7), format_p(0.04321), format_p(0.0001), format_p(1.0, "= ")
+    ('0.7', '0.043', '< 0.001', '= 1')
+    """
+    return "< 0.001" if p < 0.001 else f"{equals}{p:.2g}"
+
+
+def _join(names: Sequence[str]) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def over_text(assessment: Assessment) -> str:
+    """Which units the intervals and tests are over, in words."""
+    if assessment.over == CLIENTS:
+        return (f"over the {assessment.n} clients of one seed (percentile bootstrap of "
+                f"{RESAMPLES:,} client resamples; it says how much this run's clients vary, not "
+                "whether another seed would agree)")
+    return f"over {assessment.n} seeds (t-interval of the per-seed values)"
+
+
+def blocks(assessment: Assessment, summary: SplitSummary, metrics: Sequence[str]) -> list[Block]:
+    """The split's pairwise table and intervals table (beside the thesis's tables)."""
+    out: list[Block] = []
+    pairs = [(q, p) for q, v in (("best", assessment.best), ("fairest", assessment.fairest))
+             for p in v.pairs]
+    if pairs:
+        out += [("h3", "Pairwise comparisons"),
+                ("p", "Each pair of personalized models, first minus second, "
+                      f"{over_text(assessment)}; p (Holm) is corrected over the pairs of its "
+                      "question. A pair is resolved where p (Holm) < 0.05; 'to resolve' is "
+                      "roughly how many units the observed gap and spread would need."),
+                ("table", PAIR_HEADER, [_pair_row(q, p, summary.unit) for q, p in pairs])]
+    paths = [p for p in PATHS if p.rsplit(".", 1)[1] in metrics and p != "accuracy.AA"]
+    models = list(summary.models)
+    rows = [[_label(path, summary.unit), *(_cell(assessment.intervals[m][path], path,
+                                                  summary.unit) for m in models)]
+            for path in paths]
+    return out + [("h3", "95 % intervals"),
+                  ("p", f"Each metric's 95 % interval {over_text(assessment)}; — where the "
+                        "metric is undefined (or defined on too few resamples or seeds)."),
+                  ("table", ["Metric", *models], rows)]
+
+
+def pairs_markdown(pairs: Sequence[Pair], unit: str = "fraction") -> list[str]:
+    """The lines of a Markdown table of `pairs` (as the report's, without the question column).
+
+    `unit` is the scores' (fraction, percent, neg_mse): accuracy gaps show in percentage points.
+    """
+    rows = [_pair_row("best", pair, unit)[1:] for pair in pairs]
+    return markdown.table(PAIR_HEADER[1:], rows, "l" + "r" * 5 + "lll")
+
+
+def _pair_row(question: str, pair: Pair, unit: str) -> list[str]:
+    g = pair.gap
+    ci = "—" if g.low is None else (f"[{number(g.low, pair.metric, unit, suffix=False)}, "
+                                    f"{number(g.high, pair.metric, unit, suffix=False)}]")
+    verdict = f"{pair.ahead} ahead" if pair.ahead else (
+        "indistinguishable" if not pair.resolved else "resolved")
+    need = f"about {pair.needed} {g.over}" if pair.needed else "—"
+    return [QUESTION_TEXT[question].format(measure=measure(unit)), f"{pair.a} − {pair.b}",
+            number(g.delta, pair.metric, unit),
+            ci, format_p(g.p), format_p(pair.p_holm), f"{g.n} {g.over}", g.test, verdict, need]
+
+
+def _label(path: str, unit: str) -> str:
+    group, name = path.rsplit(".", 1)
+    if group.startswith("fairness."):
+        kind = group.split(".", 1)[1]
+        return f"{heading(name)} ({GROUP_TEXT.get(kind) or measure(unit, fairness=True)})"
+    return heading(name)
+
+
+def _cell(interval, path: str, unit: str) -> str:
+    if interval.low is None:
+        return "—"
+    name = path.rsplit(".", 1)[1]
+    return f"[{fmt(interval.low, name, unit)}, {fmt(interval.high, name, unit)}]"
+
+
+def pairwise_csv(assessments: Mapping[str, Assessment]) -> str:
+    """pairwise.csv: every pair of every split and question (`CSV_COLUMNS`)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for split, assessment in assessments.items():
+        for question, verdict in (("best", assessment.best), ("fairest", assessment.fairest)):
+            for pair in verdict.pairs:
+                writer.writerow({"split": split, "question": question, **pair.to_json()})
+    return out.getvalue()
+
+
+def tracked_metrics(assessments: Mapping[str, Assessment], metrics: Sequence[str]
+                    ) -> dict[str, float]:
+    """The intervals and pairwise verdicts as MLflow metrics (names before sanitising).
+
+    ``{model}.{split}.{metric}.ci_low`` / ``.ci_high`` beside each mean (fairness metrics as
+    ``{group}.{metric}``, e.g. ``persfl.test.improved.JI.ci_low``), and per pair
+    ``pairwise.{split}.{a}_vs_{b}.{metric}.`` ``delta``, ``ci_low``, ``ci_high``, ``p``,
+    ``p_holm``, ``resolved`` (1 or 0) and, when unresolved, ``units_needed``.
+    """
+    out: dict[str, float] = {}
+    for split, assessment in assessments.items():
+        for model, paths in assessment.intervals.items():
+            for path, interval in paths.items():
+                name = _tracked_name(path)
+                if (path == "accuracy.AA"  # the same values as performance.AA
+                        or path.rsplit(".", 1)[1] not in metrics or interval.low is None):
+                    continue
+                out[f"{model}.{split}.{name}.ci_low"] = interval.low
+                out[f"{model}.{split}.{name}.ci_high"] = interval.high
+        for pair in assessment.pairs:
+            g = pair.gap
+            stem = f"pairwise.{split}.{pair.a}_vs_{pair.b}.{_tracked_name(pair.metric)}"
+            values = {"delta": g.delta, "ci_low": g.low, "ci_high": g.high, "p": g.p,
+                      "p_holm": pair.p_holm, "resolved": float(pair.resolved),
+                      "units_needed": pair.needed}
+            out |= {f"{stem}.{k}": float(v) for k, v in values.items()
+                    if v is not None and math.isfinite(v)}
+    return out
+
+
+def _tracked_name(path: str) -> str:
+    """The metric part of a tracked name, as `evaluate_fairness.tracked_metrics` spells it."""
+    group, name = path.rsplit(".", 1)
+    return f"{group.split('.', 1)[1]}.{name}" if group.startswith("fairness.") else name
