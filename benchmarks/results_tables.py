@@ -73,11 +73,11 @@ def per_seed(rows: list[dict]) -> dict:
     return out
 
 
-def cells_of(rows: list[dict]) -> dict[str, np.ndarray]:
-    """model → [S, K] personalized test accuracies at best-val (seeds × clients, in id order)."""
+def cells_of(rows: list[dict], selection: str = "best_val") -> dict[str, np.ndarray]:
+    """model → [S, K] personalized test accuracies at `selection` (seeds × clients, id order)."""
     by = defaultdict(lambda: defaultdict(dict))
     for r in rows:
-        if r["scope"] == "" and r["selection"] == "best_val":
+        if r["split"] == "test" and r["scope"] == "" and r["selection"] == selection:
             by[r["model"]][int(r["seed"])][r["client"]] = float(r["accuracy"])
     return {model: np.array([[clients[c] for c in sorted(clients, key=client_key)]
                              for _, clients in sorted(seeds.items())])
@@ -106,7 +106,8 @@ def pairwise_lines(spec, cells: dict[str, np.ndarray]) -> list[str]:
     unresolved = [f"{m} ({describe_gap(pair, best, 'fraction')})" for m in top[1:]
                   for pair in pairs if {pair.a, pair.b} == {best, m}]
     return [f"Pairwise, PA best-val {over}, Holm-corrected over all {len(pairs)} pairs; Δ in "
-            "percentage points:", "", *pairs_markdown(pairs), "",
+            "percentage points:", "", f"<details><summary>Every pair ({len(pairs)})</summary>", "",
+            *pairs_markdown(pairs), "", "</details>", "",
             f"Best mean: {best}; " + (f"not separated from it: {'; '.join(unresolved)}."
                                       if unresolved else "resolved ahead of every other model."),
             ""]

@@ -380,7 +380,7 @@ def shape(output: str) -> list[str]:
 
 def test_readme_output_check_ignores_times_and_ids_but_not_a_stage():
     shown = _readme_block("quickstart-output")
-    rerun = re.sub(r"\d+\.\d s", "3.1 s", shown).replace("16ff7e39", "0a1b2c3d")
+    rerun = re.sub(r"\d+\.\d s", "3.1 s", shown).replace("5f4b8810", "0a1b2c3d")
     assert stages(rerun) == stages(shown) and shape(rerun) == shape(shown)
     assert ("✓", "personalize[fedper] · seed 0") in stages(shown) and len(stages(shown)) == 8
     dropped = "\n".join(x for x in shown.splitlines() if "train_local" not in x)
