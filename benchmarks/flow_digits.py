@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from results_tables import cells_of, interval  # a sibling script (benchmarks/ is on sys.path)
 
 from pflpipe.algorithms import build
 from pflpipe.algorithms.flow import routing_shares
@@ -36,7 +37,6 @@ from pflpipe.metrics import table_from_records
 from pflpipe.metrics.generalization import compare
 from pflpipe.spec import Spec
 from pflpipe.stages import common, partition_data, personalize, train_local, warm_start_fedavg
-from results_tables import cells_of, interval  # a sibling script (benchmarks/ is on sys.path)
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "specs" / "flow-digits.yaml"
