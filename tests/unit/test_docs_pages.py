@@ -108,7 +108,12 @@ def test_results_regenerate_their_blocks_and_leave_the_prose(tmp_path, pages):
     rows = {line.split(" | ")[0].strip("| ") for line in spec if line.startswith("| ")}
     assert {"fedavg", "local", "persfl", "fedavg_ft", "fedper", "ditto", "apfl", "pfedme",
             "per_fedavg"} <= rows
-    assert "| model | setting (**tuned**) | PA best-val %" in text and "Tuning (validation" in text
+    assert "| model | setting (**tuned**) | PA best-val % | 95 % CI |" in text
+    assert "Tuning (validation" in text
+    # one reported seed: the intervals and the pairs are over its clients, the pairs folded
+    assert re.search(r"\| fedavg \| [^|]+ \| [\d.]+ ± [\d.]+ \| \[[\d.]+, [\d.]+\] \|", text)
+    assert "over the 4 clients of the one reported seed" in text
+    assert "<details><summary>Every pair (36)</summary>" in text and "Best mean: " in text
     synthetic = block(after, "selffl-synthetic")
     assert PROVENANCE.match(synthetic.strip("\n").splitlines()[0])
     assert "Case 1" in synthetic and "Case 2" in synthetic and "| Eqn. 3:" in synthetic
