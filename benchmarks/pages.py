@@ -19,7 +19,8 @@ touched, so a rerun never clobbers the prose around the tables.
     python benchmarks/pages.py results --quick --runs DIR --out PAGE   # cut-down (the tests)
 
 Each source runs into its own folder under --runs (default results/pages/<page>/); a folder
-holding a finished run is reused (--rerun runs it again). --quick runs each source at a cut-down
+holding a finished run is reused (--rerun runs it again from scratch; an unfinished one resumes
+from the stages it kept). --quick runs each source at a cut-down
 setting (a few rounds, one seed): the page's structure, not its numbers. Run it niced
 (`nice -n 15`) on a shared machine.
 """
@@ -30,6 +31,7 @@ import os
 import platform
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -269,6 +271,8 @@ def main() -> None:
         if getattr(source, "manual", False) and not named and not source.finished(folder):
             continue  # recorded by hand in the page until someone runs it by name
         if not args.render and (args.rerun or not source.finished(folder)):
+            if args.rerun:  # from scratch: a block's commit and time describe a whole run
+                shutil.rmtree(folder / "work", ignore_errors=True)
             run(source, folder, args.quick)
         if not source.finished(folder):
             print(f"{source.name}: no finished run in {folder}; its block is left as it is",
