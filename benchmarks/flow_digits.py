@@ -4,7 +4,8 @@ Runs specs/flow-digits.yaml (digits, 100 clients, Dirichlet(0.1), 10 clients per
 stage in-process, exactly as the pipeline chains them: partition_data → warm_start_fedavg →
 train_local → personalize (one entry per algorithm), then evaluates the results tables with
 `pflpipe.metrics.generalization` and prints one Markdown table: per model GA, PA and the % of
-clients whose PA beats GA, mean ± std over seeds; Flow's PA under soft routing (Table 8); and
+clients whose PA beats GA, mean ± std over seeds, PA's 95 % interval (over the seeds, or a
+bootstrap over the clients of one seed); Flow's PA under soft routing (Table 8); and
 the engine's compute from results.csv (local steps and samples, summed over clients).
 For every Flow entry it also prints what the router did: per routed layer, the mean π_g and the
 share of test instances that hard routing sends to the global copy (each client's saved
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import torch
 import yaml
+from results_tables import cells_of, interval  # a sibling script (benchmarks/ is on sys.path)
 
 from pflpipe.algorithms import build
 from pflpipe.algorithms.flow import routing_shares
@@ -132,14 +134,15 @@ def table(rows: list[dict], selection: str) -> str:
             return "—"
         return f"{scale * mean:.2f}" + ("" if std is None else f" ± {scale * std:.2f}")
 
-    spent = compute(rows, selection)
-    lines = ["| model | GA % | PA % | PA > GA (% clients) | PA, soft routing % | local steps | "
-             "samples (fwd+bwd) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    spent, cells = compute(rows, selection), cells_of(rows, selection)
+    lines = ["| model | GA % | PA % | PA 95 % CI | PA > GA (% clients) | PA, soft routing % | "
+             "local steps | samples (fwd+bwd) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for model, c in comparisons.items():
         pa_soft = soft_pa.get(model)
         steps, samples = spent.get(model, ("—", "—"))
+        pa_interval = interval(cells.get(model)) if c.mean["PA"] is not None else "—"
         lines.append(f"| {model} | {cell(c.mean['GA'], c.std['GA'])} | "
-                     f"{cell(c.mean['PA'], c.std['PA'])} | "
+                     f"{cell(c.mean['PA'], c.std['PA'])} | {pa_interval} | "
                      f"{cell(c.mean['beats_global'], c.std['beats_global'], 1.0)} | "
                      f"{cell(pa_soft.mean['PA'], pa_soft.std['PA']) if pa_soft else '—'} | "
                      f"{steps} | {samples} |")

@@ -1,6 +1,6 @@
 """Where Flow's hard routing sends instances, per routed layer, over a grid of its settings.
 
-Chooses Flow's defaults (docs/results.md, "Flow after issue 27"): for every grid point and seed
+Chooses Flow's defaults (docs/results.md, Flow): for every grid point and seed
 it trains Flow alone on digits with Dirichlet(α) label skew (no FedAvg, no baselines), scores
 once after the last round (each client re-creates its personalized model first, as Flow does
 before scoring) and prints one JSON line: the mean validation PA and GA over clients, and per

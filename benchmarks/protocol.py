@@ -34,7 +34,9 @@ from the mean of its two measurements (the load's swings are not multiplied); ta
 grouped run that find their work done stay as measured. The wall grows by the extra task seconds
 of the seeds loop over its 2 tasks at once, and by the grouped task's extra in full (it runs
 alone).
-`--write-docs` puts the tables into docs/performance.md's "Protocol" section. `--profile`, instead
+`--write-docs` puts the tables into docs/performance.md's protocol block
+(`python benchmarks/pages.py performance --only protocol` runs this and writes the block with
+its command, commit and machine). `--profile`, instead
 of the runs, splits the CPU seconds of the training train_members groups, in this process under
 cProfile, seed by seed against grouped: training steps, evaluation, checkpoints, server steps.
 """
@@ -58,7 +60,7 @@ from pflpipe.data.synthetic import synthetic
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "performance.md"
-BEGIN, END = "<!-- protocol.py: begin -->", "<!-- protocol.py: end -->"
+BEGIN, END = "<!-- pages: protocol begin -->", "<!-- pages: protocol end -->"
 #: A task line of `pflpipe run`'s output: ``  ✓ personalize[fedper] · seed 0   12.3 s``.
 TASK_LINE = re.compile(r"^\s+\S\s(\S+(?: · seed \d+)?)\s+(\d+\.\d) s\b", re.M)
 TASK_START = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - INFO - Executing task 'train-members'", re.M)
@@ -373,7 +375,7 @@ def main() -> None:
     lines = [f"`{' '.join(sys.argv[1:]) or '(defaults)'}`: pool {args.pool}, {args.seeds} seeds, "
              f"rounds {args.rounds or 'the specs’'}, distillation epochs {args.epochs or 10}, "
              f"device {args.device}, compile {args.compile}, tracking "
-             f"{'off' if args.no_tracking else 'on'}; {datetime.now():%Y-%m-%d %H:%M}", ""]
+             f"{'off' if args.no_tracking else 'on'}", ""]
     lines += table(rows, cut) + [""]
     for split, runs, total, factors in totals:
         loads = "; ".join(f"{'grouped' if m else 'per seed'} load {runs[m]['load'][0]:.1f} → "

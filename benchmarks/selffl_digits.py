@@ -15,11 +15,11 @@ The variants: `self_fl` (all three components), Fig. 2b's "only one component" s
 federation's local epochs, n_m weights), `steps_fixed` (the full method with FedAvg's steps),
 `steps_fixed_10ep` (the same with 10 local epochs, about Self-FL's steps: a compute control, as
 the paper's FEMNIST baselines at ℓ = 40), `uncapped` (ℓ_max 400 instead of §4.2's 40),
-`unscaled` (Eqn. 8's contraction η/σ̂_m² as if the mean loss were the summed likelihood: the rule
-before issue 27), `self_fl_alg2` (Algorithm 2), `actperfl`, and `fedavg_10ep` (FedAvg as FedProx
-with μ = 0, 10 local epochs: the compute control of FedAvg). GA is the global model's test
-accuracy at the last round (Fig. 2b's metric); the other columns score the personalized models
-(a global-only model's personalized model is its global model).
+`unscaled` (Eqn. 8's contraction η/σ̂_m² as if the mean loss were the summed likelihood: a
+rule pflpipe no longer uses, kept as an ablation), `self_fl_alg2` (Algorithm 2), `actperfl`, and
+`fedavg_10ep` (FedAvg as FedProx with μ = 0, 10 local epochs: the compute control of FedAvg).
+GA is the global model's test accuracy at the last round (Fig. 2b's metric); the other columns
+score the personalized models (a global-only model's personalized model is its global model).
 """
 
 import argparse

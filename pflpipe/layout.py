@@ -190,7 +190,18 @@ PARTITION = PARTITIONS
 REPORT_JSON, REPORT_MD, REPORT_HTML = "report.json", "report.md", "report.html"
 #: Every pair of models compared, per split and question (`pflpipe.metrics.pairwise_report`).
 PAIRWISE_CSV = "pairwise.csv"
-FIGURES = "figures"
+#: The report's figures, and the copies of the tables it links (inside the report directory, so
+#: its links hold when the directory is copied or uploaded alone).
+FIGURES, REPORT_TABLES = "figures", "tables"
+
+
+def report_table(seed: int) -> str:
+    """A seed's results table in a report directory: ``tables/seed-<seed>/results.csv``.
+
+    >>> report_table(3)
+    'tables/seed-3/results.csv'
+    """
+    return f"{REPORT_TABLES}/{seed_folder(seed)}/{RESULTS_CSV}"
 
 
 def report_figure(kind: str, name: str = "") -> str:

@@ -303,7 +303,7 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
     console.print(f"\n[bold green]done[/] in {seconds:.0f} s")
     console.print(f"  results  {run_dir}/  (also {results_dir / layout.LATEST}/)")
     console.print(f"  report   {report / layout.REPORT_HTML}  ({layout.REPORT_MD}, "
-                  f"{layout.REPORT_JSON}, {layout.FIGURES}/)")
+                  f"{layout.REPORT_JSON}, {layout.FIGURES}/, {layout.REPORT_TABLES}/)")
     for name, path in copies.items():
         if name.startswith("seed-"):
             folders = sorted(p for p in path.iterdir() if (p / layout.MODELS).is_dir())

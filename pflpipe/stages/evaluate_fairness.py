@@ -13,7 +13,7 @@ import math
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pflpipe import layout
@@ -87,6 +87,9 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     evaluation = spec.evaluation
     unit = "neg_mse" if task_of(spec.dataset) == "regression" else "fraction"
     table = read_table(results_tables(results_dirs), unit=unit)
+    tables = _copy_tables(list(map(Path, results_dirs)), Path(out_dir))
+    if len(tables) == len(results_dirs):  # name the copies the report links, not the runner's
+        table = replace(table, sources=tuple(str(p.relative_to(out_dir)) for p in tables))
     report = build_report(table, local=evaluation.baselines.local,
                           global_=evaluation.baselines.global_, selection=evaluation.selection,
                           metrics=tuple(evaluation.metrics), validation="val" in table.splits,
@@ -112,7 +115,10 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     for path in (files.json, files.markdown, files.html, files.pairwise):
         tracker.log_artifact(path, "report")
     tracker.log_artifact(files.out_dir / "figures", "report/figures")
-    for directory in map(Path, results_dirs):  # the report links ../seed-N/results.csv
+    if tables:
+        tracker.log_artifact(files.out_dir / layout.REPORT_TABLES,
+                             f"report/{layout.REPORT_TABLES}")
+    for directory in map(Path, results_dirs):  # each seed's table beside its run's report
         seed = _seed_of(directory)
         if seed is not None:
             tracker.log_artifact(directory / RESULTS, layout.seed_folder(seed))
@@ -166,6 +172,19 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
     return result
 
 
+def _copy_tables(results_dirs: list[Path], out_dir: Path) -> list[Path]:
+    """Copy each seed's results table into the report directory, where its link points."""
+    import shutil
+
+    copies = []
+    for directory in results_dirs:
+        if (seed := _seed_of(directory)) is not None:
+            copy = out_dir / layout.report_table(seed)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copies.append(Path(shutil.copyfile(directory / RESULTS, copy)))
+    return copies
+
+
 def _write_beside(report, out_dir: Path, alongside: Callable[[], None]):
     """`write_report(report, out_dir)` in a forked process while `alongside()` runs here.
 
@@ -191,9 +210,9 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
     """The report's context from one `collect_results` directory per seed.
 
     Curves from every model's history.csv, the first seed's pictures, and a link to each seed's
-    table as published next to the report (``../seed-N/results.csv``). `reported_seeds` are the
-    seeds the results tables hold (the spec's experiment.seeds when not given); a tuned entry is
-    shown with the setting the tune stage chose, as kept beside its results.
+    table as copied into the report directory (``tables/seed-N/results.csv``). `reported_seeds`
+    are the seeds the results tables hold (the spec's experiment.seeds when not given); a tuned
+    entry is shown with the setting the tune stage chose, as kept beside its results.
     """
     from pflpipe.metrics.report import ReportContext
 
@@ -218,7 +237,7 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
                     f"{n_clients or spec.partition.n_clients} clients",
             "rounds": ", ".join(plan.described.values()),
             **_seed_rows(spec, reported, records)}
-    links = tuple((f"seed {s}: {RESULTS}", f"../{layout.seed_folder(s)}/{RESULTS}")
+    links = tuple((f"seed {s}: {RESULTS}", layout.report_table(s))
                   for s in sorted(seeds))
     chosen = tuple(name for (folder, name) in PICTURES if folder == "persfl" and name in images)
     tuned = _tuning(spec, records, reported) if records else {}

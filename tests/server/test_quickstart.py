@@ -14,6 +14,7 @@ that track and report run. The MLflow UI of these runs is then opened in headles
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -231,6 +232,24 @@ def test_server_holds_the_parent_run_with_tags_fairness_and_report(server_runs):
     assert "report/report.html" in report
 
 
+def test_the_report_opens_its_links_when_copied_or_uploaded(quickstart, server_runs, tmp_path):
+    """Every link of the report resolves inside its folder, copied alone or in MLflow."""
+    from report_links import broken, links
+
+    _, _, second, _ = quickstart
+    client, *_ = server_runs
+    copied = Path(shutil.copytree(second.report_dir, tmp_path / "report"))
+
+    targets = set(links(copied))
+    assert "tables/seed-0/results.csv" in targets and "figures/qoi_test.png" in targets
+    assert broken(copied) == []
+    assert "/kfp/" not in (copied / "report.md").read_text()
+    for target in targets:   # the parent run's artifacts hold the report folder as it is
+        folder = f"report/{target}".rsplit("/", 1)[0]
+        listed = {a.path for a in client.list_artifacts(second.mlflow_run_id, folder)}
+        assert f"report/{target}" in listed, target
+
+
 def test_server_holds_a_run_per_algorithm_and_under_it_per_client(server_runs):
     _, _, parents, runs = server_runs
     algorithms = {r.info.run_name: r for r in runs
@@ -332,6 +351,70 @@ def test_client_models_are_mlflow_models_of_their_runs(server_runs, quickstart, 
     assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
     logged = client.get_logged_model(output.model_id)
     assert logged.name == "fedper-client-3" and logged.source_run_id == run.info.run_id
+
+
+STAGE = re.compile(r"^\s+([✓↺✗])\s+(\S.*?)(?:\s{2,}|$)")
+#: A sqlite store's `mlflow ui` line: shown for the default store, not for a tracking server.
+SQLITE_ONLY = "mlflow ui --backend-store-uri sqlite:"
+
+
+def stages(output: str) -> list[tuple[str, str]]:
+    """The stage lines of `pflpipe run`'s output: (✓ ran | ↺ cached | ✗ failed, the stage)."""
+    return [m.groups() for line in output.splitlines() if (m := STAGE.match(line))]
+
+
+def shape(output: str) -> list[str]:
+    """Each line's indentation and first two words, ids and numbers blanked, a stage's name too.
+
+    What a rerun changes (times, run ids, folders' timestamps, scores, the closing lines'
+    wording past their start, the order in which stages that run at once finish) leaves it as it
+    is; a line added, dropped or reordered does not.
+    """
+    lines = []
+    for line in output.strip("\n").splitlines():
+        if line.strip().startswith(SQLITE_ONLY):
+            continue
+        if found := STAGE.match(line):
+            lines.append(f"  {found.group(1)} STAGE")
+            continue
+        words = re.sub(r"\d+(\.\d+)?", "N", re.sub(r"\b[0-9a-f]{8,}\b", "ID", line)).split()
+        lines.append(" " * (len(line) - len(line.lstrip())) + " ".join(words[:2]))
+    return lines
+
+
+def test_readme_output_check_ignores_times_and_ids_but_not_a_stage():
+    shown = _readme_block("quickstart-output")
+    rerun = re.sub(r"\d+\.\d s", "3.1 s", shown).replace("5f4b8810", "0a1b2c3d")
+    assert stages(rerun) == stages(shown) and shape(rerun) == shape(shown)
+    assert ("✓", "personalize[fedper] · seed 0") in stages(shown) and len(stages(shown)) == 8
+    dropped = "\n".join(x for x in shown.splitlines() if "train_local" not in x)
+    assert stages(dropped) != stages(shown) and shape(dropped) != shape(shown)
+    lines = shown.splitlines()  # two stages that ran at once, finished the other way round
+    first, second = (i for i, x in enumerate(lines) if "train_local" in x or "select_t" in x)
+    lines[first], lines[second] = lines[second], lines[first]
+    swapped = "\n".join(lines)
+    assert sorted(stages(swapped)) == sorted(stages(shown)) and shape(swapped) == shape(shown)
+    cached = shown.replace("✓ train_local", "↺ train_local")
+    assert sorted(stages(cached)) != sorted(stages(shown)) and shape(cached) != shape(shown)
+    extra = shown.replace("\ndone in", "\n  a new line\ndone in")
+    assert shape(extra) != shape(shown)
+
+
+def test_readme_shows_the_run_as_it_is(quickstart):
+    """The README's example output: a fresh run's stages, and its lines' shape.
+
+    kfp.local runs two tasks at once and prints a stage when it ends, so stages that do not wait
+    for each other (train_local beside the chain) may finish in either order; the chain's ends
+    are fixed.
+    """
+    _, first, _, _ = quickstart
+    shown = _readme_block("quickstart-output")
+    assert sorted(stages(shown)) == sorted(stages(first.stdout))
+    ends = [stages(first.stdout)[0], *stages(first.stdout)[-2:]]
+    assert [stages(shown)[0], *stages(shown)[-2:]] == ends == [
+        ("✓", "partition_data · seed 0"), ("✓", "collect_results · seed 0"),
+        ("✓", "evaluate_fairness")]
+    assert shape(shown) == shape(first.stdout), first.stdout
 
 
 def test_readme_quickstart_command_runs_this_spec():

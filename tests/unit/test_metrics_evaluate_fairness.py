@@ -2,6 +2,7 @@
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 
@@ -181,3 +182,27 @@ def test_a_tuned_rounds_field_without_its_record_is_not_shown_as_the_spec_defaul
     assert report["run"]["tuning seeds"] == "100, 101 (the spec's; these results hold no " \
         "tuning record)"
     assert "tuning" not in report  # no record: no grid or choice to show
+
+
+def test_the_report_links_only_files_of_its_own_folder(tmp_path):
+    """Copied away from its run, the report's every link still opens (the tables included)."""
+    import shutil
+
+    from report_links import broken, links
+
+    seeds = [collected_seed(tmp_path, seed, {"fedavg": [0.6, 0.5], "local": [0.5, 0.6],
+                                             "ditto": [0.8, 0.6]}, {}) for seed in (0, 1)]
+    evaluate_fairness.run(spec(), seeds, tmp_path / "report")
+    copied = Path(shutil.copytree(tmp_path / "report", tmp_path / "elsewhere" / "report"))
+    shutil.rmtree(tmp_path / "report")
+
+    assert {"tables/seed-0/results.csv", "tables/seed-1/results.csv"} <= set(links(copied))
+    assert broken(copied) == []
+    # the tables the text names are the copies beside it, never the runner's folders
+    markdown = (copied / "report.md").read_text()
+    assert "Tables: tables/seed-0/results.csv, tables/seed-1/results.csv." in markdown
+    assert str(tmp_path) not in markdown + (copied / "report.html").read_text()
+    assert json.loads((copied / "report.json").read_text())["sources"] == [
+        "tables/seed-0/results.csv", "tables/seed-1/results.csv"]
+    with (copied / "tables" / "seed-1" / "results.csv").open() as handle:
+        assert {row["seed"] for row in csv.DictReader(handle)} == {"1"}

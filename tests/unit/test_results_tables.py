@@ -94,6 +94,8 @@ def test_pairwise_table_says_whether_the_gap_is_resolved(tables, run):
     assert line(text, "| ditto − fedavg |") == (
         "| ditto − fedavg | +25.0 pp | [−38.5, +88.5] | 0.13 | 0.13 | 2 seeds | paired t "
         "| indistinguishable | about 3 seeds |")
+    folded = text.split("<details><summary>Every pair (1)</summary>")[1].split("</details>")[0]
+    assert "| ditto − fedavg |" in folded  # the pairs fold away; the verdict below stays open
     assert ("Best mean: ditto; not separated from it: fedavg (Δ +25.0 pp, 95 % CI [−38.5, "
             "+88.5], p = 0.13, n = 2 seeds; about 3 seeds would settle it).") in text
     assert "**Reported seeds** 0, 1; **tuning seeds** 100, 101" in text

@@ -1,0 +1,31 @@
+"""Every link of a report folder's report.md and report.html, and those that do not resolve there.
+
+A report is read where it is copied or uploaded (a run folder, an MLflow artifact tree, an
+e-mail): its links must be relative and stay inside its own folder.
+"""
+
+import re
+from pathlib import Path
+from urllib.parse import unquote
+
+MARKDOWN = re.compile(r"\]\(([^)\s]+)\)")
+HTML = re.compile(r"""(?:href|src)=["']([^"']+)["']""")
+
+
+def links(folder: Path) -> list[str]:
+    """The link targets of the report in `folder`, less in-page anchors and inline images."""
+    found = MARKDOWN.findall((folder / "report.md").read_text(encoding="utf-8"))
+    found += HTML.findall((folder / "report.html").read_text(encoding="utf-8"))
+    return [unquote(t) for t in found if not t.startswith(("#", "data:"))]
+
+
+def broken(folder: Path) -> list[str]:
+    """The targets that are absolute, leave `folder`, or name no file in it."""
+    root = folder.resolve()
+    bad = []
+    for target in links(folder):
+        path = (folder / target).resolve()
+        if (Path(target).is_absolute() or "://" in target or root not in path.parents
+                or not path.is_file()):
+            bad.append(target)
+    return bad
