@@ -3,7 +3,9 @@ seeds: the seeds loop starts one collect_members task per seed and nothing else,
 collected results are the per-seed pipeline's, byte for byte.
 
 Two real runs on the local runner into one output directory (so the checkpoint stores that the
-warm start's summary names are the same): per seed, then grouped with --fresh.
+warm start's summary names are the same): per seed, then grouped with --fresh. Between them the
+per-seed run again, which takes every training task from kfp's cache and names each by its entry
+and seed.
 """
 
 import filecmp
@@ -31,12 +33,12 @@ personalization:
 WHERE = "sources.json"
 
 
-def _run(work: Path, on: bool) -> tuple[str, Path]:
+def _run(work: Path, on: bool, *options: str) -> tuple[str, Path]:
     spec = work / f"spec-{on}.yaml"
     spec.write_text(SPEC.format(out=work / "results", on=str(on).lower()))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     done = subprocess.run([str(Path(sys.executable).with_name("pflpipe")), "run", str(spec),
-                           "--fresh"], cwd=work, env=env, capture_output=True, text=True,
+                           *options], cwd=work, env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout, (work / "results" / "latest").resolve()
@@ -44,8 +46,11 @@ def _run(work: Path, on: bool) -> tuple[str, Path]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """(per seed, grouped, the per-seed run again from the cache)."""
     work = tmp_path_factory.mktemp("members-run")
-    return _run(work, False), _run(work, True)
+    apart = _run(work, False)   # into a new directory: no --fresh, which would cache nothing
+    again = _run(work, False)
+    return apart, _run(work, True, "--fresh"), again
 
 
 def _tasks(output: str) -> list[str]:
@@ -53,14 +58,14 @@ def _tasks(output: str) -> list[str]:
 
 
 def test_the_seeds_loop_starts_only_a_collect_members_task_per_seed(runs):
-    (apart, _), (together, _) = runs
+    (apart, _), (together, _), _ = runs
     assert sorted(_tasks(together)) == ["collect_members", "collect_members",
                                         "evaluate_fairness", "train_members"]
     assert len(_tasks(apart)) == 2 * 7 + 1   # per seed: 6 stages and collect_results
 
 
 def test_every_seeds_collected_results_are_the_per_seed_pipelines_to_the_byte(runs):
-    (_, apart), (_, together) = runs
+    (_, apart), (_, together), _ = runs
     assert apart != together
     for seed in (0, 1):
         a, b = (
@@ -71,3 +76,13 @@ def test_every_seeds_collected_results_are_the_per_seed_pipelines_to_the_byte(ru
         assert {p.parts[0] for p in a} >= {"fedavg", "local", "persfl", "fedper"}
         different = [name for name in a if not filecmp.cmp(a[name], b[name], shallow=False)]
         assert not different, f"seed {seed}: {different}"
+
+
+def test_a_rerun_names_each_cached_task_by_its_entry_and_seed(runs):
+    *_, (again, _) = runs
+    cached = [" ".join(line.split()[1:-1]) for line in again.splitlines()
+              if line.strip().startswith("↺") and line.rstrip().endswith(" cached")]
+
+    assert sorted(cached) == sorted(f"{stage} · seed {seed}" for seed in (0, 1) for stage in (
+        "partition_data", "warm_start_fedavg", "train_local", "select_teachers",
+        "distill_grid_search", "personalize[fedper]"))
