@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from ci_prep import wait_for
 
 READY_TIMEOUT_S = 120  # a loaded 2-core machine starts mlflow server in 10-30 s
 STOP_GRACE_S = 3  # uvicorn waits for idle keep-alive clients; tests need no graceful stop
@@ -212,6 +213,7 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
     """Debian's headless Chromium through chromedriver, with a fresh profile."""
+    wait_for("browser", "the Chromium install")
     if not (Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file()):
         message = ("Debian's chromium and chromium-driver are not installed (apt-get install "
                    "chromium chromium-driver; .ci/run installs them)")

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from ci_prep import wait_for
 from container_image import builder, ensure_image, image_size
 from mlflow import MlflowClient
 
@@ -55,8 +56,6 @@ N_CLIENTS = 10
 #: Stands for a credential the tasks need; it must show up nowhere.
 PASSWORD = "pfl-s3cr3t-Z9q7"
 AWS_SECRET = "aws-s3cr3t-K4w2"
-#: How long a build started by .ci/run may still take when the first test here needs it.
-PREP_WAIT_S = 1800
 
 
 # --- the engine and the image ---------------------------------------------------------------------
@@ -79,26 +78,10 @@ def _no_engine(reason: str):
     pytest.skip(message)
 
 
-def _wait_for_ci_prep() -> None:
-    """Wait for the engine set-up and image build .ci/run started beside the suite, if any."""
-    folder = os.environ.get("PFLPIPE_CONTAINERS_PREP")
-    if not folder:
-        return
-    done = Path(folder) / "done"
-    deadline = time.monotonic() + PREP_WAIT_S
-    while not done.exists() and time.monotonic() < deadline:
-        time.sleep(5)
-    log = (Path(folder) / "log").read_text(errors="replace") if (Path(folder) / "log").exists() \
-        else ""
-    if not done.exists() or done.read_text().strip() != "0":
-        pytest.fail(f"the container set-up of .ci/run did not succeed:\n{log[-4000:]}",
-                    pytrace=False)
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     """Yield the environment (DOCKER_HOST) under which an engine answers."""
-    _wait_for_ci_prep()
+    wait_for("done", "the container set-up")
     if _answers(dict(os.environ)):
         yield dict(os.environ)
         return
