@@ -277,8 +277,9 @@ def section(spec_path: Path, run: Path, commit: str, ran_by: str = "`pflpipe run
         *pairwise_lines(spec, cells),
         *step_counts(run),
     ]
-    if report.get("compute_warning"):
-        lines += [f"The report warns: {report['compute_warning']}", ""]
+    if report.get("compute_warning"):  # a gap by design is a note, not a warning
+        says = "notes" if report.get("compute_by_design") else "warns"
+        lines += [f"The report {says}: {report['compute_warning']}", ""]
     lines += ["Tuning (validation accuracy, mean over clients of each client's best-val model):",
               "", *tuning_table(tuning)]
     begin, end = markers(name)

@@ -103,6 +103,16 @@ def test_pairwise_table_says_whether_the_gap_is_resolved(tables, run):
     assert "The report warns: Unequal compute" in text
 
 
+def test_a_gap_by_design_is_a_note_not_a_warning(tables, run):
+    path = run / "report" / "report.json"
+    report = json.loads(path.read_text())
+    path.write_text(json.dumps({**report, "compute_warning": "Compute by design: ditto ...",
+                                "compute_by_design": True}))
+    text = tables.section(SPEC, run, "abc1234")
+    assert "The report notes: Compute by design: ditto ..." in text
+    assert "warns" not in text
+
+
 def test_tuning_table_marks_the_chosen_point_and_lists_every_seed(tables, run):
     text = tables.section(SPEC, run, "abc1234")
     assert line(text, "| ditto | lam 0.1 |") == "| ditto | lam 0.1 | 50.0 | 70.0 | 60.0 |  |"
