@@ -278,7 +278,8 @@ def test_tune_point_that_diverges_writes_a_failed_score_and_warns(diverging, tmp
 
     seen = [e for line in capsys.readouterr().out.splitlines() if (e := events.parse(line))]
     assert result.score is None
-    assert result.diverged.startswith("client 5, round 1: loss became NaN or infinite")
+    assert result.diverged.startswith("entry 'ditto', client 5, round 1: loss became NaN or "
+                                      "infinite")
     record = json.loads((out / tune.POINT_JSON).read_text())
     assert record["score"] is None and record["diverged"] == result.diverged
     assert "federation.lr" not in record["diverged"]   # that hint is not for a grid point
@@ -292,8 +293,8 @@ def test_grid_points_as_members_leave_a_diverging_unit_to_the_seeds_loop(divergi
               for v in ({"lam": 0.1}, {"lam": 1.0})]
 
     # train_members turns a DataError into "trains per seed": each point then scores alone
-    with pytest.raises(DataError, match=r"a grid point diverged \(client 5, round 1: .*\); each "
-                       "point trains alone"):
+    with pytest.raises(DataError, match=r"a grid point diverged \(entry 'ditto', client 5 "
+                       r"\(seed 7, member 0\), round 1: .*\); each point trains alone"):
         tune_point.run_members(points, [7], [part], [ckpt],
                                [[tmp_path / "a"], [tmp_path / "b"]])
 

@@ -293,7 +293,8 @@ def _normal(text: str, work: Path) -> str:
     run folder, the MLflow and KFP run ids."""
     text = text.replace(str(work), "<work>")
     text = re.sub(rf"{NAME}-\d{{4}}(-\d\d){{5}}-\d+", "<kfp run>", text)
-    text = re.sub(r"(KFP run(?:</td><td>|\W{1,4}))[0-9a-f]{8}\b", r"\1<id>", text)
+    # kfp.local's job id: a random integer below 10⁸, so up to 8 digits
+    text = re.sub(r"(KFP run(?:</td><td>|\W{1,4}))\d{1,8}\b", r"\1<id>", text)
     return re.sub(r"\b[0-9a-f]{32}\b", "<id>", text)
 
 
