@@ -54,14 +54,19 @@ class Sharing:
         """Whether every task of the run sees `item` as the host does."""
         if self.trusts_absolute_inputs and not item.relative and not item.written:
             return True
-        return any(item.path == root or root in item.path.parents for root in self.mounts)
+        real = _real(item.path)  # a link inside a mount may point outside it
+        return any(real == root or root in real.parents for root in map(_real, self.mounts))
 
 
 def docker_sharing(results_dir: str | Path, cwd: Path | None = None) -> Sharing:
-    """What `pflpipe run --runner docker` mounts: the working and the results directory."""
+    """What `pflpipe run --runner docker` mounts: the working and the results directory.
+
+    Links are resolved: a results directory reached through a link that leaves the working
+    directory is mounted at its real path, where the link leads inside the container too.
+    """
     cwd = Path(cwd or os.getcwd())
-    results = _absolute(results_dir, cwd)
-    inside = results == cwd or cwd in results.parents
+    results, real_cwd = _real(_absolute(results_dir, cwd)), _real(cwd)
+    inside = results == real_cwd or real_cwd in results.parents
     return Sharing("docker", (cwd,) if inside else (cwd, results))
 
 
@@ -114,7 +119,9 @@ def _problem(item: TaskPath, sharing: Sharing) -> str:
     mounts = " and ".join(str(m) for m in sharing.mounts)
     lost = ("would write into its container's own disk, lost when the task ends" if item.written
             else "would not find it")
-    return (f"{item.field}: {item.path} is outside what the docker runner mounts ({mounts}); "
+    real = _real(item.path)
+    where = item.path if real == item.path else f"{item.path} (a link to {real})"
+    return (f"{item.field}: {where} is outside what the docker runner mounts ({mounts}); "
             f"a task {lost}; {DOCKER_FIX[item.field]}")
 
 
@@ -145,6 +152,11 @@ CLUSTER_FIX = {
 }
 CLUSTER_FIX["storage.path"] = CLUSTER_FIX["storage.kind"]
 CLUSTER_FIX["partition.path"] = CLUSTER_FIX["dataset.root"]
+
+
+def _real(path: Path) -> Path:
+    """`path` with every link resolved (the part that does not exist yet kept as given)."""
+    return Path(os.path.realpath(path))
 
 
 def _absolute(path: str | Path, cwd: Path) -> Path:

@@ -158,6 +158,13 @@ def detect_unit(rows: Sequence[Row], source: str, unit: str = "auto") -> Unit:
         if row.accuracy > top:
             raise DataError(f"{row.where}: accuracy {row.accuracy:g} is above {top}; accuracies "
                             f"must be {expected} ({source})")
+    if unit == "percent" and all(row.accuracy <= 1 for row in rows):
+        largest = max(rows, key=lambda row: row.accuracy)
+        raise DataError(
+            f"{largest.where}: every accuracy is at most 1 (the largest, {largest.accuracy:g}, "
+            f"is here), so the table holds fractions, but --unit percent reads them as percent: "
+            f"{largest.accuracy:g} would be {largest.accuracy:g} % and every gap about +0.0 pp. "
+            f"Drop --unit percent (auto detects fractions) or pass --unit fraction ({source})")
     if unit != "auto":
         return unit  # type: ignore[return-value]
     if all(row.accuracy <= 1 for row in rows):

@@ -45,6 +45,32 @@ def test_docker_mounts_the_working_directory_and_a_results_directory_outside_it(
     assert docker_sharing("/big/results", WORK).mounts == (WORK, Path("/big/results"))
 
 
+def test_a_results_directory_through_a_link_out_of_the_working_directory_is_mounted_real(
+        tmp_path):
+    # `--results vt/res` where vt links to a folder outside the working directory: mounting
+    # only the working directory would leave the checkpoints on the container's own disk.
+    work, outside = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), outside.mkdir()
+    (work / "vt").symlink_to(outside)
+
+    sharing = docker_sharing("vt/res", work)
+
+    assert sharing.mounts == (work, outside / "res")
+    assert unshared(spec(results="vt/res"), sharing, None, work) == []
+
+
+def test_a_store_through_a_link_out_of_the_mounts_is_refused_naming_the_link(tmp_path):
+    work, outside = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir(), outside.mkdir()
+    (work / "vt").symlink_to(outside)
+
+    [problem] = unshared(spec(storage="{kind: local, path: vt/ck}"),
+                         docker_sharing("results/share", work), None, work)
+
+    assert problem.startswith(f"storage.path: {work}/vt/ck (a link to {outside}/ck) is outside "
+                              f"what the docker runner mounts ({work}); a task would write")
+
+
 def test_the_quickstarts_paths_are_all_shared_in_containers():
     """Results, checkpoints (the results directory) and ./mlflow.db lie under the working
     directory; the digits are bundled (no dataset file)."""

@@ -52,6 +52,15 @@ def test_read_table_takes_the_unit_it_is_given(tmp_path):
         read_table([path], unit="fraction")
 
 
+def test_read_table_refuses_percent_on_a_table_of_fractions(tmp_path):
+    # Read as percent, 0.8 would be 0.8 % and every gap about +0.0 pp.
+    path = write(tmp_path, "client,model,accuracy\n0,local,0.75\n1,local,0.8\n")
+    with pytest.raises(DataError, match=r"results.csv:3: every accuracy is at most 1 \(the "
+                                        r"largest, 0.8, is here\), so the table holds fractions"
+                                        r".*Drop --unit percent"):
+        read_table([path], unit="percent")
+
+
 def test_read_table_reads_a_regression_table_as_negative_mse(tmp_path):
     path = write(tmp_path, "client,model,accuracy,loss\n0,local,nan,0.25\n1,local,,2\n")
     table = read_table([path])
