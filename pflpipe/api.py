@@ -4,11 +4,13 @@
 
     result = pflpipe.run("specs/persfl-digits.yaml", federation={"rounds": 50})
     result.results            # every seed's per-client table (pandas)
-    result.best               # ("persfl",) when resolved; ("fedper", "persfl") when tied
+    result.best               # ("persfl",) when resolved over seeds; ("fedper", "persfl") when tied
     result.report_html, result.mlflow_run_id
 
 `best` and `fairest` are tuples: the models tied at the top of the primary split, one name where
-the Holm-corrected paired test resolves the winner (`pflpipe.metrics.pairwise`).
+the Holm-corrected paired test over two or more seeds resolves the winner; with one seed every
+contender (training noise was not measured); empty with one contender (nothing to compare) or none
+(`pflpipe.metrics.pairwise`).
 
 Overrides are keyword arguments: a section as a mapping merged into the spec's
 (``federation={"rounds": 50}``) or a dotted path (``**{"federation.rounds": 50}``), validated
@@ -27,6 +29,15 @@ from typing import Any
 from pflpipe import layout
 from pflpipe.spec import Spec, read_spec
 from pflpipe.spec.loader import parse_spec
+
+
+def verdict_top(report: Mapping[str, Any], question: str) -> tuple[str, ...]:
+    """The models tied at the top for `question` ("best", "fairest") in a report.json's content.
+
+    >>> verdict_top({"verdicts": {"best": {"top": ["a", "b"]}}}, "best")
+    ('a', 'b')
+    """
+    return tuple(report["verdicts"].get(question, {}).get("top", ()))
 
 
 def load_spec(spec: "Spec | Mapping[str, Any] | str | Path", **overrides: Any) -> Spec:
@@ -110,16 +121,18 @@ class RunResult:
     def best(self) -> tuple[str, ...]:
         """The best-performing personalized models on the primary split (test).
 
-        One name where the corrected paired test resolves the winner; several, the thesis
-        vote's leader first, where the data cannot tell them apart; empty when the run has no
-        personalized model.
+        One name where the corrected paired test over seeds resolves the winner; several, the
+        thesis vote's leader first, where the data cannot tell them apart, and every contender
+        with one seed (training noise was not measured); empty when the run has fewer than two
+        personalized models (nothing to compare). `report["verdicts"]["best"]["status"]` says
+        which (`pflpipe.metrics.pairwise.Verdict.status`).
         """
-        return tuple(self.report["verdicts"]["best"]["top"])
+        return verdict_top(self.report, "best")
 
     @property
     def fairest(self) -> tuple[str, ...]:
         """The fairest personalized models on the primary split (test), as `best`."""
-        return tuple(self.report["verdicts"]["fairest"]["top"])
+        return verdict_top(self.report, "fairest")
 
     @property
     def results(self):

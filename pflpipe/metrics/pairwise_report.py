@@ -14,31 +14,43 @@ from pflpipe.metrics.pairwise import Assessment, Pair, Verdict
 from pflpipe.metrics.render import Block, fmt, heading
 from pflpipe.metrics.summary import PATHS, Decision, SplitSummary
 from pflpipe.metrics.table import measure
-from pflpipe.metrics.uncertainty import CLIENTS, RESAMPLES
+from pflpipe.metrics.uncertainty import ALPHA, CLIENTS, MIN_SEEDS, RESAMPLES
 
-#: The columns of pairwise.csv (a row per pair of either family).
-CSV_COLUMNS = ("split", "question", "metric", "a", "b", "delta", "ci_low", "ci_high", "p",
-               "p_holm", "n", "over", "test", "resolved", "ahead", "units_needed")
-PAIR_HEADER = ["question", "a − b", "Δ", "95 % CI", "p", "p (Holm)", "n", "test", "verdict",
+#: The columns of pairwise.csv (a row per pair of every family).
+CSV_COLUMNS = ("split", "question", "metric", "a", "b", "delta", "ci_low", "ci_high",
+               "ci_level", "p", "p_holm", "n", "over", "test", "resolved", "ahead",
+               "units_needed", "training_noise", "reason")
+PAIR_HEADER = ["question", "a − b", "Δ", "CI (level)", "p", "p (Holm)", "n", "test", "verdict",
                "to resolve"]
-QUESTION_TEXT = {"best": "best ({measure})", "fairest": "fairest (JI over U⁺)"}
+QUESTION_TEXT = {"best": "best ({measure})", "fairest": "fairest (JI over U⁺)",
+                 "baselines": "vs baseline ({measure})"}
+#: What a one-seed verdict adds: the noise its test did not see, and how to measure it.
+UNMEASURED = ("training noise was not measured (one seed: the test over its clients treats "
+              f"them as the only noise); {MIN_SEEDS} or more seeds (experiment.seeds) would "
+              "measure it")
 GROUP_TEXT = {"improved": "QoI over U⁺", "decreased": "|QoI| over U⁻"}
 
 
 def answer(summary: SplitSummary, assessment: Assessment) -> str:
     """Answer the thesis's two questions for the split, naming a model only where resolved."""
-    lines = [_line(summary, summary.best, assessment.best, "Best performing"),
+    lines = [_line(summary, summary.best, assessment.best, "Best performing",
+                   assessment.baselines),
              _line(summary, summary.fairest, assessment.fairest, "Fairest")]
     return " ".join([*lines, *summary.remarks(assessment.best.winner, assessment.fairest.winner,
                                               fairness_of=summary.fairest.model)])
 
 
-def _line(summary: SplitSummary, decision: Decision, verdict: Verdict, title: str) -> str:
+def _line(summary: SplitSummary, decision: Decision, verdict: Verdict, title: str,
+          baselines: Sequence[Pair] = ()) -> str:
     head, leader, unit = f"{title} on {summary.split}:", verdict.leader, summary.unit
-    if leader is None or not verdict.pairs and len(verdict.top) == 1:
-        return f"{head} {decision.explain()}."
     ahead = "ahead of" if verdict.question == "best" else "fairer than"
-    if verdict.winner:
+    if verdict.status == "undecided":
+        return f"{head} {decision.explain()}."
+    if verdict.status == "nothing to compare":
+        against = [f"{p.b} ({describe(p, leader, unit)})" for p in baselines if p.a == leader]
+        return (f"{head} nothing to compare: {verdict.reason}" +
+                (f"; against the baselines: {'; '.join(against)}" if against else "") + ".")
+    if verdict.status == "resolved":
         others = [f"{p.b if p.a == leader else p.a} ({describe(p, leader, unit)})"
                   for p in verdict.pairs if leader in (p.a, p.b)]
         return (f"{head} {decision.explain()}; resolved: the corrected paired test puts it "
@@ -52,31 +64,60 @@ def _line(summary: SplitSummary, decision: Decision, verdict: Verdict, title: st
             pieces.append(f"{model} is {ahead} {leader}: {describe(pair, model, unit)}")
         else:
             pieces.append(f"{leader} vs {model}: {describe(pair, leader, unit)}")
+    vote = f"the thesis's vote alone would name {decision.explain()}"
+    if verdict.status == "training noise not measured":
+        over = f"over these {verdict.n} clients"
+        if verdict.ahead_over_clients:
+            others = [f"{p.b if p.a == leader else p.a} ({describe(p, leader, unit)})"
+                      for p in verdict.pairs if leader in (p.a, p.b)]
+            seen = f"{over} the corrected paired test puts {leader} {ahead} {_join(others)}"
+        else:
+            seen = f"{over} {_join(verdict.top)} are not separated ({'; '.join(pieces)})"
+        return f"{head} no winner from one training seed: {seen}; but {UNMEASURED}; {vote}."
     only = verdict.against(verdict.top[1]) if len(verdict.top) == 2 else None
     if only is not None and not only.resolved:
         text = f"{_join(verdict.top)} are indistinguishable here ({describe(only, leader, unit)})"
     else:
         text = f"{_join(verdict.top)} are tied at the top ({'; '.join(pieces)})"
-    return f"{head} {text}; the thesis's vote alone would name {decision.explain()}."
+    return f"{head} {text}; {vote}."
 
 
 def describe(pair: Pair, first: str, unit: str) -> str:
     """The pair's gap from `first`'s side, e.g. ``Δ +0.4 pp, 95 % CI [−1.9, +2.7], p = 0.7, ...``.
 
-    p is Holm-corrected; an unresolved pair says how many units would settle it.
+    p is Holm-corrected, the interval at the level Holm tested the pair at; a pair without
+    spread says what cannot be estimated; an unresolved pair says how many units would settle
+    it, or that none of this many could.
     """
     g, sign = pair.gap, 1 if pair.a == first else -1
     name = pair.metric.rsplit(".", 1)[1]
     text = f"{'Δ' if name == 'AA' else 'Δ' + name} {number(sign * g.delta, pair.metric, unit)}"
-    if g.low is not None:
-        low, high = sorted((sign * g.low, sign * g.high))
-        text += f", 95 % CI [{number(low, pair.metric, unit, suffix=False)}, " \
-                f"{number(high, pair.metric, unit, suffix=False)}]"
+    if g.reason:
+        return f"{text}, n = {g.n} {g.over}; no interval and no test: {g.reason}"
+    if pair.low is not None:
+        low, high = sorted((sign * pair.low, sign * pair.high))
+        text += f", {level_text(pair.alpha)} CI [{number(low, pair.metric, unit, suffix=False)}" \
+                f", {number(high, pair.metric, unit, suffix=False)}]"
     text += f", p {format_p(pair.p_holm, '= ')}, n = {g.n} {g.over}"
-    if not pair.resolved:
+    if pair.unreachable:
+        text += (f"; with {g.n} {g.over} the {g.test} test cannot reach p < "
+                 f"{pair.alpha:.2g} whatever the gap"
+                 + (f"; about {pair.needed} {g.over} would" if pair.needed else ""))
+    elif not pair.resolved:
         text += (f"; about {pair.needed} {g.over} would settle it" if pair.needed
                  else "; no gap to settle")
     return text
+
+
+def level_text(alpha: float) -> str:
+    """The level of an interval tested at `alpha`: ``95 %``, or e.g. ``98.3 % (Holm)``.
+
+    >>> level_text(0.05), level_text(0.05 / 3)
+    ('95 %', '98.3 % (Holm)')
+    """
+    if math.isclose(alpha, ALPHA):
+        return "95 %"
+    return f"{100 * (1 - alpha):.3g} % (Holm)"
 
 
 def number(value: float, metric: str, unit: str, *, suffix: bool = True) -> str:
@@ -119,14 +160,17 @@ def over_text(assessment: Assessment) -> str:
 def blocks(assessment: Assessment, summary: SplitSummary, metrics: Sequence[str]) -> list[Block]:
     """The split's pairwise table and intervals table (beside the thesis's tables)."""
     out: list[Block] = []
-    pairs = [(q, p) for q, v in (("best", assessment.best), ("fairest", assessment.fairest))
-             for p in v.pairs]
+    pairs = [(q, p) for q, family in _families(assessment) for p in family]
     if pairs:
+        noise = f" With one seed, {UNMEASURED}." if assessment.over == CLIENTS else ""
         out += [("h3", "Pairwise comparisons"),
-                ("p", "Each pair of personalized models, first minus second, "
+                ("p", "Each pair of personalized models, and each personalized model against "
+                      "the global and the local baseline, first minus second, "
                       f"{over_text(assessment)}; p (Holm) is corrected over the pairs of its "
-                      "question. A pair is resolved where p (Holm) < 0.05; 'to resolve' is "
-                      "roughly how many units the observed gap and spread would need."),
+                      "question. A pair is resolved where p (Holm) < 0.05; its interval is the "
+                      "one its test inverts, at the level Holm tested it at, so it excludes 0 "
+                      "exactly then. 'To resolve' is roughly how many units the observed gap "
+                      f"and spread would need.{noise}"),
                 ("table", PAIR_HEADER, [_pair_row(q, p, summary.unit) for q, p in pairs])]
     paths = [p for p in PATHS if p.rsplit(".", 1)[1] in metrics and p != "accuracy.AA"]
     models = list(summary.models)
@@ -148,12 +192,24 @@ def pairs_markdown(pairs: Sequence[Pair], unit: str = "fraction") -> list[str]:
     return markdown.table(PAIR_HEADER[1:], rows, "l" + "r" * 5 + "lll")
 
 
+def _families(assessment: Assessment) -> list[tuple[str, Sequence[Pair]]]:
+    return [("best", assessment.best.pairs), ("fairest", assessment.fairest.pairs),
+            ("baselines", assessment.baselines)]
+
+
 def _pair_row(question: str, pair: Pair, unit: str) -> list[str]:
     g = pair.gap
-    ci = "—" if g.low is None else (f"[{number(g.low, pair.metric, unit, suffix=False)}, "
-                                    f"{number(g.high, pair.metric, unit, suffix=False)}]")
-    verdict = f"{pair.ahead} ahead" if pair.ahead else (
-        "indistinguishable" if not pair.resolved else "resolved")
+    ci = "—" if pair.low is None else (
+        f"[{number(pair.low, pair.metric, unit, suffix=False)}, "
+        f"{number(pair.high, pair.metric, unit, suffix=False)}] ({level_text(pair.alpha)})")
+    if g.reason:
+        verdict = "spread cannot be estimated"
+    elif pair.ahead:
+        verdict = f"{pair.ahead} ahead" + (" over these clients" if g.over == CLIENTS else "")
+    elif pair.unreachable:
+        verdict = f"no test of {g.n} {g.over} can separate them"
+    else:
+        verdict = "indistinguishable"
     need = f"about {pair.needed} {g.over}" if pair.needed else "—"
     return [QUESTION_TEXT[question].format(measure=measure(unit)), f"{pair.a} − {pair.b}",
             number(g.delta, pair.metric, unit),
@@ -181,8 +237,8 @@ def pairwise_csv(assessments: Mapping[str, Assessment]) -> str:
     writer = csv.DictWriter(out, CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for split, assessment in assessments.items():
-        for question, verdict in (("best", assessment.best), ("fairest", assessment.fairest)):
-            for pair in verdict.pairs:
+        for question, family in _families(assessment):
+            for pair in family:
                 writer.writerow({"split": split, "question": question, **pair.to_json()})
     return out.getvalue()
 
@@ -209,7 +265,7 @@ def tracked_metrics(assessments: Mapping[str, Assessment], metrics: Sequence[str
         for pair in assessment.pairs:
             g = pair.gap
             stem = f"pairwise.{split}.{pair.a}_vs_{pair.b}.{_tracked_name(pair.metric)}"
-            values = {"delta": g.delta, "ci_low": g.low, "ci_high": g.high, "p": g.p,
+            values = {"delta": g.delta, "ci_low": pair.low, "ci_high": pair.high, "p": g.p,
                       "p_holm": pair.p_holm, "resolved": float(pair.resolved),
                       "units_needed": pair.needed}
             out |= {f"{stem}.{k}": float(v) for k, v in values.items()

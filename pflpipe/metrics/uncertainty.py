@@ -21,13 +21,25 @@ models of a report. What counts as one independent observation (the *unit*) deci
   bootstrap's two-sided p. These intervals say how much the clients of this one run vary, not
   whether another seed would agree.
 
+**A gap's interval is the one its test inverts**, so the two cannot disagree: the interval at
+level 1 − a excludes 0 exactly when the test's p < a. Over seeds that is the t-interval of the
+paired t-test. Over clients the accuracy test is Wilcoxon's signed-rank test in its Walsh-average
+form: Δ is the Hodges–Lehmann estimate (the median of the n(n+1)/2 averages (d_i + d_j) / 2), the
+interval runs between the k-th smallest and the k-th largest average, k from the exact null
+distribution of T⁺ (`signed_rank_cdf`), and p counts the averages on the far side of 0 (a 0
+difference counts against both sides). The bootstrap's interval is the k-th smallest and largest
+replicate, with k from the same count its p uses (`order_interval`, `count_p`).
+
 Comparisons of several pairs are corrected with Holm's step-down method (`holm`), and a pair
-the corrected test does not resolve gets a rough sample size (`units_needed`).
+the corrected test does not resolve gets a rough sample size (`units_needed`). A pair whose
+gaps have no spread (one unit, or every unit showing the same gap) has no interval and no test:
+its spread cannot be estimated (`Gap.reason`). A test can also be unable to reach a level at all:
+with n clients the signed-rank p is never below 2 / 2^n (`Gap.p_min`).
 """
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import stats
@@ -40,6 +52,14 @@ POWER = 0.8
 RESAMPLES, BOOTSTRAP_SEED = 1000, 0
 #: The units a comparison can run over.
 SEEDS, CLIENTS = "seeds", "clients"
+#: The tests a gap is judged by.
+T_TEST, SIGNED_RANK, BOOTSTRAP = "paired t", "Wilcoxon signed-rank", "paired bootstrap"
+#: Seeds that measure training noise: 2 estimate a spread (a t-test with 1 df, t_{0.975} = 12.7,
+#: resolves only huge gaps); 3 are the fewest that make a test over seeds useful.
+MIN_SEEDS = 3
+#: Up to this many clients the signed-rank null distribution is exact; beyond, its normal
+#: approximation (with continuity correction).
+EXACT_RANKS = 200
 
 
 @dataclass(frozen=True)
@@ -63,12 +83,18 @@ class Gap:
     """The paired difference a − b of two models on one quantity, and its test (uncorrected).
 
     Attributes:
-        delta: The observed difference (mean over the units).
-        low, high: Its 95 % interval (None: fewer than two units).
-        p: The two-sided p of `test` (1 when every difference is 0).
+        delta: The test's estimate of the difference: the mean over seeds, the Hodges–Lehmann
+            estimate over clients (signed-rank), the observed value (bootstrap).
+        low, high: Its 95 % interval, the one the test inverts (None: no interval, see
+            `reason`, or the test cannot reach that level).
+        p: The two-sided p of `test` (1 where `reason` says no test can be made).
         se: The standard error of `delta` at `n` units (for `units_needed`).
         n: The units compared; `over` says which (seeds or clients).
         test: ``"paired t"``, ``"Wilcoxon signed-rank"`` or ``"paired bootstrap"``.
+        reason: Why the spread, hence an interval and a test, cannot be estimated (one unit,
+            or every unit showing the same gap); None when they can.
+        p_min: The smallest p the test could give on `n` units with this sample's ties.
+        at: The interval at level 1 − a, for any a (the same inversion as `low`, `high`).
 
     """
 
@@ -80,6 +106,14 @@ class Gap:
     n: int
     over: str
     test: str
+    reason: str | None = None
+    p_min: float = 0.0
+    at: Callable[[float], tuple[float | None, float | None]] | None = field(
+        default=None, compare=False, repr=False)
+
+    def interval(self, alpha: float) -> tuple[float | None, float | None]:
+        """Return the interval at level 1 − `alpha` ((None, None) where there is none)."""
+        return (None, None) if self.at is None else self.at(alpha)
 
 
 def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
@@ -134,9 +168,19 @@ def mean_interval(cells: np.ndarray, n_resamples: int = RESAMPLES) -> Interval:
     """
     cells = np.atleast_2d(np.asarray(cells, dtype=float))
     if cells.shape[0] > 1:
-        return Interval(*t_interval(cells.mean(axis=1)), SEEDS, cells.shape[0])
+        means = _rounded(cells.mean(axis=1))
+        if _sd(means) == 0:
+            return Interval(None, None, SEEDS, means.size, NO_SPREAD.format(units="seeds"))
+        return Interval(*t_interval(means), SEEDS, cells.shape[0])
+    if _sd(_rounded(cells[0])) == 0:
+        return Interval(None, None, CLIENTS, cells.shape[1], NO_SPREAD.format(units="clients"))
     replicates = bootstrap_means(cells, client_resamples(cells.shape[1], n_resamples))
     return Interval(*percentile_interval(replicates), CLIENTS, cells.shape[1])
+
+
+#: Why a summary of values without spread has no interval.
+NO_SPREAD = ("one value over the {units}, or every one alike: no spread to estimate an "
+             "interval from")
 
 
 def percentile_interval(replicates: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
@@ -149,6 +193,78 @@ def percentile_interval(replicates: np.ndarray, level: float = LEVEL) -> tuple[f
     finite = finite[np.isfinite(finite)]
     low, high = np.quantile(finite, [(1 - level) / 2, (1 + level) / 2])
     return float(low), float(high)
+
+
+def signed_rank_cdf(n: int) -> np.ndarray:
+    """Return P(T⁺ ≤ t), t = 0 … n(n+1)/2: the null distribution of Wilcoxon's T⁺ over n units.
+
+    Exact (a count over the 2^n sign patterns) up to `EXACT_RANKS` units, the normal
+    approximation with continuity correction beyond.
+
+    >>> signed_rank_cdf(2).tolist()   # T⁺ ∈ {0, 1, 2, 3}, each with probability 1/4
+    [0.25, 0.5, 0.75, 1.0]
+    """
+    top = n * (n + 1) // 2
+    if n > EXACT_RANKS:
+        sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+        return stats.norm.cdf((np.arange(top + 1) + 0.5 - top / 2) / sd)
+    mass = np.zeros(top + 1)
+    mass[0] = 1.0
+    for rank in range(1, n + 1):  # rank `rank` adds to T⁺ with probability 1/2
+        mass[rank:] = (mass[rank:] + mass[:-rank]) / 2
+        mass[:rank] /= 2
+    return np.minimum(np.cumsum(mass), 1.0)
+
+
+def order_interval(ordered: np.ndarray, cdf: np.ndarray, alpha: float
+                   ) -> tuple[float | None, float | None]:
+    """Return [x_(k), x_(N+1−k)] of the sorted `ordered`, k the count of `cdf` below α/2.
+
+    `cdf[t]` is the null probability that at most t of the N values fall on one side of the
+    true difference. The interval excludes 0 exactly when `count_p` < α. (None, None) when
+    even k = 1 is too likely: the test cannot reach that level.
+
+    >>> order_interval(np.arange(1.0, 11.0), (np.arange(11) + 1) / 11, 0.4)  # k = 2
+    (2.0, 9.0)
+    """
+    k = int(np.searchsorted(cdf, alpha / 2, side="left"))
+    if k == 0:
+        return None, None
+    return float(ordered[k - 1]), float(ordered[len(ordered) - k])
+
+
+def count_p(ordered: np.ndarray, cdf: np.ndarray) -> float:
+    """Return 2 · min(cdf[#{x ≤ 0}], cdf[#{x ≥ 0}]), capped at 1: the p `order_interval` inverts.
+
+    >>> count_p(np.arange(1.0, 11.0), (np.arange(11) + 1) / 11)   # none ≤ 0: 2 · 1 / 11
+    0.18181818181818182
+    """
+    below = int(np.searchsorted(ordered, 0.0, side="right"))
+    above = len(ordered) - int(np.searchsorted(ordered, 0.0, side="left"))
+    return min(1.0, 2 * float(min(cdf[below], cdf[above])))
+
+
+def walsh_averages(differences: np.ndarray) -> np.ndarray:
+    """Return the n(n+1)/2 averages (d_i + d_j) / 2, i ≤ j, sorted.
+
+    >>> walsh_averages(np.array([1.0, 3.0])).tolist()
+    [1.0, 2.0, 3.0]
+    """
+    d = np.asarray(differences, dtype=float)
+    i, j = np.triu_indices(d.size)
+    return np.sort((d[i] + d[j]) / 2)
+
+
+def signed_rank_units(alpha: float) -> int:
+    """Return the fewest units whose signed-rank p can fall below `alpha` (2 / 2^n < α).
+
+    >>> signed_rank_units(0.05), signed_rank_units(0.05 / 3)
+    (6, 7)
+    """
+    n = 1
+    while 2 / 2**n >= alpha:
+        n += 1
+    return n
 
 
 def wilcoxon_p(differences: Sequence[float]) -> float:
@@ -263,26 +379,42 @@ def over_seeds(a: Sequence[float | None], b: Sequence[float | None]) -> Gap | No
     pairs = [(x, y) for x, y in zip(a, b, strict=True) if _defined(x) and _defined(y)]
     if len(pairs) < 2:
         return None
-    d = np.array([x - y for x, y in pairs])
-    low, high = t_interval(d)
-    return Gap(math.fsum(d.tolist()) / d.size, low, high, paired_t_p(d),
-               _sd(d) / math.sqrt(d.size), d.size, SEEDS, "paired t")
+    d = _rounded(np.array([x - y for x, y in pairs]))
+    delta = math.fsum(d.tolist()) / d.size
+    if _sd(d) == 0:
+        return Gap(delta, None, None, 1.0, 0.0, d.size, SEEDS, T_TEST, _same_gap(d, SEEDS), 1.0)
+
+    def at(alpha: float) -> tuple[float, float]:
+        return t_interval(d, 1 - alpha)
+    return Gap(delta, *at(ALPHA), paired_t_p(d), _sd(d) / math.sqrt(d.size), d.size, SEEDS,
+               T_TEST, at=at)
 
 
 def over_clients(a: Sequence[float], b: Sequence[float], resamples: np.ndarray) -> Gap:
-    """Compare two models' per-client values of one seed: Wilcoxon test, bootstrap interval.
+    """Compare two models' per-client values of one seed: the signed-rank test and its interval.
 
-    The interval is the percentile bootstrap of the mean difference over `resamples`.
+    Δ is the Hodges–Lehmann estimate and the interval the one the test inverts (see the module
+    docstring); `resamples` give the standard error `units_needed` reads.
 
-    >>> gap = over_clients([0.9, 0.8, 0.7], [0.8, 0.7, 0.6], client_resamples(3))
-    >>> round(gap.delta, 6), round(gap.low, 6), round(gap.high, 6), gap.p
-    (0.1, 0.1, 0.1, 0.25)
+    >>> gap = over_clients([0.9, 0.8, 0.7, 0.6], [0.8, 0.75, 0.7, 0.5], client_resamples(4))
+    >>> round(gap.delta, 6), gap.p, gap.p_min, gap.low   # d = .1, .05, 0, .1: 4 clients, a tie
+    (0.0625, 0.25, 0.25, None)
+    >>> over_clients([0.9, 0.8], [0.8, 0.7], client_resamples(2)).reason
+    'every one of the 2 clients shows the same gap (+0.1): its spread cannot be estimated'
     """
-    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    d = _rounded(np.asarray(a, dtype=float) - np.asarray(b, dtype=float))
     replicates = bootstrap_means(d, resamples)
-    low, high = percentile_interval(replicates)
-    return Gap(math.fsum(d.tolist()) / d.size, low, high, wilcoxon_p(d),
-               float(np.std(replicates, ddof=1)), d.size, CLIENTS, "Wilcoxon signed-rank")
+    se = float(np.std(replicates, ddof=1)) if len(replicates) > 1 else 0.0
+    if _sd(d) == 0:
+        return Gap(float(d[0]), None, None, 1.0, 0.0, d.size, CLIENTS, SIGNED_RANK,
+                   _same_gap(d, CLIENTS), 1.0)
+    walsh, cdf = walsh_averages(d), signed_rank_cdf(d.size)
+    zeros = int((d == 0).sum())
+
+    def at(alpha: float) -> tuple[float | None, float | None]:
+        return order_interval(walsh, cdf, alpha)
+    return Gap(float(np.median(walsh)), *at(ALPHA), count_p(walsh, cdf), se, d.size, CLIENTS,
+               SIGNED_RANK, p_min=min(1.0, 2 * float(cdf[zeros * (zeros + 1) // 2])), at=at)
 
 
 def bootstrapped(a: float | None, b: float | None, a_replicates: np.ndarray,
@@ -293,6 +425,9 @@ def bootstrapped(a: float | None, b: float | None, a_replicates: np.ndarray,
     is undefined (NaN) is left out. None when either observed value is undefined or fewer than
     half the resamples define both.
 
+    The interval is the k-th smallest and largest replicate, k from the count its p uses
+    (`order_interval`, `count_p`): it excludes 0 exactly when p < α.
+
     >>> gap = bootstrapped(1.0, 0.5, np.array([1.0, 0.9, 0.8]), np.array([0.5, 0.6, 0.9]), 4)
     >>> round(gap.delta, 6), gap.p, gap.test
     (0.5, 1.0, 'paired bootstrap')
@@ -300,12 +435,32 @@ def bootstrapped(a: float | None, b: float | None, a_replicates: np.ndarray,
     if not (_defined(a) and _defined(b)):
         return None
     d = np.asarray(a_replicates, dtype=float) - np.asarray(b_replicates, dtype=float)
-    d = d[np.isfinite(d)]
+    d = np.sort(_rounded(d[np.isfinite(d)]))
     if d.size < max(2, len(a_replicates) / 2):
         return None
-    low, high = percentile_interval(d)
-    return Gap(a - b, low, high, bootstrap_p(d), float(np.std(d, ddof=1)), n, CLIENTS,
-               "paired bootstrap")
+    if _sd(d) == 0:
+        return Gap(a - b, None, None, 1.0, 0.0, n, CLIENTS, BOOTSTRAP,
+                   f"every resample of the {n} clients gives the same gap "
+                   f"({d[0]:+.3g}): its spread cannot be estimated", 1.0)
+    cdf = (np.arange(d.size + 1) + 1) / (d.size + 1)
+
+    def at(alpha: float) -> tuple[float | None, float | None]:
+        return order_interval(d, cdf, alpha)
+    return Gap(a - b, *at(ALPHA), count_p(d, cdf), float(np.std(d, ddof=1)), n, CLIENTS,
+               BOOTSTRAP, p_min=min(1.0, 2 / (d.size + 1)), at=at)
+
+
+def _rounded(d: np.ndarray) -> np.ndarray:
+    """Differences to 12 decimals: 0.9 − 0.8 and 0.8 − 0.7 are the same gap, not two."""
+    return np.round(d, 12)
+
+
+def _same_gap(d: np.ndarray, over: str) -> str:
+    if d.size == 1:
+        return (f"one {over[:-1]} only: a gap over {over} needs at least 2 to estimate its "
+                "spread")
+    return (f"every one of the {d.size} {over} shows the same gap ({d[0] + 0.0:+.3g}): its "
+            "spread cannot be estimated")
 
 
 def _defined(value: float | None) -> bool:

@@ -380,13 +380,15 @@ def verdict_tags(report) -> dict[str, str]:
     """The parent run's answers as tags: ``best.{split}`` and ``fairest.{split}``.
 
     Each holds the models tied at the top, comma-separated (one name where the corrected paired
-    test resolves the winner; empty where undecided), with ``.resolved`` beside it.
+    test over seeds resolves the winner; every contender with one seed; empty where undecided
+    or with nothing to compare), with ``.resolved`` and ``.status`` (`Verdict.status`) beside it.
     """
     tags = {}
     for split, assessment in report.uncertainty.items():
         for question, verdict in (("best", assessment.best), ("fairest", assessment.fairest)):
             tags[f"{question}.{split}"] = ", ".join(verdict.top)
-            tags[f"{question}.{split}.resolved"] = str(verdict.winner is not None).lower()
+            tags[f"{question}.{split}.resolved"] = str(verdict.status == "resolved").lower()
+            tags[f"{question}.{split}.status"] = verdict.status
     return tags
 
 
