@@ -89,6 +89,8 @@ def interval(cells: np.ndarray | None) -> str:
     if cells is None:
         return "—"
     found = mean_interval(cells)
+    if found.low is None:  # no spread over the units: nothing to estimate an interval from
+        return "—"
     return f"[{found.low * 100:.1f}, {found.high * 100:.1f}]"
 
 
@@ -101,8 +103,8 @@ def pairwise_lines(spec, cells: dict[str, np.ndarray]) -> list[str]:
     top = top_with(best, sorted(cells, key=lambda m: -cells[m].mean()), pairs)
     seeds, clients = next(iter(cells.values())).shape
     over = (f"over the {seeds} reported seeds (paired t-test on the per-seed means)" if seeds > 1
-            else f"over the {clients} clients of the one reported seed (Wilcoxon signed-rank; "
-                 "bootstrap interval)")
+            else f"over the {clients} clients of the one reported seed (Wilcoxon signed-rank and "
+                 "its Hodges–Lehmann interval)")
     unresolved = [f"{m} ({describe_gap(pair, best, 'fraction')})" for m in top[1:]
                   for pair in pairs if {pair.a, pair.b} == {best, m}]
     return [f"Pairwise, PA best-val {over}, Holm-corrected over all {len(pairs)} pairs; Δ in "

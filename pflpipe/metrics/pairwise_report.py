@@ -20,7 +20,7 @@ from pflpipe.metrics.uncertainty import ALPHA, CLIENTS, MIN_SEEDS, RESAMPLES
 CSV_COLUMNS = ("split", "question", "metric", "a", "b", "delta", "ci_low", "ci_high",
                "ci_level", "p", "p_holm", "n", "over", "test", "resolved", "ahead",
                "units_needed", "training_noise", "reason")
-PAIR_HEADER = ["question", "a − b", "Δ", "CI (level)", "p", "p (Holm)", "n", "test", "verdict",
+PAIR_HEADER = ["question", "a − b", "Δ", "CI (95 % unless marked)", "p", "p (Holm)", "n", "test", "verdict",
                "to resolve"]
 QUESTION_TEXT = {"best": "best ({measure})", "fairest": "fairest (JI over U⁺)",
                  "baselines": "vs baseline ({measure})"}
@@ -201,7 +201,8 @@ def _pair_row(question: str, pair: Pair, unit: str) -> list[str]:
     g = pair.gap
     ci = "—" if pair.low is None else (
         f"[{number(pair.low, pair.metric, unit, suffix=False)}, "
-        f"{number(pair.high, pair.metric, unit, suffix=False)}] ({level_text(pair.alpha)})")
+        f"{number(pair.high, pair.metric, unit, suffix=False)}]"
+        + ("" if math.isclose(pair.alpha, ALPHA) else f" ({level_text(pair.alpha)})"))
     if g.reason:
         verdict = "spread cannot be estimated"
     elif pair.ahead:

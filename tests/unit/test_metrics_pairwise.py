@@ -36,17 +36,19 @@ def evaluated(models, seeds=(0,)):
     return summaries["test"], assess(t, summaries)["test"]
 
 
-def test_identical_models_are_indistinguishable():
+def test_identical_models_have_no_interval_and_no_winner():
     summary, assessment = evaluated({"fedper": LEADER, "persfl": LEADER})
     verdict = assessment.best
     assert summary.best.model == "fedper"  # the vote, tied, breaks by name
     assert verdict.top == ("fedper", "persfl") and verdict.winner is None
     (pair,) = verdict.pairs
     assert (pair.gap.delta, pair.gap.p, pair.p_holm, pair.resolved) == (0.0, 1.0, 1.0, False)
+    assert (pair.low, pair.high) == (None, None)  # never a zero-width [+0.0, +0.0]
     assert answer(summary, assessment).startswith(
-        "Best performing on test: fedper and persfl are indistinguishable here (Δ +0.0 pp, "
-        "95 % CI [+0.0, +0.0], p = 1, n = 10 clients; no gap to settle); the thesis's vote "
-        "alone would name fedper (")
+        "Best performing on test: no winner from one training seed: over these 10 clients "
+        "fedper and persfl are not separated (fedper vs persfl: Δ +0.0 pp, n = 10 clients; no "
+        "interval and no test: every one of the 10 clients shows the same gap (+0): its spread "
+        "cannot be estimated); but training noise was not measured (one seed")
 
 
 def test_identical_models_are_indistinguishable_over_seeds():
@@ -54,19 +56,31 @@ def test_identical_models_are_indistinguishable_over_seeds():
     (pair,) = assessment.best.pairs
     assert (pair.gap.over, pair.gap.n, pair.gap.test, pair.resolved) == (
         "seeds", 3, "paired t", False)
-    assert assessment.best.top == ("fedper", "persfl")
+    assert assessment.best.top == ("fedper", "persfl") and assessment.best.status == "tied"
+    assert "every one of the 3 seeds shows the same gap (+0)" in answer(summary, assessment)
 
 
-def test_a_large_consistent_gap_is_resolved():
-    worse = [v - 5 for v in LEADER]
+def test_a_consistent_gap_over_one_seeds_clients_names_no_winner():
+    # persfl ahead on every client by 4.1, 4.2, ..., 5.0: the signed-rank p is 2 / 2^10; the
+    # Walsh averages are 4.1 + 0.05 (i + j), i ≤ j; P(T⁺ ≤ 8) = 0.0244 < 0.025 < P(T⁺ ≤ 9), so
+    # the interval is the 9th smallest and largest of the 55 averages: [4.3, 4.8].
+    worse = [v - 4.1 - 0.1 * c for c, v in enumerate(LEADER)]
     summary, assessment = evaluated({"persfl": LEADER, "fedper": worse})
     (pair,) = assessment.best.pairs
     assert pair.gap.p == 2 / 2**10 and pair.resolved and pair.ahead == "persfl"
-    assert assessment.best.winner == "persfl"
+    assert pair.gap.delta == pytest.approx(4.55)   # Hodges–Lehmann: the median average
+    assert (pair.low, pair.high) == pytest.approx((4.3, 4.8))
+    verdict = assessment.best
+    assert verdict.winner is None and verdict.status == "training noise not measured"
+    assert verdict.top == ("persfl", "fedper") and verdict.ahead_over_clients == "persfl"
     text = answer(summary, assessment)
-    assert text.startswith("Best performing on test: persfl (wins ")
-    assert ("resolved: the corrected paired test puts it ahead of fedper (Δ +5.0 pp, 95 % CI "
-            "[+5.0, +5.0], p = 0.002, n = 10 clients)") in text
+    assert text.startswith(
+        "Best performing on test: no winner from one training seed: over these 10 clients the "
+        "corrected paired test puts persfl ahead of fedper (Δ +4.5 pp, 95 % CI [+4.3, +4.8], "
+        "p = 0.002, n = 10 clients); but training noise was not measured (one seed: the test "
+        "over its clients treats them as the only noise); 3 or more seeds (experiment.seeds) "
+        "would measure it; the thesis's vote alone would name persfl (")
+    assert "resolved" not in text
 
 
 def test_a_large_consistent_gap_is_resolved_over_seeds():
@@ -82,43 +96,72 @@ def test_a_large_consistent_gap_is_resolved_over_seeds():
     d = [5.0, 4.6, 5.3]
     assert pair.gap.p == pytest.approx(stats.ttest_1samp(d, 0).pvalue, rel=1e-9)
     assert pair.resolved and assessment.best.winner == "persfl"
-    # The interval of persfl's AA over the seeds: the t-interval of its 3 per-seed means.
+    assert (pair.low, pair.high) == pytest.approx(
+        stats.t.interval(0.95, 2, loc=np.mean(d), scale=stats.sem(d)))
+    assert "resolved: the corrected paired test puts it ahead of fedper" in answer(
+        summaries["test"], assessment)
+    # persfl's AA is the same on every seed: no spread, so no interval (never [84.5, 84.5]).
     interval = assessment.intervals["persfl"]["accuracy.AA"]
-    assert (interval.over, interval.n) == ("seeds", 3)
-    assert (interval.low, interval.high) == pytest.approx((84.5, 84.5))
+    assert (interval.over, interval.n, interval.low, interval.high) == ("seeds", 3, None, None)
+    assert "no spread" in interval.reason
 
 
-def test_holm_changes_a_borderline_verdict():
-    # Alone, the leader beats the second at p = 0.037: resolved.
+def test_holm_changes_a_borderline_comparison_and_its_interval_level():
+    # Alone, the leader beats the second at p = 0.037 over the clients, and its 95 % interval
+    # (the signed-rank one) excludes 0.
     summary, alone = evaluated({"lead": LEADER, "second": SECOND})
     (pair,) = alone.best.pairs
     assert pair.gap.p == pytest.approx(2 * 19 / 2**10) and pair.resolved
-    assert alone.best.winner == "lead"
+    assert pair.alpha == 0.05 and pair.low > 0
+    assert alone.best.ahead_over_clients == "lead" and alone.best.winner is None
     # With two more models (far below both, tied with each other) there are 6 pairs; Holm
-    # doubles the borderline p (4 smaller ones come first): 0.074, unresolved → a tie at the top.
-    far = [v - 10 for v in LEADER]
+    # doubles the borderline p (4 smaller ones come first): 0.074, unresolved; Holm stopped at
+    # its step (α / 2), where the interval includes 0.
+    far = [v - 10 + 0.1 * (c % 3) for c, v in enumerate(LEADER)]
     summary, crowded = evaluated({"lead": LEADER, "second": SECOND, "low": far,
-                                  "low2": [v - 10 for v in LEADER]})
+                                  "low2": [v - 10.05 for v in far]})
     borderline = crowded.best.against("second")
     assert borderline.gap.p == pair.gap.p and borderline.p_holm == pytest.approx(2 * pair.gap.p)
-    assert not borderline.resolved
-    assert crowded.best.top == ("lead", "second") and crowded.best.winner is None
-    assert "lead and second are indistinguishable here (Δ +0.4 pp" in answer(summary, crowded)
-    assert "about " in answer(summary, crowded)
+    assert not borderline.resolved and borderline.alpha == 0.025
+    assert borderline.low < 0 < borderline.high
+    assert crowded.best.top[:2] == ("lead", "second") and crowded.best.winner is None
+    assert crowded.best.ahead_over_clients is None
+    text = answer(summary, crowded)
+    assert "lead vs second: Δ +0.5 pp, 97.5 % (Holm) CI [" in text and "about " in text
 
 
-def test_a_contender_more_accurate_on_average_is_tied_with_the_leader_it_is_not_separated_from():
+def test_a_contender_more_accurate_on_average_is_not_separated_from_the_leader():
     # "wide" gains 8 points on 8 clients and loses 2 clients (QoI −1): it loses the vote (PUI,
     # PUD, MPD, APD go to lead) while 2.2 points more accurate on average. Per client the gaps
-    # are +8 (8 times) and −21 (twice): W+ = 36, W− = 19, far from resolved → both are named.
+    # are +8 (8 times) and −21 (twice): of the 55 Walsh averages 36 are +8, 16 are −6.5 and 3
+    # are −21, so the Hodges–Lehmann Δ is +8 and 19 averages lie below 0: p = 2 P(T⁺ ≤ 19).
     wide = [LEADER[c] + 8 for c in range(8)] + [GLOBAL[8] - 1, GLOBAL[9] - 1]
     summary, assessment = evaluated({"lead": LEADER, "wide": wide})
     assert summary.best.model == "lead" and summary.best.votes == {"lead": 4, "wide": 3}
     assert assessment.best.top == ("lead", "wide")
     (pair,) = assessment.best.pairs
-    assert (pair.a, pair.b) == ("wide", "lead") and pair.gap.delta == pytest.approx(2.2)
-    assert pair.gap.p == pytest.approx(stats.wilcoxon(np.subtract(wide, LEADER)).pvalue)
-    assert "lead and wide are indistinguishable here (Δ −2.2 pp" in answer(summary, assessment)
+    assert (pair.a, pair.b) == ("wide", "lead") and pair.gap.delta == pytest.approx(8.0)
+    null = [sum(1 for signs in range(2**10) if sum(r + 1 for r in range(10)
+                                                  if signs >> r & 1) <= 19)]
+    assert pair.gap.p == pytest.approx(2 * null[0] / 2**10)
+    assert not pair.resolved and pair.low < 0 < pair.high
+    assert "lead vs wide: Δ −8.0 pp" in answer(summary, assessment)
+
+
+def test_a_lone_personalized_model_has_nothing_to_compare_but_the_baselines():
+    spread = [v + 0.3 * (c % 4) for c, v in enumerate(LEADER)]
+    summary, assessment = evaluated({"ditto": spread})
+    for verdict in (assessment.best, assessment.fairest):
+        assert (verdict.status, verdict.top, verdict.winner, verdict.pairs) == (
+            "nothing to compare", (), None, ())
+    assert [(p.a, p.b) for p in assessment.baselines] == [("ditto", "fedavg"), ("ditto", "local")]
+    assert all(p.gap.p == 2 / 2**10 and p.ahead == "ditto" for p in assessment.baselines)
+    text = answer(summary, assessment)
+    assert text.startswith("Best performing on test: nothing to compare: ditto is the only "
+                           "personalized model, so no model is compared with it; against the "
+                           "baselines: fedavg (Δ +20.4 pp, 97.5 % (Holm) CI [+20.0, +20.8], p = 0.0039, "
+                           "n = 10 clients); local (Δ +30.4 pp, 95 % CI [")
+    assert "wins" not in text and "resolved" not in text
 
 
 def test_client_intervals_are_the_percentile_bootstrap_of_the_metric():
@@ -153,16 +196,22 @@ def test_pairwise_csv_and_mlflow_metrics_name_every_pair(tmp_path):
     files = write_report(report, tmp_path)
     rows = list(csv.DictReader(io.StringIO(files.pairwise.read_text())))
     assert [(r["question"], r["a"], r["b"]) for r in rows] == [
-        ("best", "persfl", "fedper"), ("fairest", "persfl", "fedper")]
+        ("best", "persfl", "fedper"), ("fairest", "persfl", "fedper"),
+        ("baselines", "fedper", "fedavg"), ("baselines", "fedper", "local"),
+        ("baselines", "persfl", "fedavg"), ("baselines", "persfl", "local")]
+    assert {r["training_noise"] for r in rows} == {"not measured"}
     assert float(rows[0]["p"]) == pytest.approx(2 * 19 / 2**10)
     tracked = tracked_metrics(report.uncertainty, report.metrics)
     assert tracked["pairwise.test.persfl_vs_fedper.AA.resolved"] == 1.0
     assert tracked["pairwise.test.persfl_vs_fedper.AA.p_holm"] == pytest.approx(0.037109375)
     low, high = tracked["persfl.test.AA.ci_low"], tracked["persfl.test.AA.ci_high"]
     assert low < report.splits["test"].models["persfl"].mean["performance.AA"] < high
-    assert "persfl.test.improved.JI.ci_low" in tracked
+    assert "fedper.test.improved.JI.ci_low" in tracked
+    assert "persfl.test.improved.JI.ci_low" not in tracked  # QoI 20 on every client: JI 1 always
     data = json.loads(files.json.read_text())
-    assert data["best"] == "persfl" and data["verdicts"]["best"]["top"] == ["persfl"]
+    # One seed: no winner; every contender at the top, the clients' view beside it.
+    assert data["best"] is None and data["verdicts"]["best"]["top"] == ["persfl", "fedper"]
+    assert data["verdicts"]["best"]["ahead_over_clients"] == "persfl"
     assert data["splits"]["test"]["uncertainty"]["over"] == "clients"
     assert pairwise_csv(report.uncertainty) == files.pairwise.read_text()
 
@@ -170,6 +219,7 @@ def test_pairwise_csv_and_mlflow_metrics_name_every_pair(tmp_path):
 def test_the_report_shows_the_pairwise_table_and_the_intervals_beside_the_thesis_tables():
     report = build_report(table({"persfl": LEADER, "fedper": SECOND}))
     text = report.to_markdown()
-    assert "| best (accuracy) | persfl − fedper | +0.4 pp |" in text
+    assert "| best (accuracy) | persfl − fedper | +0.5 pp |" in text
+    assert "| vs baseline (accuracy) | persfl − fedavg |" in text
     assert "### 95 % intervals" in text and "| AA ↑ |" in text
     assert "Holm-corrected over its pairs" in text

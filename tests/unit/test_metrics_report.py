@@ -57,11 +57,16 @@ def test_report_json_holds_hand_computed_values(written):
     # → fairest.
     decisions = data["splits"]["test"]["decisions"]
     assert (decisions["best"]["model"], decisions["fairest"]["model"]) == ("y", "y")
-    # Gated: y is 0.0625 ahead of x on both seeds (paired t, no spread: p = 0) → resolved; JI
-    # over U⁺ is 1 for both (x's U⁺ is one client) → indistinguishable, no fairest named.
-    assert (data["best"], data["fairest"]) == ("y", None)
+    # Gated: y is 0.0625 ahead of x on both seeds, with no spread: two identical gaps are no
+    # evidence (no interval, no test), so no best is named; JI over U⁺ is 1 for both (x's U⁺
+    # is one client) → no spread either, no fairest named.
+    assert (data["best"], data["fairest"]) == (None, None)
     assert data["verdicts"]["fairest"]["top"] == ["y", "x"]
-    assert data["verdicts"]["best"]["pairs"][0]["p_holm"] == 0.0
+    (pair,) = data["verdicts"]["best"]["pairs"]
+    assert (pair["p_holm"], pair["resolved"], pair["ci_low"], pair["ci_high"]) == (
+        1.0, False, None, None)
+    assert pair["reason"] == ("every one of the 2 seeds shows the same gap (+0.0625): its spread "
+                              "cannot be estimated")
     assert data["unit"] == "fraction"
     assert data["models"]["local"]["role"] == "local baseline"
 

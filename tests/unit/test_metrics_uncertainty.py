@@ -106,18 +106,19 @@ def test_bootstrap_p_by_hand():
     assert bootstrap_p(np.array([0.0, 0.0])) == 1.0
 
 
-def test_over_clients_is_wilcoxon_and_the_percentile_bootstrap_of_the_mean_difference():
+def test_over_clients_is_wilcoxon_with_the_hodges_lehmann_interval_it_inverts():
     rng = np.random.default_rng(3)
     a, b = rng.uniform(0.7, 1, 10), rng.uniform(0.7, 1, 10)
-    resamples = client_resamples(10)
-    gap = over_clients(a, b, resamples)
-    # by hand: the mean difference of each resample, its 2.5 % and 97.5 % quantiles
-    d = a - b
-    by_hand = np.array([d[idx].mean() for idx in resamples])
-    assert gap.delta == pytest.approx(d.mean(), rel=1e-12)
-    assert (gap.low, gap.high) == pytest.approx(tuple(np.quantile(by_hand, [0.025, 0.975])),
-                                                rel=1e-12)
-    assert gap.p == stats.wilcoxon(a, b).pvalue
+    gap = over_clients(a, b, client_resamples(10))
+    # by hand: the 55 Walsh averages, their median, and the exact null of T⁺ over 2^10 signs
+    d = np.round(a - b, 12)
+    walsh = sorted((d[i] + d[j]) / 2 for i in range(10) for j in range(i, 10))
+    t_plus = [sum(r + 1 for r in range(10) if signs >> r & 1) for signs in range(2**10)]
+    k = sum(1 for t in range(56) if sum(x <= t for x in t_plus) / 2**10 < 0.025)
+    assert k == 9  # P(T⁺ ≤ 8) = 25 / 1024 < 0.025 ≤ P(T⁺ ≤ 9) = 33 / 1024
+    assert gap.delta == pytest.approx(np.median(walsh), rel=1e-12)
+    assert (gap.low, gap.high) == pytest.approx((walsh[k - 1], walsh[55 - k]), rel=1e-12)
+    assert gap.p == pytest.approx(stats.wilcoxon(a, b).pvalue, rel=1e-12)  # no ties: exact
     assert (gap.n, gap.over, gap.test) == (10, "clients", "Wilcoxon signed-rank")
 
 

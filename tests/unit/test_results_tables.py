@@ -80,7 +80,8 @@ def test_accuracy_and_compute_columns_are_client_means_and_sums_over_seeds(table
         "| ditto | lam **1.0**; from FedAvg's model (its compute not included) | 75.0 ± 7.1 "
         "| [11.5, 138.5] | 50.0 ± 0.0 | 60.0 ± 0.0 | 45 | 0.9 | 0.00 / 0.00 | 70.0 / 80.0 |")
     # FedAvg's scored model is its global model: GA = its last-round accuracy (0.4+0.6)/2.
-    assert line(text, "| fedavg |").split(" | ")[2:6] == ["50.0 ± 0.0", "[50.0, 50.0]",
+    # The same on both seeds: no spread, so no interval (never a zero-width [50.0, 50.0]).
+    assert line(text, "| fedavg |").split(" | ")[2:6] == ["50.0 ± 0.0", "—",
                                                           "50.0 ± 0.0", "50.0 ± 0.0"]
 
 
