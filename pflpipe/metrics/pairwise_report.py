@@ -20,8 +20,8 @@ from pflpipe.metrics.uncertainty import ALPHA, CLIENTS, MIN_SEEDS, RESAMPLES
 CSV_COLUMNS = ("split", "question", "metric", "a", "b", "delta", "ci_low", "ci_high",
                "ci_level", "p", "p_holm", "n", "over", "test", "resolved", "ahead",
                "units_needed", "training_noise", "reason")
-PAIR_HEADER = ["question", "a − b", "Δ", "CI (95 % unless marked)", "p", "p (Holm)", "n", "test", "verdict",
-               "to resolve"]
+PAIR_HEADER = ["question", "a − b", "Δ", "CI (95 % unless marked)", "p", "p (Holm)", "n",
+               "test", "verdict", "to resolve"]
 QUESTION_TEXT = {"best": "best ({measure})", "fairest": "fairest (JI over U⁺)",
                  "baselines": "vs baseline ({measure})"}
 #: What a one-seed verdict adds: the noise its test did not see, and how to measure it.

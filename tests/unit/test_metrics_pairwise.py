@@ -159,8 +159,8 @@ def test_a_lone_personalized_model_has_nothing_to_compare_but_the_baselines():
     text = answer(summary, assessment)
     assert text.startswith("Best performing on test: nothing to compare: ditto is the only "
                            "personalized model, so no model is compared with it; against the "
-                           "baselines: fedavg (Δ +20.4 pp, 97.5 % (Holm) CI [+20.0, +20.8], p = 0.0039, "
-                           "n = 10 clients); local (Δ +30.4 pp, 95 % CI [")
+                           "baselines: fedavg (Δ +20.4 pp, 97.5 % (Holm) CI [+20.0, +20.8], "
+                           "p = 0.0039, n = 10 clients); local (Δ +30.4 pp, 95 % CI [")
     assert "wins" not in text and "resolved" not in text
 
 
