@@ -56,7 +56,9 @@ def test_evaluate_fairness_writes_the_report_and_answers(tmp_path, dirs):
     result = evaluate_fairness.run(spec(), dirs, tmp_path / "report", tracker=NULL_TRACKER)
     data = json.loads((tmp_path / "report" / "report.json").read_text())
     assert data["models"]["persfl"]["performance"]["API"] == pytest.approx(0.15, rel=1e-12)
-    assert result.best == {"test": "persfl"} and result.fairest == {"test": "persfl"}
+    # persfl is the only personalized model: nothing to compare, no model named.
+    assert result.best == {"test": None} and result.fairest == {"test": None}
+    assert data["verdicts"]["best"]["status"] == "nothing to compare"
     assert result.to_markdown() == (tmp_path / "report" / "report.md").read_text()
     assert all(path.is_file() for path in result.files)
 
