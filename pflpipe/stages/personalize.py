@@ -200,7 +200,14 @@ def _recipe(spec, seed: int, label: str, partition_dir: Path, start: Path | None
 
 
 def stream_of(label: str) -> int:
-    """The random stream of an entry: from its label, not its position in the spec's list."""
+    """The random stream of an entry: from its label, not its position in the spec's list.
+
+    The label, not the algorithm and its parameters: a stream from the parameters would move
+    with any parameter (an lr 0.1 % higher retrains on another stream just the same), and one
+    from the algorithm alone would give two entries of one algorithm the same mini-batches, which
+    hides the training noise between them instead of measuring it; either would change every
+    existing result. A renamed entry is a new stream; the spec reference says so (`label`).
+    """
     return 1 + zlib.crc32(label.encode())
 
 

@@ -1,16 +1,14 @@
 """A real run of two entries that differ by a negligible setting: no winner between them.
 
-The spec runs FedPer twice on digits (10 clients, one seed), the second entry labelled
-``fedper-lr`` with a learning rate 1 % higher. Whatever the means say, the report, the closing
-line that `pflpipe run` prints (`execute`'s, which `pflpipe.run` prints too) and
-`pflpipe.run(...).best` must not name one of them the winner; the MLflow parent run carries the
-pairwise verdict, its metrics and pairwise.csv.
-
-The twins fine-tune gently (lr 0.05) from a trained FedAvg start, where 1 % of lr is negligible
-(measured: Δ 1.0 pp, p = 1). From a 4-round start at lr 0.3 with 2 rounds, each twin's own
-mini-batch stream (an entry's stream is its position in the spec) moved clients by up to 30
-points and the test over one seed's clients resolved them (Δ 8.3 pp, p = 0.039): training noise,
-which a verdict over the clients of one seed does not see (the report says so).
+The spec runs FedPer twice on digits (10 clients, one seed) from a 4-round FedAvg warm start at lr
+0.3 plus 2 rounds, the second entry labelled ``fedper-lr`` with a learning rate 0.1 % higher
+(0.3003). Each twin's own mini-batch stream (an entry's stream comes from its label) moves
+clients by up to 30 points, and a test over one seed's clients separated them (issue 46: Δ 8.3
+pp, p = 0.039, "resolved"): training noise, which a test over the clients of one seed does not
+see. This case must hold: the report, the closing line that `pflpipe run` prints (`execute`'s,
+which `pflpipe.run` prints too), `pflpipe.run(...).best` and the MLflow tags must not name one
+of them the winner, and the sentence says training noise was not measured and how many seeds
+would measure it; the MLflow parent run carries the pairwise comparison and pairwise.csv.
 """
 
 import csv
@@ -27,10 +25,10 @@ SPEC = """\
 experiment: {{name: lr-twins, seeds: [0], output_dir: {out}/results}}
 dataset: {{name: digits}}
 partition: {{strategy: ds2, n_clients: 10, alpha: 0.5}}
-federation: {{rounds: 10, lr: 0.3}}
+federation: {{rounds: 4, lr: 0.3}}
 personalization:
-  - {{name: fedper, rounds: 4, lr: 0.05}}
-  - {{name: fedper, label: fedper-lr, rounds: 4, lr: 0.0505}}
+  - {{name: fedper, rounds: 2}}
+  - {{name: fedper, label: fedper-lr, rounds: 2, lr: 0.3003}}
 tracking: {{uri: "sqlite:///{out}/mlflow.db"}}
 """
 TWINS = {"fedper", "fedper-lr"}
@@ -54,24 +52,34 @@ def test_run_best_names_both_twins(twins):
     result, _ = twins
     assert set(result.best) == TWINS and len(result.best) == 2
     assert result.report["best"] is None
+    assert result.report["verdicts"]["best"]["status"] == "training noise not measured"
 
 
-def test_closing_line_says_the_twins_are_indistinguishable(twins):
+def test_closing_line_says_training_noise_was_not_measured(twins):
     _, printed = twins
     closing = printed.rstrip().splitlines()[-1]
-    assert closing.startswith("Best performing on test: fedper")
-    assert " are indistinguishable here (Δ " in closing.split("Fairest on test:")[0]
-    assert "n = 10 clients" in closing and "would settle it" in closing
+    best = closing.split("Fairest on test:")[0]
+    assert best.startswith("Best performing on test: no winner from one training seed: over "
+                           "these 10 clients ")
+    assert ("training noise was not measured (one seed: the test over its clients treats them "
+            "as the only noise); 3 or more seeds (experiment.seeds) would measure it") in best
+    assert "resolved" not in best and "n = 10 clients" in best
 
 
-def test_report_pairwise_verdict_is_unresolved(twins):
+def test_report_pairwise_comparison_is_over_clients_only(twins):
     result, _ = twins
     verdict = result.report["verdicts"]["best"]
     (pair,) = verdict["pairs"]
-    assert {pair["a"], pair["b"]} == TWINS and not pair["resolved"] and pair["p_holm"] >= 0.05
-    assert abs(pair["delta"]) < 0.05  # a few points at most between the twins
+    assert {pair["a"], pair["b"]} == TWINS and pair["training_noise"] == "not measured"
+    assert not verdict["resolved"] and verdict["winner"] is None
+    # the interval is the one the test inverts: it excludes 0 exactly when the pair is resolved
+    assert (pair["ci_low"] > 0 or pair["ci_high"] < 0) == pair["resolved"]
     markdown = (result.report_dir / "report.md").read_text()
-    assert "indistinguishable here" in markdown and "| best (accuracy) |" in markdown
+    assert "training noise was not measured" in markdown and "| best (accuracy) |" in markdown
+    # each twin is also compared with FedAvg and local
+    rows = [p for p in result.report["splits"]["test"]["uncertainty"]["baselines"]]
+    assert {(p["a"], p["b"]) for p in rows} == {(t, b) for t in TWINS
+                                                 for b in ("fedavg", "local")}
 
 
 def test_mlflow_parent_run_carries_the_intervals_and_the_verdict(twins):
@@ -80,18 +88,18 @@ def test_mlflow_parent_run_carries_the_intervals_and_the_verdict(twins):
     run = client.get_run(result.mlflow_run_id)
     (pair,) = result.report["verdicts"]["best"]["pairs"]
     stem = f"pairwise.test.{pair['a']}_vs_{pair['b']}.AA"
-    assert run.data.metrics[f"{stem}.resolved"] == 0.0
-    assert run.data.metrics[f"{stem}.p_holm"] >= 0.05 and f"{stem}.units_needed" in run.data.metrics
+    assert run.data.metrics[f"{stem}.resolved"] == float(pair["resolved"])
+    assert run.data.metrics[f"{stem}.p_holm"] == pytest.approx(pair["p_holm"])
     for model in TWINS:
         low, high = (run.data.metrics[f"{model}.test.AA.{end}"] for end in ("ci_low", "ci_high"))
         assert low <= run.data.metrics[f"{model}.test.AA"] <= high
     assert set(run.data.tags["best.test"].split(", ")) == TWINS
     assert run.data.tags["best.test.resolved"] == "false"
+    assert run.data.tags["best.test.status"] == "training noise not measured"
     local = client.download_artifacts(result.mlflow_run_id, "report/pairwise.csv",
                                       str(result.run_dir.parent / "download"))
     with open(local, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert {(r["question"], r["resolved"]) for r in rows if r["split"] == "test"} >= {
-        ("best", "False")}
+    assert {r["question"] for r in rows if r["split"] == "test"} >= {"best", "baselines"}
     assert json.loads((result.report_dir / "report.json").read_text())["verdicts"]["best"][
         "resolved"] is False

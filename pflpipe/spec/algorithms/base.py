@@ -54,7 +54,10 @@ class Params(Section):
     label: str | None = Field(
         None,
         description="Name of this entry in results and MLflow; the algorithm name when omitted. "
-        "Lets one spec compare the same algorithm with different parameters.",
+        "Lets one spec compare the same algorithm with different parameters. It also keys the "
+        "entry's random stream (mini-batch order, random draws), so renaming an entry retrains it "
+        "on another stream: its scores move by about one seed's training noise. Compare entries "
+        "over several seeds (experiment.seeds), which measure that noise.",
     )
     lr: float | None = Field(None, gt=0, le=MAX_LR,
                              description="Learning rate; federation.lr when omitted.")
