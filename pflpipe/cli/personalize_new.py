@@ -48,7 +48,8 @@ def run(args) -> int:
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
     partition, checkpoints = args.partition, args.checkpoints
     if partition is None or checkpoints is None:
-        found = _sources(Path(spec.experiment.results_dir), seed)
+        found = _sources(Path(spec.experiment.results_dir), seed, spec.warm_start_hash(),
+                         args.spec)
         partition, checkpoints = partition or found[0], checkpoints or found[1]
     for what, path in (("--client-data", args.client_data), ("--partition", partition),
                        ("--checkpoints", checkpoints)):
@@ -71,11 +72,17 @@ def run(args) -> int:
     return 0
 
 
-def _sources(results_dir: Path, seed: int) -> tuple[Path, Path]:
-    """The partition and checkpoints the latest `pflpipe run` used for `seed`."""
+def _sources(results_dir: Path, seed: int, made_from: str, spec_path) -> tuple[Path, Path]:
+    """The partition and checkpoints the latest `pflpipe run` used for `seed`.
+
+    Refused when that run was made from another spec's data, partition, model or federation
+    (`Spec.warm_start_hash` differs): its checkpoints were trained as that spec said (its
+    rounds, learning rate, clients), not as this one says.
+    """
     import json
 
     from pflpipe.layout import seed_folder
+    from pflpipe.spec.spec import WARM_START_SECTIONS
 
     file = results_dir / LATEST / seed_folder(seed) / SOURCES_JSON
     if not file.is_file():
@@ -83,4 +90,12 @@ def _sources(results_dir: Path, seed: int) -> tuple[Path, Path]:
                          f"{results_dir} ({file} is missing); run `pflpipe run SPEC` first, or "
                          "pass --partition and --checkpoints")
     sources = json.loads(file.read_text())
+    made_by = sources.get("warm_start_hash")
+    if made_by is not None and made_by != made_from:
+        raise UsageError(f"the latest run in {results_dir} was made from another spec: its "
+                         f"{', '.join(WARM_START_SECTIONS)} sections differ from {spec_path}'s "
+                         f"(warm-start hash {made_by}, this spec's {made_from}), so its partition "
+                         "and checkpoints were trained as that spec said, not as this one says. "
+                         "Run `pflpipe run SPEC` again for this spec, or pass --partition and "
+                         "--checkpoints to use that run's models knowingly")
     return Path(sources["partition"]), Path(sources["checkpoints"])

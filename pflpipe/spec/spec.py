@@ -38,6 +38,10 @@ IMAGE_SHAPES = {
 }
 
 
+#: The sections a run's partition and warm-start checkpoints are made from.
+WARM_START_SECTIONS = ("dataset", "partition", "model", "federation")
+
+
 class Spec(Section):
     """A whole pflpipe experiment: data, federation, personalization, evaluation, platform."""
 
@@ -118,6 +122,16 @@ class Spec(Section):
     def runs_local(self) -> bool:
         """Whether the local baseline runs: it is the L of QoI, so whenever there is a P."""
         return bool(self.personalization)
+
+    def warm_start_hash(self) -> str:
+        """Return a short sha256 of what made a run's partition and warm-start checkpoints.
+
+        The `WARM_START_SECTIONS` (defaults included): specs that differ elsewhere
+        (personalization, distillation, evaluation, the platform) start from the same ones.
+        """
+        payload = json.dumps(self.model_dump(mode="json", by_alias=True,
+                                             include=set(WARM_START_SECTIONS)), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
     def content_hash(self) -> str:
         """Return a short sha256 of the validated spec (defaults included)."""

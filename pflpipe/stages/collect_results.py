@@ -10,7 +10,8 @@ collected.json    {"seed": 0, "models": ["fedavg", "local", ...]}
 <model>/          each input directory as it was (results.csv, history.csv, models/, ...), a
                   model's client shards merged into one (`pflpipe.stages.shards`)
 partition/        the partition's manifest.json and label heatmap (not its samples)
-sources.json      where the partition and the warm start's checkpoints are
+sources.json      where the partition and the warm start's checkpoints are, and the hash of
+                  the spec sections that made them (`Spec.warm_start_hash`)
                   (`pflpipe personalize-new` reads them from there)
 ```
 
@@ -100,7 +101,7 @@ def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
     result = CollectedResults(seed, selection, {m: _mean(rows, m, selection, column)
                                                 for m in models}, score)
     if partition_dir is not None:
-        _keep_sources(out, Path(partition_dir), checkpoints_dir)
+        _keep_sources(out, Path(partition_dir), checkpoints_dir, spec.warm_start_hash())
         track(spec, out, tracker)
     upload_results(spec, out, layout.seed_folder(seed))
     return result
@@ -121,13 +122,15 @@ def track(spec, out_dir: Path, tracker: Tracker) -> None:
                                   out / layout.PARTITION)
 
 
-def _keep_sources(out: Path, partition_dir: Path, checkpoints_dir: Path | None) -> None:
+def _keep_sources(out: Path, partition_dir: Path, checkpoints_dir: Path | None,
+                  warm_start_hash: str) -> None:
     (out / layout.PARTITION).mkdir(exist_ok=True)
     for name in PARTITION_FILES:
         if (partition_dir / name).is_file():
             shutil.copyfile(partition_dir / name, out / layout.PARTITION / name)
     sources = {"partition": str(partition_dir.absolute()),
-               "checkpoints": str(Path(checkpoints_dir).absolute()) if checkpoints_dir else None}
+               "checkpoints": str(Path(checkpoints_dir).absolute()) if checkpoints_dir else None,
+               "warm_start_hash": warm_start_hash}
     (out / SOURCES).write_text(json.dumps(sources, indent=2) + "\n")
 
 

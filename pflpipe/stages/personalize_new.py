@@ -108,7 +108,8 @@ def _check_scale(path: Path, x: np.ndarray, partition_dir: Path) -> None:
     from pflpipe.data import load_partition
 
     clients = load_partition(partition_dir, transform=False).clients
-    train = torch.cat([c.split("train").x.flatten().to(torch.float64) for c in clients])
+    per_client = [c.split("train").x.flatten().to(torch.float64) for c in clients]
+    train = torch.cat(per_client)
     low, high, new_low, new_high = (float(train.min()), float(train.max()), float(x.min()),
                                     float(x.max()))
     width = high - low
@@ -118,12 +119,37 @@ def _check_scale(path: Path, x: np.ndarray, partition_dir: Path) -> None:
     elif width > 0 and new_high < low + width / 8 and new_high - new_low < width / 8:
         how = "smaller scale (divided by a constant?)"
     else:
+        _check_location(path, x, train, per_client)
         return
     raise DataError(f"{path}: x lies in [{new_low:g}, {new_high:g}] but the clients' training "
                     f"data in [{low:g}, {high:g}]: the newcomer's features are on a {how}, so "
-                    "the stored models would see inputs unlike any they were trained on. Give x "
-                    "in the dataset's raw format, as the clients' data are stored (pflpipe "
-                    "applies the partition's transform)")
+                    f"the stored models would see inputs unlike any they were trained on. {FIX}")
+
+
+#: How to give a newcomer's features (the end of every refusal about them).
+FIX = ("Give x in the dataset's raw format, as the clients' data are stored (pflpipe applies the "
+       "partition's transform)")
+
+
+def _check_location(path: Path, x: np.ndarray, train: torch.Tensor,
+                    per_client: list[torch.Tensor]) -> None:
+    """Refuse a newcomer whose features are shifted (x + c, −x) from the clients' training data.
+
+    The newcomer's mean feature value may differ from the clients' pooled mean as much as any
+    client's own mean does, plus one pooled standard deviation; digits shifted by ±8 or negated
+    (0…16 against the clients' mean 4.9, sd 6.0) lie 8 to 10 away.
+    """
+    mean, sd = float(train.mean()), float(train.std())
+    means = [float(c.mean()) for c in per_client if c.numel()]
+    allowed = max(abs(m - mean) for m in means) + sd
+    new = float(np.mean(x, dtype=np.float64))
+    if abs(new - mean) <= allowed:
+        return
+    raise DataError(f"{path}: x's mean value is {new:.3g} but the clients' training data's is "
+                    f"{mean:.3g} (each client's own mean within {mean - allowed + sd:.3g} … "
+                    f"{mean + allowed - sd:.3g}, standard deviation {sd:.3g}): the newcomer's "
+                    "features are shifted (a constant added, or negated?), so the stored models "
+                    f"would see inputs unlike any they were trained on. {FIX}")
 
 
 def _client_data(spec, path: Path, partition_dir: Path, seed: int) -> FederatedData:

@@ -5,6 +5,7 @@ prints like the rest of the corpus (`hostile`): the exit code, the fragments tha
 the words that must not ("wins", "resolved:", "no gap to settle" where nothing was tested).
 """
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,3 +131,73 @@ def test_the_spec_reference_says_a_label_keys_the_random_stream(capsys, hostile)
 def test_the_docs_carry_the_same_label_text():
     text = (Path(__file__).resolve().parents[2] / "docs" / "spec-reference.md").read_text()
     assert "It also keys the entry's random stream" in text
+
+
+# ---- personalize-new: a newcomer whose features are shifted, checkpoints of another spec ----
+
+SHIFTS = {"plus-8": lambda x: x + 8, "minus-8": lambda x: x - 8, "negated": lambda x: -x}
+
+
+@pytest.mark.corpus
+@pytest.mark.parametrize("shift", SHIFTS, ids=[f"data-newcomer-{s}" for s in SHIFTS])
+def test_a_shifted_newcomer_is_refused_like_a_scaled_one(tmp_path, capsys, hostile, shift):
+    # Real digits (0…16, mean 4.9): shifted by ±8 or negated they ran and chose other teachers.
+    import numpy as np
+    from sklearn.datasets import load_digits
+    from test_validate import BASE
+
+    from pflpipe.spec import parse_spec
+    from pflpipe.stages import partition_data
+
+    (tmp_path / "spec.yaml").write_text(BASE)
+    partition_data.run(parse_spec(BASE), 0, tmp_path / "partition")
+    (tmp_path / "checkpoints").mkdir()
+    digits = load_digits()
+    np.savez(tmp_path / "new.npz", x=SHIFTS[shift](digits.data[-40:]), y=digits.target[-40:])
+
+    started = time.monotonic()
+    code = main(["personalize-new", str(tmp_path / "spec.yaml"), "--client-data",
+                 str(tmp_path / "new.npz"), "--partition", str(tmp_path / "partition"),
+                 "--checkpoints", str(tmp_path / "checkpoints")])
+    seconds = time.monotonic() - started
+
+    hostile(code, capsys.readouterr().err, seconds, expected=2, never=NEVER,
+            fragments=[f"{tmp_path}/new.npz: x's mean value is ", "the newcomer's features are "
+                       "shifted (a constant added, or negated?)", "Give x in the dataset's raw "
+                       "format"])
+
+
+@pytest.mark.corpus
+def test_checkpoints_of_an_edited_spec_are_refused(tmp_path, capsys, hostile):
+    # The spec of the latest run was edited (rounds 8, lr 0.05, 5 clients): that run's 3-round
+    # checkpoints were reused as "round 3 of the warm start" without a word.
+    import json
+
+    import numpy as np
+    from test_validate import BASE
+
+    from pflpipe.spec import parse_spec
+
+    ran = BASE + "federation: {rounds: 3}\n"
+    edited = BASE.replace("n_clients: 10", "n_clients: 5") + "federation: {rounds: 8, lr: 0.05}\n"
+    (tmp_path / "spec.yaml").write_text(edited)
+    latest = tmp_path / parse_spec(edited).experiment.results_dir / "latest" / "seed-0"
+    latest.mkdir(parents=True)
+    (latest / "sources.json").write_text(json.dumps(
+        {"partition": str(tmp_path), "checkpoints": str(tmp_path),
+         "warm_start_hash": parse_spec(ran).warm_start_hash()}))
+    np.savez(tmp_path / "new.npz", x=np.zeros((20, 64)), y=np.arange(20) % 10)
+
+    started = time.monotonic()
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        code = main(["personalize-new", "spec.yaml", "--client-data", "new.npz"])
+    finally:
+        os.chdir(cwd)
+    seconds = time.monotonic() - started
+
+    hostile(code, capsys.readouterr().err, seconds, expected=2, never=NEVER,
+            fragments=["was made from another spec: its dataset, partition, model, federation "
+                       "sections differ from spec.yaml's", "Run `pflpipe run SPEC` again for "
+                       "this spec, or pass --partition and --checkpoints"])

@@ -92,3 +92,45 @@ def test_personalize_new_without_a_finished_run_says_what_to_do(tmp_path, capsys
     err = capsys.readouterr().err
     assert code == 2 and "no finished `pflpipe run` of this spec with seed 0" in err
     assert "--partition and --checkpoints" in err
+
+
+def test_the_warm_start_hash_moves_with_what_made_the_checkpoints_only(tmp_path):
+    from pflpipe.spec import parse_spec
+
+    base = parse_spec(SPEC.format(out=tmp_path))
+    edited = parse_spec(SPEC.format(out=tmp_path).replace("rounds: 4, lr: 0.1",
+                                                          "rounds: 8, lr: 0.05"))
+    elsewhere = parse_spec(SPEC.format(out=tmp_path / "other").replace(
+        "epochs: 2}", "epochs: 3}") + "evaluation: {selection: last_round}\n")
+
+    assert edited.warm_start_hash() != base.warm_start_hash()
+    assert elsewhere.warm_start_hash() == base.warm_start_hash()  # same partition, warm start
+
+
+def test_personalize_new_refuses_the_checkpoints_of_a_run_made_from_another_spec(tmp_path, capsys):
+    # The spec was edited (8 rounds at lr 0.05) after the run that made the latest checkpoints.
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(out=tmp_path / "results").replace("rounds: 4, lr: 0.1",
+                                                                  "rounds: 8, lr: 0.05"))
+    latest = tmp_path / "results" / "latest" / "seed-0"
+    latest.mkdir(parents=True)
+    made_by = read_spec_text(SPEC.format(out=tmp_path / "results")).warm_start_hash()
+    (latest / "sources.json").write_text(json.dumps(
+        {"partition": str(tmp_path), "checkpoints": str(tmp_path), "warm_start_hash": made_by}))
+    np.savez(tmp_path / "client.npz", x=np.zeros((20, 8, 8), np.float32),
+             y=np.zeros(20, np.int64))
+
+    code = main(["personalize-new", str(spec), "--client-data", str(tmp_path / "client.npz")])
+
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert (f"the latest run in {tmp_path / 'results'} was made from another spec: its dataset, "
+            f"partition, model, federation sections differ from {spec}'s (warm-start hash "
+            f"{made_by}, ") in err
+    assert "pass --partition and --checkpoints to use that run's models knowingly" in err
+
+
+def read_spec_text(text: str):
+    from pflpipe.spec import parse_spec
+
+    return parse_spec(text)
