@@ -100,7 +100,8 @@ def describe(pair: Pair, first: str, unit: str) -> str:
                 f", {number(high, pair.metric, unit, suffix=False)}]"
     text += f", p {format_p(pair.p_holm, '= ')}, n = {g.n} {g.over}"
     if pair.unreachable:
-        text += (f"; with {g.n} {g.over} the {g.test} test cannot reach p < "
+        tied = f", {g.zeros} of them showing no difference," if g.zeros else ""
+        text += (f"; with {g.n} {g.over}{tied} the {g.test} test cannot reach p < "
                  f"{pair.alpha:.2g} whatever the gap"
                  + (f"; about {pair.needed} {g.over} would" if pair.needed else ""))
     elif not pair.resolved:

@@ -95,6 +95,7 @@ class Gap:
             or every unit showing the same gap); None when they can.
         p_min: The smallest p the test could give on `n` units with this sample's ties.
         at: The interval at level 1 − a, for any a (the same inversion as `low`, `high`).
+        zeros: The units showing no difference at all (they keep a rank test's p up).
 
     """
 
@@ -110,6 +111,7 @@ class Gap:
     p_min: float = 0.0
     at: Callable[[float], tuple[float | None, float | None]] | None = field(
         default=None, compare=False, repr=False)
+    zeros: int = 0
 
     def interval(self, alpha: float) -> tuple[float | None, float | None]:
         """Return the interval at level 1 − `alpha` ((None, None) where there is none)."""
@@ -414,7 +416,8 @@ def over_clients(a: Sequence[float], b: Sequence[float], resamples: np.ndarray) 
     def at(alpha: float) -> tuple[float | None, float | None]:
         return order_interval(walsh, cdf, alpha)
     return Gap(float(np.median(walsh)), *at(ALPHA), count_p(walsh, cdf), se, d.size, CLIENTS,
-               SIGNED_RANK, p_min=min(1.0, 2 * float(cdf[zeros * (zeros + 1) // 2])), at=at)
+               SIGNED_RANK, p_min=min(1.0, 2 * float(cdf[zeros * (zeros + 1) // 2])), at=at,
+               zeros=zeros)
 
 
 def bootstrapped(a: float | None, b: float | None, a_replicates: np.ndarray,

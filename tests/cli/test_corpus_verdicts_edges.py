@@ -53,7 +53,8 @@ CASES = [
     Answer("table-six-clients-one-tie",
            table({**BASE6, "a": [0.8, 0.7, 0.75, 0.9, 0.85, 0.6],
                   "b": [0.8, 0.6, 0.62, 0.7, 0.8, 0.5]}),
-           ("with 6 clients the Wilcoxon signed-rank test cannot reach p < 0.05 whatever the gap",),
+           ("with 6 clients, 1 of them showing no difference, the Wilcoxon signed-rank test "
+            "cannot reach p < 0.05 whatever the gap", "p = 0.062"),
            ("resolved:",)),
     # One client: its one gap is no interval ("95 % CI [+3.0, +3.0] … no gap to settle").
     Answer("table-one-client",
