@@ -149,8 +149,12 @@ def _join(names: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def over_text(assessment: Assessment) -> str:
-    """Which units the intervals and tests are over, in words."""
+def over_text(assessment: Assessment, pairs: bool = False) -> str:
+    """Which units the intervals (or, with `pairs`, the paired tests) are over, in words."""
+    if assessment.over == CLIENTS and pairs:
+        return (f"over the {assessment.n} clients of one seed (accuracy: Wilcoxon's "
+                "signed-rank test and its Hodges–Lehmann interval; JI: the paired bootstrap of "
+                f"{RESAMPLES:,} client resamples)")
     if assessment.over == CLIENTS:
         return (f"over the {assessment.n} clients of one seed (percentile bootstrap of "
                 f"{RESAMPLES:,} client resamples; it says how much this run's clients vary, not "
@@ -167,8 +171,9 @@ def blocks(assessment: Assessment, summary: SplitSummary, metrics: Sequence[str]
         out += [("h3", "Pairwise comparisons"),
                 ("p", "Each pair of personalized models, and each personalized model against "
                       "the global and the local baseline, first minus second, "
-                      f"{over_text(assessment)}; p (Holm) is corrected over the pairs of its "
-                      "question. A pair is resolved where p (Holm) < 0.05; its interval is the "
+                      f"{over_text(assessment, pairs=True)}; p (Holm) is corrected over the "
+                      "pairs of its question. A pair is resolved where p (Holm) < 0.05; its "
+                      "interval is the "
                       "one its test inverts, at the level Holm tested it at, so it excludes 0 "
                       "exactly then. 'To resolve' is roughly how many units the observed gap "
                       f"and spread would need.{noise}"),
