@@ -33,8 +33,8 @@ import numpy as np
 from pflpipe import layout
 from pflpipe.markdown import replace_section
 from pflpipe.metrics.pairwise import compare_cells, top_with
+from pflpipe.metrics.pairwise_report import UNMEASURED, pairs_markdown
 from pflpipe.metrics.pairwise_report import describe as describe_gap
-from pflpipe.metrics.pairwise_report import pairs_markdown
 from pflpipe.metrics.table import client_key
 from pflpipe.metrics.uncertainty import mean_interval
 from pflpipe.spec import read_spec
@@ -111,7 +111,8 @@ def pairwise_lines(spec, cells: dict[str, np.ndarray]) -> list[str]:
             "percentage points:", "", f"<details><summary>Every pair ({len(pairs)})</summary>", "",
             *pairs_markdown(pairs), "", "</details>", "",
             f"Best mean: {best}; " + (f"not separated from it: {'; '.join(unresolved)}."
-                                      if unresolved else "resolved ahead of every other model."),
+                                      if unresolved else "resolved ahead of every other model.")
+            + (f" With one seed, {UNMEASURED}." if seeds == 1 else ""),
             ""]
 
 

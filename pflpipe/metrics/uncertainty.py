@@ -270,20 +270,19 @@ def signed_rank_units(alpha: float) -> int:
 
 
 def wilcoxon_p(differences: Sequence[float]) -> float:
-    """Return the two-sided p of the Wilcoxon signed-rank test that the differences centre on 0.
+    """Return the two-sided p of the signed-rank test that the differences centre on 0.
 
-    Zero differences are dropped (Wilcoxon's rule); with none left, p is 1. SciPy's exact null
-    distribution is used for small samples without ties, its normal approximation otherwise.
+    In its Walsh-average form (`count_p` over `walsh_averages`, the p `over_clients`' interval
+    inverts): without ties or zeros it is the exact Wilcoxon p; a zero difference is kept and
+    counts against both sides, so a tie keeps p up as it keeps the interval on 0.
 
     >>> wilcoxon_p([1, 2, 3, 4, 5, 6, 7, 8, 9, 10])   # all 10 signs +: 2 / 2^10
     0.001953125
-    >>> wilcoxon_p([0.0, 0.0, 0.0])
-    1.0
+    >>> wilcoxon_p([0.0, 0.0, 0.0]), wilcoxon_p([0.0, 1, 2, 3, 4, 5])  # a tie: 2 · 2 / 2^6
+    (1.0, 0.0625)
     """
-    array = np.asarray(differences, dtype=float)
-    if not array.any():
-        return 1.0
-    return float(stats.wilcoxon(array, zero_method="wilcox").pvalue)
+    d = np.asarray(differences, dtype=float)
+    return count_p(walsh_averages(d), signed_rank_cdf(d.size))
 
 
 def paired_t_p(differences: Sequence[float]) -> float:
@@ -307,7 +306,8 @@ def bootstrap_p(replicates: np.ndarray) -> float:
     """Return the paired bootstrap's two-sided p: 2 · (min(#{d* ≤ 0}, #{d* ≥ 0}) + 1) / (B + 1).
 
     `replicates` are the B resampled differences d*; the +1 counts the observed sample, so p
-    is never 0; it is capped at 1 (a difference that is 0 in every resample gives 1).
+    is never 0; it is capped at 1 (a difference that is 0 in every resample gives 1). It is
+    `count_p` with cdf[t] = (t + 1) / (B + 1), the p `bootstrapped`'s interval inverts.
 
     >>> bootstrap_p(np.array([1.0, 2.0, 3.0]))   # no d* ≤ 0: 2 · 1 / 4
     0.5
@@ -415,7 +415,7 @@ def over_clients(a: Sequence[float], b: Sequence[float], resamples: np.ndarray) 
 
     def at(alpha: float) -> tuple[float | None, float | None]:
         return order_interval(walsh, cdf, alpha)
-    return Gap(float(np.median(walsh)), *at(ALPHA), count_p(walsh, cdf), se, d.size, CLIENTS,
+    return Gap(float(np.median(walsh)), *at(ALPHA), wilcoxon_p(d), se, d.size, CLIENTS,
                SIGNED_RANK, p_min=min(1.0, 2 * float(cdf[zeros * (zeros + 1) // 2])), at=at,
                zeros=zeros)
 
@@ -449,7 +449,7 @@ def bootstrapped(a: float | None, b: float | None, a_replicates: np.ndarray,
 
     def at(alpha: float) -> tuple[float | None, float | None]:
         return order_interval(d, cdf, alpha)
-    return Gap(a - b, *at(ALPHA), count_p(d, cdf), float(np.std(d, ddof=1)), n, CLIENTS,
+    return Gap(a - b, *at(ALPHA), bootstrap_p(d), float(np.std(d, ddof=1)), n, CLIENTS,
                BOOTSTRAP, p_min=min(1.0, 2 / (d.size + 1)), at=at)
 
 

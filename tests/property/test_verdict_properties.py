@@ -102,3 +102,33 @@ def test_every_surface_of_a_verdict_agrees_with_its_interval_and_its_units(table
         for pair in verdict.pairs:
             if pair.unreachable and verdict.leader in (pair.a, pair.b):
                 assert "cannot reach p <" in line
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from([-0.25, -0.125, 0.0, 0.125, 0.25, 0.375, 0.5]), min_size=2,
+                max_size=12),
+       st.sampled_from([0.5, 0.2, 0.1, 0.05, 0.025, 0.01, 0.005]))
+def test_each_tests_interval_excludes_zero_exactly_when_its_p_is_below_the_level(d, alpha):
+    from pflpipe.metrics.uncertainty import (
+        bootstrap_means,
+        bootstrapped,
+        client_resamples,
+        over_clients,
+        over_seeds,
+    )
+
+    resamples = client_resamples(len(d))
+    zeros = [0.0] * len(d)
+    gaps = [over_clients(d, zeros, resamples), over_seeds(d, zeros)]
+    means = bootstrap_means(d, resamples)
+    gaps.append(bootstrapped(sum(d) / len(d), 0.0, means, means * 0, len(d)))
+    for gap in gaps:
+        if gap is None or gap.reason:
+            assert gap is None or (gap.low, gap.high, gap.p) == (None, None, 1.0)
+            continue
+        low, high = gap.interval(alpha)
+        if low is None:  # the test cannot reach this level with these units
+            assert gap.p >= alpha and gap.p_min >= alpha
+        else:
+            assert low <= high and (low > 0 or high < 0) == (gap.p < alpha), gap.test
+            assert low <= gap.delta <= high or gap.test == "paired bootstrap"
