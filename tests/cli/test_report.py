@@ -35,14 +35,17 @@ def test_report_writes_the_report_and_prints_the_answers(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["report", str(write_table(tmp_path)), "-o", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "Best performing on test: ours" in printed and str(out / "report.html") in printed
+    # ours is the only personalized model: nothing to compare it with, only the baselines
+    assert "Best performing on test: nothing to compare: ours is the only" in printed
+    assert str(out / "report.html") in printed
     data = json.loads((out / "report.json").read_text())
     ours = data["models"]["ours"]
     # PUI 2/3, API (10 + 5) / 2, APD −5, AA (80 + 75 + 60) / 3.
     assert ours["performance"]["PUI"] == 200 / 3
     assert (ours["performance"]["API"], ours["performance"]["APD"]) == (7.5, -5.0)
     assert ours["performance"]["AA"] == 215 / 3
-    assert data["best"] == "ours" and data["fairest"] == "ours"
+    assert data["best"] is None and data["fairest"] is None  # a lone model is never "best"
+    assert data["verdicts"]["best"]["status"] == "nothing to compare"
     # a table alone has no per-round history: no accuracy-over-rounds figure
     assert {p.name for p in (out / "figures").iterdir()} == {
         "client_accuracy_test.png", "qoi_test.png", "fairness_test.png"}
@@ -72,8 +75,8 @@ def test_report_as_a_process_exits_0_then_2_without_traceback(tmp_path):
     ok = subprocess.run([*PFLPIPE, "report", str(table), "-o", str(tmp_path / "out")],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    assert "Fairest on test: ours" in ok.stdout
-    assert json.loads((tmp_path / "out" / "report.json").read_text())["best"] == "ours"
+    assert "Fairest on test: nothing to compare: ours is the only" in ok.stdout
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["best"] is None
     table.write_text("client,model,acc\n0,local,1\n")
     bad = subprocess.run([*PFLPIPE, "report", str(table), "-o", str(tmp_path / "bad")],
                          capture_output=True, text=True)
