@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pflpipe.metrics.base import METRIC_REGISTRY
+from pflpipe.metrics.inversion import signed_rank_units
 from pflpipe.metrics.performance import quantum_of_improvement
 from pflpipe.metrics.summary import PATHS, Decision, SplitSummary, score
 from pflpipe.metrics.table import ResultsTable, Scores, scores_by_seed, select_rows
@@ -53,7 +54,6 @@ from pflpipe.metrics.uncertainty import (
     over_clients,
     over_seeds,
     percentile_interval,
-    signed_rank_units,
     t_interval,
     units_needed,
 )

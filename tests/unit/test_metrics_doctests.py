@@ -7,7 +7,8 @@ import pytest
 
 MODULES = ["pflpipe.metrics.performance", "pflpipe.metrics.fairness",
            "pflpipe.metrics.generalization", "pflpipe.metrics.uncertainty",
-           "pflpipe.metrics.pairwise", "pflpipe.metrics.pairwise_report"]
+           "pflpipe.metrics.pairwise", "pflpipe.metrics.pairwise_report",
+           "pflpipe.metrics.inversion"]
 
 
 @pytest.mark.parametrize("name", MODULES)
