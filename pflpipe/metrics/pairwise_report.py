@@ -208,13 +208,13 @@ def _pair_row(question: str, pair: Pair, unit: str) -> list[str]:
     ci = "—" if pair.low is None else (
         f"[{number(pair.low, pair.metric, unit, suffix=False)}, "
         f"{number(pair.high, pair.metric, unit, suffix=False)}]"
-        + ("" if math.isclose(pair.alpha, ALPHA) else f" ({level_text(pair.alpha)})"))
+        + ("" if math.isclose(pair.alpha, ALPHA) else f" ({100 * (1 - pair.alpha):.3g} %, Holm)"))
     if g.reason:
         verdict = "spread cannot be estimated"
     elif pair.ahead:
         verdict = f"{pair.ahead} ahead" + (" over these clients" if g.over == CLIENTS else "")
     elif pair.unreachable:
-        verdict = f"no test of {g.n} {g.over} can separate them"
+        verdict = f"{g.n} {g.over} cannot reach p < {pair.alpha:.2g}"
     else:
         verdict = "indistinguishable"
     need = f"about {pair.needed} {g.over}" if pair.needed else "—"
