@@ -26,7 +26,9 @@ report.json::
                                         "resamples", "intervals": {MODEL: {PATH: {"low",
                                         "high", "over", "n"[, "reason"]}}},
                                         "verdicts": {"best" | "fairest": {"metric", "leader",
-                                        "winner", "top", "resolved", "reason", "pairs": [...]}}},
+                                        "winner", "top", "resolved", "status",
+                                        "ahead_over_clients", "reason", "pairs": [...]}},
+                                        "baselines": [...]},   # vs global and local
                         "clients": [...], "seeds": [...], "figures": {...},
                         "generalization": {MODEL: {"GA", "PA", "beats_global",
                                                    "std_over_seeds", "n_clients"}}}},
@@ -41,8 +43,9 @@ report.json::
 
 Metric values are means over seeds; a null value has its reason in the model's "reasons".
 "decisions" hold the thesis's vote; "best" and "fairest" name a model only where the
-Holm-corrected paired test resolves the vote's leader against every other contender
-(`pflpipe.metrics.pairwise`), and each verdict's "top" lists the models tied at the top.
+Holm-corrected paired test over two or more seeds resolves the vote's leader against every other
+contender (`pflpipe.metrics.pairwise`), and each verdict's "top" lists the models tied at the top
+and its "status" says why (docs/verdicts.md).
 """
 
 import json
