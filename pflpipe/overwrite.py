@@ -75,10 +75,7 @@ def claim_dir(path: Path, writer: str, *, force: bool, option: str = "-o",
     it, unless `force`: then it stays, and only the files the writer writes replace theirs.
     """
     path = Path(path)
-    _check_parent(path, option, "directory")
-    if path.exists() and not path.is_dir():
-        raise OverwriteError(f"{option} {path}: is a file, and {option} names a directory; "
-                             f"name a directory instead (e.g. {option} {path.with_suffix('')})")
+    check_directory(path, option)
     if not path.is_dir():
         return Claim(path, writer)
     recorded = _recorded(path / WRITTEN_JSON, writer)
@@ -120,6 +117,19 @@ def claim_file(path: Path, writer: str, *, force: bool, option: str = "-o") -> F
             else f"`{writer}` did not write it")
     raise OverwriteError(f"{path} exists{_run(path)} and {what}; writing there would replace "
                          f"it. {_fix(option, 'file')}")
+
+
+def check_directory(path: Path, option: str) -> None:
+    """Raise unless `path` can be a directory: it is one, or is missing below folders.
+
+    Called before any work: a file given where a folder is meant fails at once, not after
+    training.
+    """
+    path = Path(path)
+    _check_parent(path, option, "directory")
+    if path.exists() and not path.is_dir():
+        raise OverwriteError(f"{option} {path}: is a file, and {option} names a directory; "
+                             f"name a directory instead (e.g. {option} {path.with_suffix('')})")
 
 
 def _check_parent(path: Path, option: str, kind: str) -> None:
