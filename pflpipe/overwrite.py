@@ -59,6 +59,13 @@ class FileClaim:
     path: Path
     writer: str
 
+    def make_folder(self) -> str | None:
+        """Create the file's folder when it is missing; say so (None when it was there)."""
+        if self.path.parent.is_dir():
+            return None
+        self.path.parent.mkdir(parents=True)
+        return f"created the folder {self.path.parent}/ (it did not exist)"
+
     def record(self) -> None:
         """Remember the written file's content (beside it), so an edit of it is recognised."""
         _write_record(self.path.with_name(written_record(self.path.name)), self.writer,
@@ -133,16 +140,13 @@ def check_directory(path: Path, option: str) -> None:
 
 
 def _check_parent(path: Path, option: str, kind: str) -> None:
-    """Refuse a path below a file, and a file in a folder that does not exist."""
+    """Refuse a path below a file (a missing folder is made, and the command says so)."""
     for parent in path.parents:
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():
                 raise OverwriteError(f"{option} {path}: {parent} is a file, not a folder; name a "
                                      f"{kind} outside it")
-            break
-        if kind == "file":
-            raise OverwriteError(f"{option} {path}: the folder {parent} does not exist; create it "
-                                 f"first (mkdir -p {parent}) or correct the path")
+            return
 
 
 def _walk(path: Path, skip: set[str]) -> Iterator[tuple[str, Path]]:

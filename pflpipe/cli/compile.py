@@ -42,6 +42,8 @@ def run(args) -> int:
         raise UsageError(f"-o {path}: KFP writes a pipeline to a .yaml (or .yml) file; name one, "
                          f"e.g. -o {example}")
     claim = claim_file(path, "pflpipe compile", force=args.force)
+    if created := claim.make_folder():
+        print(created)
     path = compile_pipeline(spec, path)
     claim.record()
     labels = personalize_labels(spec)

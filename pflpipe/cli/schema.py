@@ -36,6 +36,8 @@ def run(args) -> int:
         from pflpipe.overwrite import claim_file
 
         claim = claim_file(args.output, "pflpipe schema", force=args.force)
+        if created := claim.make_folder():
+            print(created)
         args.output.write_text(text)
         claim.record()
         print(f"wrote {args.output}")

@@ -117,10 +117,6 @@ UNCLEAR = [
           "{tmp}/partition", "--checkpoints", "{tmp}/checkpoints", "-o", "{tmp}/t.yaml"),
          ("-o {tmp}/t.yaml: is a file, and -o names a directory",), newcomer_beside("t.yaml"),
          kept=("{tmp}/t.yaml",)),
-    Case("path-compile-into-a-missing-folder",
-         ("compile", "{tmp}/spec.yaml", "-o", "{tmp}/NEWDIR/p.yaml"),
-         ("-o {tmp}/NEWDIR/p.yaml: the folder {tmp}/NEWDIR does not exist; create it first",),
-         spec()),
     # ---- --set values PyYAML cannot read: said in the --set's terms -------------------------
     validate("set-unclosed-flow", "",
              ("--set federation={rounds: 2: the value is not valid YAML: expected ',' or '}'",

@@ -137,11 +137,12 @@ def test_claim_file_accepts_its_own_unchanged_file_and_refuses_an_edit_or_anothe
     assert path.read_text() == "OURS\n# my edit\n"
 
 
-def test_claim_file_refuses_a_missing_folder_instead_of_creating_it(tmp_path):
-    with pytest.raises(OverwriteError, match=r"-o .*NEWDIR/p.yaml: the folder .*NEWDIR does not "
-                                             r"exist; create it first \(mkdir -p "):
-        claim_file(tmp_path / "NEWDIR" / "p.yaml", "w", force=True)
-    assert not (tmp_path / "NEWDIR").exists()
+def test_claim_file_refuses_a_path_below_a_file(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+
+    with pytest.raises(OverwriteError, match=r"-o .*notes.txt/p.yaml: .*notes.txt is a file, not "
+                                             r"a folder; name a file outside it"):
+        claim_file(tmp_path / "notes.txt" / "p.yaml", "w", force=True)
 
 
 # ---- every verb ----------------------------------------------------------------------------------
@@ -263,14 +264,18 @@ def test_compile_refuses_an_edited_pipeline_and_force_replaces_it(tmp_path, caps
     assert pipe.read_text() != edited
 
 
-def test_compile_into_a_missing_folder_is_refused(tmp_path, capsys):
+@pytest.mark.parametrize("verb", ["compile", "schema"], ids=["pipeline", "spec-schema"])
+def test_compile_and_schema_into_a_missing_folder_make_it_and_say_so(tmp_path, capsys, verb):
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(out=tmp_path / "results"))
+    out = tmp_path / "NEWDIR" / "deeper" / "p.yaml"
 
-    assert main(["compile", str(spec), "-o", str(tmp_path / "NEWDIR" / "p.yaml")]) == 2
+    args = ["compile", str(spec)] if verb == "compile" else ["schema"]
+    assert main([*args, "-o", str(out)]) == 0
 
-    assert f"the folder {tmp_path / 'NEWDIR'} does not exist" in capsys.readouterr().err
-    assert not (tmp_path / "NEWDIR").exists()
+    assert (f"created the folder {out.parent}/ (it did not exist)"
+            in capsys.readouterr().out.splitlines())
+    assert out.is_file() and (out.parent / written_record("p.yaml")).is_file()
 
 
 def test_compile_and_schema_replace_their_own_files_and_refuse_each_others(tmp_path, capsys):
