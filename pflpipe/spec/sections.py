@@ -255,8 +255,8 @@ def tracking_uri_problem(uri: str) -> str | None:
     if not scheme:
         return (f"has no scheme (got {uri!r}); a tracking URI names its store, {examples}")
     if scheme not in (*TRACKING_SCHEMES, "file"):
-        return (f"unsupported scheme {scheme!r} (got {scheme}://...); use one of "
-                f"{', '.join(TRACKING_SCHEMES)}, {examples}")
+        return (f"unsupported scheme {scheme!r}; use one of {', '.join(TRACKING_SCHEMES)}, "
+                f"{examples}")
     if scheme == "sqlite" and (not uri.startswith("sqlite:///") or uri[len("sqlite:///"):]
                                .partition("?")[0] in ("", ":memory:")):
         return ("is an in-memory sqlite database, which each stage (a process of its own) "

@@ -245,10 +245,10 @@ def _guarded(what: str, tracking_uri: str, fn: Callable[..., T], *args, **kwargs
         if "database is locked" in str(err):
             raise TrackingError(_locked(tracking_uri, SQLITE_BUSY_S)) from err
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if "Read timed out" in first:
-            first = _stalled()
-        elif "Max retries exceeded" in first:
+        if "Max retries exceeded" in first:
             first = _no_answer()
+        elif "Read timed out" in first:
+            first = _stalled()
         raise TrackingError(f"MLflow {what} at {scrub_text(tracking_uri)} failed: "
                             f"{scrub_text(first)}") from err
     except OSError as err:   # requests' errors (a read timeout) MLflow lets through
