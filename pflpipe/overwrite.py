@@ -149,12 +149,18 @@ def _check_parent(path: Path, option: str, kind: str) -> None:
             return
 
 
+#: Folders no command writes and none of the user's work is in: Python's bytecode caches (an
+#: exported app that ran leaves them beside its modules). Neither ours nor foreign.
+CACHES = ("__pycache__",)
+
+
 def _walk(path: Path, skip: set[str]) -> Iterator[tuple[str, Path]]:
     """Every file, link or other non-directory below `path`, as (relative name, path)."""
     for root, dirs, files in os.walk(path):
         here = Path(root)
         links = [d for d in dirs if (here / d).is_symlink()]   # a link is an entry, not followed
-        dirs[:] = sorted(d for d in dirs if d not in links and not (here == path and d in skip))
+        dirs[:] = sorted(d for d in dirs if d not in links and d not in CACHES
+                         and not (here == path and d in skip))
         for name in sorted(files + links):
             if not (here == path and name in skip):
                 yield (here / name).relative_to(path).as_posix(), here / name

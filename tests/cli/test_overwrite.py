@@ -64,6 +64,17 @@ def test_a_user_file_at_the_top_or_in_a_subfolder_is_refused_and_nothing_is_remo
     assert (tmp_path / "a.txt").read_text() == "1" and (tmp_path / "sub/b.txt").read_text() == "2"
 
 
+def test_pythons_bytecode_cache_beside_a_written_module_is_neither_ours_nor_foreign(tmp_path):
+    written(tmp_path)   # as an exported app that ran: sub/__pycache__/b.cpython-311.pyc
+    (tmp_path / "sub" / "__pycache__").mkdir()
+    (tmp_path / "sub" / "__pycache__" / "b.cpython-311.pyc").write_bytes(b"\x00")
+
+    claim_dir(tmp_path, "w", force=False).record([])
+
+    assert not (tmp_path / "a.txt").exists() and not (tmp_path / "sub" / "b.txt").exists()
+    assert (tmp_path / "sub" / "__pycache__" / "b.cpython-311.pyc").exists()
+
+
 def test_an_edited_file_is_refused_naming_the_edit(tmp_path):
     written(tmp_path)
     (tmp_path / "sub" / "b.txt").write_text("my edit")
