@@ -99,8 +99,10 @@ def claim_dir(path: Path, writer: str, *, force: bool, option: str = "-o",
         found = ([f"files{_run(path)} ({_what(path, other)}) that `{writer}` did not write"]
                  if other else []) + ([f"files `{writer}` wrote that were changed since "
                                        f"({_listed(edited)})"] if edited else [])
-        raise OverwriteError(f"{path} holds {' and '.join(found)}; writing there would replace "
-                             f"or mix with them. {_fix(option, 'directory')}")
+        older = (" (its record of them, from an older pflpipe, holds no hashes: pass --force "
+                 "once if they are all its own)" if _legacy(path / WRITTEN_JSON, writer) else "")
+        raise OverwriteError(f"{path} holds {' and '.join(found)}{older}; writing there would "
+                             f"replace or mix with them. {_fix(option, 'directory')}")
     for file in ours:
         file.unlink()
         _prune(file.parent, path)
@@ -204,6 +206,15 @@ def _recorded(file: Path, writer: str) -> dict[str, str]:
                 if isinstance(name, str) and isinstance(digest, str)}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
+
+
+def _legacy(file: Path, writer: str) -> bool:
+    """Whether `writer`'s record there is an older pflpipe's (top-level names, no hashes)."""
+    try:
+        record = json.loads(file.read_text(encoding="utf-8"))
+        return record.get("writer") == writer and "files" not in record
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _prune(folder: Path, top: Path) -> None:

@@ -102,6 +102,16 @@ def test_force_removes_only_the_writers_unchanged_files_and_the_record_leaves_th
         claim_dir(tmp_path, "w", force=False)
 
 
+def test_an_older_pflpipes_record_without_hashes_is_refused_saying_so(tmp_path):
+    (tmp_path / "report.md").write_text("old")
+    (tmp_path / WRITTEN_JSON).write_text(json.dumps({"writer": "w", "entries": ["report.md"]}))
+
+    with pytest.raises(OverwriteError, match=r"\(report.md\) that `w` did not write \(its record "
+                                             r"of them, from an older pflpipe, holds no hashes"):
+        claim_dir(tmp_path, "w", force=False)
+    assert (tmp_path / "report.md").read_text() == "old"
+
+
 def test_claim_dir_refuses_another_writers_record_and_leaves_it(tmp_path):
     written(tmp_path, writer="w")
 
