@@ -322,3 +322,47 @@ def test_schema_refuses_an_edited_schema(tmp_path, capsys):
     assert f"{out} exists and `pflpipe schema` wrote it, but it was changed since" in (
         capsys.readouterr().err)
     assert '"my spec"' in out.read_text()
+
+
+def test_schema_with_force_replaces_an_edited_schema(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    assert main(["schema", "-o", str(out)]) == 0
+    out.write_text("my edit")
+
+    assert main(["schema", "-o", str(out), "--force"]) == 0
+
+    assert '"title": "pflpipe spec"' in out.read_text()
+    assert main(["schema", "-o", str(out)]) == 0   # recorded again: its own, unchanged
+
+
+@pytest.mark.parametrize("change", ["clients/notes.txt", "manifest.json"])
+def test_split_refuses_a_users_file_in_clients_or_an_edited_manifest_and_force_keeps_notes(
+        tmp_path, capsys, change):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(out=tmp_path / "results"))
+    out = tmp_path / "part"
+    assert main(["split", str(spec), "-o", str(out)]) == 0
+    (out / change).write_text("mine")
+
+    assert main(["split", str(spec), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert (f"({change}) that `pflpipe split` did not write" in err if change.startswith("clients")
+            else f"`pflpipe split` wrote that were changed since ({change})" in err)
+    assert (out / change).read_text() == "mine"
+    assert main(["split", str(spec), "-o", str(out), "--force"]) == 0
+
+    assert ((out / change).read_text() == "mine") == change.startswith("clients")
+
+
+def test_export_refuses_an_edited_file_and_force_replaces_only_that_name(tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(out=tmp_path / "results"))
+    target = tmp_path / "export"
+    assert main(["split", str(spec), "--export", "flower", str(target)]) == 0
+    (target / "partitions.json").write_text("my edit")
+
+    assert main(["split", str(spec), "--export", "flower", str(target)]) == 2
+    assert ("wrote that were changed since (partitions.json)" in capsys.readouterr().err)
+    assert (target / "partitions.json").read_text() == "my edit"
+    assert main(["split", str(spec), "--export", "flower", str(target), "--force"]) == 0
+    assert json.loads((target / "partitions.json").read_text())["num_partitions"] == 3
