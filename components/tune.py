@@ -13,14 +13,15 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 def tune(spec_json: str, scores: Input[list[Artifact]], chosen: Output[Artifact],
          summary: Output[Markdown]):
     """Gather the grid points' scores under `scores`; write the choice per entry."""
+    from pathlib import Path
+
     from pflpipe import events
+    from pflpipe.stages import tune as stage
 
-    with events.stage("tune"):
-        from pathlib import Path
-
+    dirs = [Path(s.path) for s in scores]
+    with events.stage("tune", seed=stage.seed_of(dirs)):   # a seed's tune, or all seeds'
         from pflpipe.spec import Spec
-        from pflpipe.stages import tune as stage
 
         spec = Spec.model_validate_json(spec_json)
-        result = stage.run(spec, [Path(s.path) for s in scores], Path(chosen.path))
+        result = stage.run(spec, dirs, Path(chosen.path))
         Path(summary.path).write_text(result.to_markdown())

@@ -45,3 +45,11 @@ class TrackingError(PflpipeError):
 #: The errors that mean the user's input (the spec, a data file) is wrong: the CLI exits 2, and
 #: a stage's error event says ``bad_input`` (`pflpipe.events`).
 BAD_INPUT = (SpecError, DataError)
+
+
+def not_utf8(err: UnicodeDecodeError, how: str = "") -> str:
+    """Why a text file pflpipe reads (a spec, a results table) is not UTF-8, and the fix."""
+    head = bytes(err.object[:4])
+    utf16 = head[:2] in (b"\xff\xfe", b"\xfe\xff") or b"\x00" in head
+    kind = "UTF-16 text" if utf16 else f"not UTF-8 text (byte {err.start + 1} is not)"
+    return f"is {kind}; save it as UTF-8{how}"

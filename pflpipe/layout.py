@@ -249,8 +249,14 @@ APP_OUTPUTS = ("flower_history.json", "pfllib_history.json")
 
 
 # ---- a directory a command writes into (`pflpipe.overwrite`) --------------------------------
-#: Which command wrote which top-level entries there (the same command replaces exactly those).
+#: Which command wrote which files there, with their SHA-256 (the same command replaces exactly
+#: those, unchanged).
 WRITTEN_JSON = ".pflpipe-written.json"
+
+
+def written_record(file_name: str) -> str:
+    """The record beside a single file a command wrote (``compile -o``, ``schema -o``)."""
+    return f".{file_name}.pflpipe-written.json"
 
 
 # ---- a compiled pipeline ------------------------------------------------------------------

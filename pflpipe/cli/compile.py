@@ -17,8 +17,8 @@ def register(subparsers) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                         help="Override a spec setting, validated like the file (repeatable).")
     parser.add_argument("--force", action="store_true",
-                        help="Replace FILE even when it is not a pipeline `pflpipe compile` "
-                        "wrote (your spec, another file).")
+                        help="Replace FILE even when `pflpipe compile` did not write it or it "
+                        "was edited since (your spec, another file).")
     parser.set_defaults(handler=run)
 
 
@@ -41,8 +41,11 @@ def run(args) -> int:
                    else path.with_name(path.name + ".yaml"))
         raise UsageError(f"-o {path}: KFP writes a pipeline to a .yaml (or .yml) file; name one, "
                          f"e.g. -o {example}")
-    claim_file(path, "pflpipe compile", force=args.force, ours=_compiled)
+    claim = claim_file(path, "pflpipe compile", force=args.force)
+    if created := claim.make_folder():
+        print(created)
     path = compile_pipeline(spec, path)
+    claim.record()
     labels = personalize_labels(spec)
     print(f"{path}: pipeline {spec.experiment.name!r}, seeds {spec.experiment.seeds}, "
           f"personalize {labels or 'none'}, image {spec.resources.image}")
@@ -50,7 +53,3 @@ def run(args) -> int:
           "own parent run when a tracking URI is known)")
     return 0
 
-
-def _compiled(text: str) -> bool:
-    """Whether `text` is KFP IR of a pflpipe pipeline (what this verb writes)."""
-    return text.startswith("# PIPELINE DEFINITION") and "from pflpipe" in text

@@ -31,8 +31,8 @@ def register(subparsers) -> None:
                         help="Output directory (default: <results>/newcomer/<FILE's stem>).")
     parser.add_argument("--force", action="store_true",
                         help="Write into DIR even when it holds files `pflpipe personalize-new` "
-                        "did not write there (a run's results, your files); files of the same "
-                        "names are replaced.")
+                        "did not write there (a run's results, your files, your edits): the "
+                        "files it writes replace theirs by name; nothing else is touched.")
     parser.set_defaults(handler=run)
 
 
@@ -63,8 +63,7 @@ def run(args) -> int:
 
     out = args.output or Path(spec.experiment.results_dir) / "newcomer" / args.client_data.stem
     written = (layout.TEACHER_JSON, layout.GRID_CSV, layout.MODEL_PT, layout.SUMMARY_MD)
-    claim = claim_dir(out, "pflpipe personalize-new", force=args.force,
-                      writes=set(written).__contains__)
+    claim = claim_dir(out, "pflpipe personalize-new", force=args.force)
     result = personalize_new.run(spec, args.client_data, partition, checkpoints, out, seed)
     claim.record(written)
     print(result.to_text())

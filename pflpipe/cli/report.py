@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pflpipe.layout import FIGURES, PAIRWISE_CSV, REPORT_HTML, REPORT_JSON, REPORT_MD
+from pflpipe.layout import PAIRWISE_CSV, REPORT_HTML, REPORT_JSON, REPORT_MD
 
 
 def register(subparsers) -> None:
@@ -30,8 +30,8 @@ def register(subparsers) -> None:
                         "loss column (MSE).")
     parser.add_argument("--force", action="store_true",
                         help="Write into DIR even when it holds files `pflpipe report` did not "
-                        "write there (a run's report, your files); files of the same names are "
-                        "replaced.")
+                        "write there (a run's report, your files, your edits): the report's "
+                        "files replace theirs by name; nothing else is touched.")
     parser.set_defaults(handler=run)
 
 
@@ -44,9 +44,7 @@ def run(args) -> int:
     table = read_table(args.tables, unit=args.unit)
     report = build_report(table, local=args.local, global_=args.global_,
                           selection=args.selection)
-    claim = claim_dir(args.output, "pflpipe report", force=args.force,
-                      writes={REPORT_JSON, REPORT_MD, REPORT_HTML, PAIRWISE_CSV,
-                              FIGURES}.__contains__)
+    claim = claim_dir(args.output, "pflpipe report", force=args.force)
     files = write_report(report, args.output)
     claim.record(files.written)
     unit = {"fraction": "accuracies in fractions", "percent": "accuracies in percent",

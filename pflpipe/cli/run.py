@@ -74,6 +74,11 @@ def run(args) -> int:
     spec = with_run_control(
         with_results_dir(read_spec(args.spec, parse_assignments(args.set)), args.results),
         threads=args.threads, parallel=args.parallel)
+    from pflpipe.overwrite import check_directory
+
+    # before any work (an MLflow parent run, a stage): the results go into a folder
+    check_directory(Path(spec.experiment.results_dir),
+                    "--results" if args.results else "experiment.output_dir")
     if spec.model.architecture == "custom":   # (a built-in model: no torch import here)
         checked_model(spec, args.spec)  # what validate finds (model.path: os:system), now
     resume = "none" if args.fresh else "unfinished" if args.no_cache else "all"

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-#: The schema's title (also how `-o` recognises a file this verb wrote).
+#: The schema's title.
 TITLE = "pflpipe spec"
 
 
@@ -35,16 +35,13 @@ def run(args) -> int:
     if args.output:
         from pflpipe.overwrite import claim_file
 
-        claim_file(args.output, "pflpipe schema", force=args.force, ours=_ours)
+        claim = claim_file(args.output, "pflpipe schema", force=args.force)
+        if created := claim.make_folder():
+            print(created)
         args.output.write_text(text)
+        claim.record()
         print(f"wrote {args.output}")
     else:
         print(text, end="")
     return 0
 
-
-def _ours(text: str) -> bool:
-    """Whether `text` is a schema or reference this verb wrote (either kind)."""
-    from pflpipe.spec.reference import PREAMBLE
-
-    return f'"title": "{TITLE}"' in text or text.startswith(PREAMBLE[:40])

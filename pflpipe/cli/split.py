@@ -34,8 +34,10 @@ def register(subparsers) -> None:
                         "pfllib come with the reproduction package of the FedAvg warm start "
                         "(settings, model, initial weights; a runnable app for flower).")
     parser.add_argument("--force", action="store_true",
-                        help="Write into -o DIR or the export DIR even when it holds other "
-                        "files (another run's partition, your files); they are replaced.")
+                        help="Write into -o DIR or the export DIR even when it holds files "
+                        "split did not write there (another run's partition, your files, your "
+                        "edits): the files it writes replace theirs by name; nothing else is "
+                        "touched.")
     parser.set_defaults(handler=run)
 
 
@@ -54,8 +56,7 @@ def run(args) -> int:
     seed = spec.experiment.seeds[0] if args.seed is None else args.seed
     out_dir = args.output or partition_data.default_dir(spec, seed)
     # the default directory is split's own; -o names one of the user's choice
-    claim = claim_dir(out_dir, "pflpipe split", force=args.force or args.output is None,
-                      writes={MANIFEST_JSON, CLIENTS, HEATMAP_PNG}.__contains__)
+    claim = claim_dir(out_dir, "pflpipe split", force=args.force or args.output is None)
     result = partition_data.run(spec, seed, out_dir)
     claim.record([MANIFEST_JSON, CLIENTS, HEATMAP_PNG])
     _print(result, args.rows)

@@ -31,12 +31,7 @@ from pflpipe.layout import (
     APP_OUTPUTS,
     EXPORT_INDEX_NPZ,
     FLOWER_PARTITIONS_JSON,
-    INITIAL_WEIGHTS_PT,
-    MODEL_SCRIPT_PT,
     PFLLIB_CONFIG_JSON,
-    PYPROJECT_TOML,
-    README_MD,
-    REPRODUCE_JSON,
 )
 from pflpipe.overwrite import claim_dir
 
@@ -49,13 +44,14 @@ def export_partition(partition_dir: Path, fmt: str, out_dir: Path, *, spec=None,
 
     With the `spec` (and the partition's `seed`), `flower` and `pfllib` also get the
     reproduction package (`pflpipe.data.reproduce`). `out_dir` must be empty, missing or an
-    earlier export, whose files are removed first; other files there are an error unless
-    `force` (then the export's names are replaced and nothing of an earlier export remains).
+    earlier export, whose files are removed first; other files there (or an earlier export's
+    edited files) are an error unless `force` (`pflpipe.overwrite`: then the export's files
+    replace theirs by name and nothing else is touched).
     """
     if fmt not in FORMATS:
         raise DataError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     claim = claim_dir(Path(out_dir), "pflpipe split --export", force=force, option="--export",
-                      keep=APP_OUTPUTS, writes=_exported_name)
+                      keep=APP_OUTPUTS)
     out_dir = claim.path
     out_dir.mkdir(parents=True, exist_ok=True)
     partition = load_partition(partition_dir, transform=fmt != "npz")
@@ -67,14 +63,6 @@ def export_partition(partition_dir: Path, fmt: str, out_dir: Path, *, spec=None,
                                  partition.manifest["seed"] if seed is None else seed, partition)
     claim.record(files)
     return files
-
-
-def _exported_name(name: str) -> bool:
-    """Whether an export of any format writes an entry called `name` (replaced under force)."""
-    return name.startswith("partition_") or name in {
-        "train", "val", "test", PFLLIB_CONFIG_JSON, FLOWER_PARTITIONS_JSON, EXPORT_INDEX_NPZ,
-        REPRODUCE_JSON, INITIAL_WEIGHTS_PT, MODEL_SCRIPT_PT, "pflpipe_fedavg", PYPROJECT_TOML,
-        README_MD, "pfllib_run.py"}
 
 
 def _pfllib(partition, out_dir: Path) -> list[Path]:

@@ -58,49 +58,92 @@ def load_tensors(path, what: str, map_location="cpu", name: str | None = None):
             return torch.load(path, map_location=map_location, weights_only=True)
     except _READ_ERRORS as err:
         found = _GLOBAL.search(str(err))
-        pickled = None if found else pickled_object(path if hasattr(path, "read") else Path(path))
+        source = path if hasattr(path, "read") else Path(path)
+        # torch.save's archive with an object its safe loader cannot even parse (a pickle
+        # protocol other than torch's own 2) is named by the object, as one it can parse is
+        inside = None if found else pickled_object(source, in_archive=True)
+        pickled = None if found or inside else pickled_object(source)
         path = name or path
-        if found:
-            raise DataError(f"{path}: holds a Python object ({found.group(1)}), not only tensors "
-                            f"and numbers; pflpipe reads {what} (saved with torch.save) and never "
+        if found or inside:
+            held = found.group(1) if found else inside
+            raise DataError(f"{path}: holds a Python object ({held}), not only tensors and "
+                            f"numbers; pflpipe reads {what} (saved with torch.save) and never "
                             "unpickles objects") from None
         if pickled:
             raise DataError(f"{path}: a plain Python pickle holding an object ({pickled}), not a "
                             f"torch.save file; pflpipe reads {what} saved with torch.save and "
                             "never unpickles objects") from None
+        kind = _magic(source)
+        if kind == "npy":
+            raise DataError(f"{path}: is numpy's .npy file, not a torch.save file; give {what} "
+                            "saved with torch.save, or an .npz (np.savez(path, x=..., y=...))"
+                            ) from None
+        if "Unsupported operand" in str(err):
+            written = ("a torch.save archive" if kind == "zip" else "a plain Python pickle")
+            raise DataError(f"{path}: {written} with a pickle protocol torch's safe loader does "
+                            f"not read; save {what} again with torch.save and its default protocol "
+                            "(no pickle_protocol argument)") from None
         raise DataError(f"{path}: not a readable torch file (damaged, truncated or not written by "
                         f"torch.save); expected {what}") from None
 
 
-def pickled_object(path, max_ops: int = 100_000) -> str | None:
+def pickled_object(path, max_ops: int = 100_000, in_archive: bool = False,
+                   skip: tuple[str, ...] = ()) -> str | None:
     """The first class or function a plain pickle file refers to, read without unpickling.
 
     `path` may be a binary file object (a checkpoint store's bytes). `pickletools.genops` only
     parses the opcodes; None when the file is no pickle (a zip archive of torch.save, random
-    bytes) or refers to no object.
+    bytes) or refers to no object. With `in_archive`, the pickle inside a torch.save archive
+    (its ``data.pkl``) is read instead, and a file that is no such archive gives None; there,
+    what torch.save itself refers to (``skip``: torch's tensors) is not an object.
     """
     import contextlib
+    import io
     import itertools
     import pickletools
+    import zipfile
 
     try:
         opened = contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb")
         with opened as handle:
             handle.seek(0)
-            if handle.read(2) == b"PK":  # torch.save's zip format
+            if (handle.read(2) == b"PK") != in_archive:  # torch.save's zip format or not
                 return None
             handle.seek(0)
+            if in_archive:
+                with zipfile.ZipFile(handle) as archive:
+                    member = next(info for info in archive.infolist()
+                                  if info.filename.endswith("data.pkl"))
+                    if member.file_size > 64 * 2**20:
+                        return None
+                    return pickled_object(io.BytesIO(archive.read(member)), max_ops,
+                                          skip=("torch.", "collections.OrderedDict"))
             strings: list[str] = []
             for op, arg, _ in itertools.islice(pickletools.genops(handle), max_ops):
-                if op.name in ("GLOBAL", "INST"):
-                    return str(arg).replace(" ", ".")
-                if op.name == "STACK_GLOBAL" and len(strings) >= 2:
-                    return f"{strings[-2]}.{strings[-1]}"
+                found = (str(arg).replace(" ", ".") if op.name in ("GLOBAL", "INST") else
+                         f"{strings[-2]}.{strings[-1]}" if op.name == "STACK_GLOBAL"
+                         and len(strings) >= 2 else None)
+                if found and not found.startswith(skip):
+                    return found
                 if isinstance(arg, str):
                     strings.append(arg)
     except Exception:  # noqa: BLE001 - not a pickle: the caller's message stands
         return None
     return None
+
+
+def _magic(path) -> str | None:
+    """What a file's first bytes say it is: "zip" (torch.save), "npy" (numpy), else None."""
+    import contextlib
+
+    try:
+        opened = contextlib.nullcontext(path) if hasattr(path, "read") else open(path, "rb")
+        with opened as handle:
+            handle.seek(0)
+            head = handle.read(6)
+    except OSError:
+        return None
+    return "zip" if head[:2] == b"PK" else "npy" if head == b"\x93NUMPY" else None
 
 
 def check_samples(path: Path, x: np.ndarray) -> np.ndarray:

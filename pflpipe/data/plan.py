@@ -78,6 +78,15 @@ def partition_dataset(spec, seed: int) -> PartitionPlan:
                          source_classes=source)
 
 
+def ignored_splits(spec, pooled: Pooled) -> str | None:
+    """Say when the data's own train/val/test split of its samples is not the one used."""
+    if pooled.splits is None or spec.partition.strategy == "predefined":
+        return None
+    return (f"the data file's 'split' array is not read: partition.strategy "
+            f"{spec.partition.strategy} splits each client's rows by partition.fractions; to "
+            "keep the file's train/val/test rows, use partition: {strategy: predefined}")
+
+
 def assign_clients(section, pooled: Pooled, rng: np.random.Generator
                    ) -> tuple[list[np.ndarray], np.ndarray | None, dict]:
     """Run the spec's strategy.

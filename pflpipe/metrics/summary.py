@@ -158,8 +158,10 @@ class SplitSummary:
         pui = self.models[fairness_of].mean["performance.PUI"] if fairness_of else None
         improved = None if pui is None else pui / 100 * len(self.clients)
         if improved is not None and improved < MIN_CLIENTS:
-            lines.append(f"Caution: the fairness verdict rests on {improved:.3g} improved "
-                         f"client(s) of {len(self.clients)} ({fairness_of}'s U⁺, mean over seeds); "
+            count = (f"{round(improved)} improved client(s)" if len(self.seeds) < 2 else
+                     f"{improved:.2g} improved clients, on average over {len(self.seeds)} seeds,")
+            lines.append(f"Caution: the fairness verdict rests on {count} of "
+                         f"{len(self.clients)} ({fairness_of}'s U⁺); "
                          f"fairness over fewer than {MIN_CLIENTS} clients is trivially high, so "
                          f"it says little. Read PUI and the "
                          f"{measure(self.unit, fairness=True)} fairness instead.")

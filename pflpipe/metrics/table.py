@@ -38,7 +38,7 @@ from typing import Literal
 
 import numpy as np
 
-from pflpipe.errors import DataError
+from pflpipe.errors import DataError, not_utf8
 
 REQUIRED = ("client", "model", "accuracy")
 SELECTIONS = ("best_val", "last_round")
@@ -224,7 +224,10 @@ def _read_one(path: Path, unit: str) -> ResultsTable:
             records = [{k.strip(): v for k, v in rec.items() if k} for rec in reader]
     except FileNotFoundError as err:
         raise DataError(f"{path}: no such results table") from err
-    except (OSError, UnicodeDecodeError, csv.Error) as err:
+    except UnicodeDecodeError as err:
+        problem = not_utf8(err, " (Excel: Save As, CSV UTF-8)")
+        raise DataError(f"{path}: the results table {problem}") from None
+    except (OSError, csv.Error) as err:
         raise DataError(f"{path}: cannot read the results table: {err}") from err
     # Line numbers count the header as line 1.
     unit = _regression(records, unit, lambda i: f"{path}:{i + 2}")

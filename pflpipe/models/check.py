@@ -80,10 +80,39 @@ def count_parameters(model_spec, shape: tuple[int, ...], n_classes: int) -> int:
     except SpecError:
         raise
     except Exception as err:  # noqa: BLE001 - the user's constructor refused its arguments
+        if model_spec.architecture == "custom" and _accepts(model_spec, shape, n_classes):
+            raise SpecError(f"model.path: the constructor of {model_spec.path!r} raised "
+                            f"{err.__class__.__name__}: {err}{_where(err)} when built for inputs "
+                            f"{tuple(shape)} and {n_classes} classes with model.kwargs "
+                            f"{dict(model_spec.kwargs)}; fix the class") from None
         field = "model.kwargs" if model_spec.architecture == "custom" else "model"
         raise SpecError(f"{field}: the model cannot be built for inputs {tuple(shape)} and "
                         f"{n_classes} classes ({err.__class__.__name__}: {err})") from None
     return sum(p.numel() for p in model.parameters())
+
+
+def _accepts(model_spec, shape: tuple[int, ...], n_classes: int) -> bool:
+    """Whether the custom class's signature takes the arguments it is built with."""
+    import inspect
+
+    cls = resolve_custom(model_spec.path)
+    try:
+        inspect.signature(cls).bind(in_shape=tuple(shape), n_classes=n_classes,
+                                    **model_spec.kwargs)
+    except TypeError:
+        return False
+    except ValueError:   # no signature to read: say what the constructor raised
+        return True
+    return True
+
+
+def _where(err: Exception) -> str:
+    """`` (file:line)`` of the innermost frame of the error outside torch and pflpipe."""
+    import traceback
+
+    frames = [frame for frame in traceback.extract_tb(err.__traceback__)
+              if "/torch/" not in frame.filename and "/pflpipe/" not in frame.filename]
+    return f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
 
 
 def physical_memory() -> int | None:

@@ -15,10 +15,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pflpipe.errors import SpecError
+from pflpipe.errors import SpecError, not_utf8
 from pflpipe.spec.algorithms import PARAMS
 from pflpipe.spec.spec import Spec
-from pflpipe.spec.yaml_reader import AmbiguousNumber, _Loader
+from pflpipe.spec.yaml_reader import AmbiguousValue, _Loader, ambiguous_problem
 
 Loc = tuple[str | int, ...]
 _CREDENTIAL_WORDS = ("secret", "password", "token", "access_key", "credential")
@@ -37,7 +37,9 @@ def read_spec(path: str | Path, overrides: dict[str, Any] | None = None) -> Spec
         text = data.decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{path}: the spec {not_utf8(err)}") from None
+    except OSError as err:
         raise SpecError(f"{path}: cannot read the spec ({err.__class__.__name__}: {err})") from None
     return parse_spec(text, str(path), overrides)
 
@@ -199,9 +201,9 @@ def _build(loader: _Loader, node, loc: Loc, lines: dict[Loc, int], filename: str
         return items
     try:
         return loader.construct_object(node, deep=True)
-    except AmbiguousNumber as err:  # reported with the others once the whole file is read
+    except AmbiguousValue as err:  # reported with the others once the whole file is read
         loader.ambiguous.append(f"{filename}:{node.start_mark.line + 1}: {_dotted(loc) or 'spec'}: "
-                          f"{err.problem}")
+                                f"{ambiguous_problem(err, loc[-1] if loc else None)}")
         return node.value
 
 
@@ -330,6 +332,11 @@ def _message(error: dict, loc: Loc, data: Any) -> tuple[Loc, str]:
     if kind in ("model_type", "model_attributes_type", "dict_type") and error.get("input") is None:
         return loc, ("is empty (the key has no value); remove the key to use the defaults, or "
                      "give its settings")
+    if kind in ("model_type", "model_attributes_type", "dict_type") and isinstance(
+            error.get("input"), str) and loc[:1] == ("personalization",):
+        name = error["input"]
+        return loc, (f"an entry is a mapping, not a name (got {name!r}); write {{name: {name}}} "
+                     "(with its parameters, e.g. {name: ditto, lam: 0.1})")
     if kind in ("too_short", "too_long"):
         bound, length = ctx.get("min_length" if kind == "too_short" else "max_length"), \
             ctx.get("actual_length")

@@ -29,22 +29,43 @@ def parse_assignments(assignments: Sequence[str]) -> dict[str, Any]:
     {'federation.rounds': 50, 'experiment.seeds': [0, 1], 'federation.lr': 0.001}
     """
     # the file's own YAML reading (1e-3 is a number)
-    from pflpipe.spec.yaml_reader import AmbiguousNumber, _Loader
+    from pflpipe.spec.yaml_reader import AmbiguousValue, _Loader, ambiguous_problem
 
     out: dict[str, Any] = {}
-    for text in assignments:
-        path, sep, value = text.partition("=")
+    for given in assignments:
+        text = given.replace("\n", "\\n")   # one line on screen, as the shell took it
+        path, sep, value = given.partition("=")
         if not sep or not path.strip():
             raise SpecError(f"--set {text}: expected PATH=VALUE, e.g. federation.rounds=50")
         try:
             # read as the value of a key, exactly as `PATH: VALUE` in the file reads it
-            out[path.strip()] = (yaml.load(f"v: {value}", Loader=_Loader)["v"]  # noqa: S506
-                                 if value.strip() else "")
-        except AmbiguousNumber as err:
-            raise SpecError(f"--set {text}: {err.problem}") from None
+            read = yaml.load(f"v: {value}", Loader=_Loader) if value.strip() else {"v": ""}  # noqa: S506
+        except AmbiguousValue as err:
+            raise SpecError(f"--set {text}: {ambiguous_problem(err, path.strip().split('.')[-1])}"
+                            ) from None
         except yaml.YAMLError as err:
-            raise SpecError(f"--set {text}: the value is not valid YAML ({err})") from None
+            raise SpecError(f"--set {text}: {_yaml_problem(err, value)}") from None
+        if not isinstance(read, dict) or list(read) != ["v"]:
+            raise SpecError(f"--set {text}: the value runs over a line break into another setting "
+                            f"({', '.join(str(k) for k in read if k != 'v')}); give one value per "
+                            "--set, on one line, or quote it if you mean text")
+        out[path.strip()] = read["v"]
     return out
+
+
+def _yaml_problem(err: yaml.YAMLError, value: str) -> str:
+    """What is wrong with a --set value PyYAML cannot read, in the --set's own terms."""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    if "undefined alias" in problem:
+        return (f"{value.strip()[:1]} starts a YAML alias, which a --set value cannot refer to; "
+                "quote the value if you mean text (PATH='\"*x\"')")
+    if "constructor for the tag" in problem or problem.startswith("found unknown tag"):
+        return "YAML tags (!!...) are not allowed in a --set value; remove the tag"
+    mark = getattr(err, "problem_mark", None)
+    at = f" at character {max(mark.column - 3, 0) + 1} of the value" if mark and mark.line == 0 \
+        else ""
+    return (f"the value is not valid YAML: {problem}{at}; check its brackets and quotes, or quote "
+            "the whole value if you mean text")
 
 
 def apply_overrides(data: dict, overrides: Mapping[str, Any], lines: dict[Loc, Any],
@@ -58,8 +79,9 @@ def apply_overrides(data: dict, overrides: Mapping[str, Any], lines: dict[Loc, A
     data = copy.deepcopy(data)
     for path, value in overrides.items():
         loc = _walk_path(data, path)
-        _assign(data, loc, value)
-        for leaf in _leaves(value, loc):
+        merged = _assign(data, loc, value)
+        # a replaced section is the override's as a whole (a field it lacks is its mistake)
+        for leaf in _leaves(value, loc) if merged else [loc]:
             for key in [k for k in lines if k[:len(leaf)] == leaf]:
                 del lines[key]
             lines[leaf] = f"{source} {path}={_show(value)}"
@@ -97,7 +119,8 @@ def _index(items: list, part: str, where: str) -> int:
     raise SpecError(f"--set: {where} has no entry labelled or named {part!r}")
 
 
-def _assign(data: dict, loc: Loc, value: Any) -> None:
+def _assign(data: dict, loc: Loc, value: Any) -> bool:
+    """Set `value` at `loc`; return whether it was merged into a mapping there."""
     node: Any = data
     for key in loc[:-1]:
         if isinstance(node, dict) and node.get(key) is None:
@@ -107,8 +130,9 @@ def _assign(data: dict, loc: Loc, value: Any) -> None:
     current = node[last] if isinstance(node, list) else node.get(last)
     if isinstance(value, Mapping) and isinstance(current, dict) and not _retags(current, value):
         _merge(current, value)
-    else:
-        node[last] = copy.deepcopy(value)
+        return True
+    node[last] = copy.deepcopy(value)
+    return False
 
 
 def _retags(current: dict, value: Mapping) -> bool:

@@ -237,6 +237,33 @@ class Evaluation(Section):
 TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
 
 
+def tracking_scheme(uri: str) -> str:
+    """The scheme of a tracking URI, without its driver (``postgresql+psycopg`` → postgresql).
+
+    MLflow's ``databricks`` (a profile of the Databricks CLI) has no ``://``; a bare path has
+    no scheme ("").
+    """
+    if uri == "databricks":
+        return "databricks"
+    return uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+
+
+def tracking_uri_problem(uri: str) -> str | None:
+    """What the text of a tracking URI shows to be wrong, with the fix (None: nothing)."""
+    scheme = tracking_scheme(uri)
+    examples = "e.g. sqlite:///mlflow.db or http://127.0.0.1:5000"
+    if not scheme:
+        return (f"has no scheme (got {uri!r}); a tracking URI names its store, {examples}")
+    if scheme not in (*TRACKING_SCHEMES, "file"):
+        return (f"unsupported scheme {scheme!r}; use one of {', '.join(TRACKING_SCHEMES)}, "
+                f"{examples}")
+    if scheme == "sqlite" and (not uri.startswith("sqlite:///") or uri[len("sqlite:///"):]
+                               .partition("?")[0] in ("", ":memory:")):
+        return ("is an in-memory sqlite database, which each stage (a process of its own) "
+                "would open empty; name a file with three slashes, e.g. sqlite:///mlflow.db")
+    return None
+
+
 class Tracking(Section):
     """MLflow tracking."""
 
@@ -251,11 +278,8 @@ class Tracking(Section):
     @field_validator("uri")
     @classmethod
     def _scheme(cls, value: str | None) -> str | None:
-        scheme = value.split("://", 1)[0].split("+", 1)[0] if value and "://" in value else ""
-        if value and scheme not in (*TRACKING_SCHEMES, "file"):
-            raise ValueError(f"unsupported scheme {scheme!r} (got {scheme}://...); use one of "
-                             f"{', '.join(TRACKING_SCHEMES)}, e.g. sqlite:///mlflow.db or "
-                             "http://127.0.0.1:5000")
+        if value and (problem := tracking_uri_problem(value)):
+            raise ValueError(problem)
         return value
     experiment: str | None = Field(
         None, description="MLflow experiment; experiment.name if omitted."
@@ -312,6 +336,16 @@ class S3Storage(_Storage):
     max_attempts: int = Field(
         5, ge=1, le=20, description="Attempts per request on transient errors."
     )
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", value):
+            scheme = value.split("://", 1)[0] if "://" in value else ""
+            said = f"has the scheme {scheme}://" if scheme else "has no scheme"
+            raise ValueError(f"{said} (got {value!r}); S3 speaks HTTP: write http://host:port or "
+                             "https://host, e.g. http://minio:9000")
+        return value
 
     @field_validator("bucket")
     @classmethod

@@ -2,7 +2,10 @@
 
 PyYAML reads YAML 1.1, where ``1e-3`` is text and ``1:30`` is the number 90. A spec's numbers
 mean what YAML 1.2 (and a reader) says: ``1e-3`` and ``.5e3`` are numbers, and a number that the
-two versions read differently is an error (`AmbiguousNumber`) asking for plain digits.
+two versions read differently is an error (`AmbiguousNumber`) asking for plain digits. So are the
+words YAML 1.1 alone reads as booleans (``on``, ``yes``, ``off``, ``no``) and its dates
+(``2024-01-01``): they are text in YAML 1.2, so the spec asks for true/false or quotes
+(`AmbiguousValue`).
 """
 
 import re
@@ -10,8 +13,12 @@ import re
 import yaml
 
 
-class AmbiguousNumber(yaml.constructor.ConstructorError):
+class AmbiguousValue(yaml.constructor.ConstructorError):
     """A plain scalar that YAML 1.1 (PyYAML) and YAML 1.2 read as different values."""
+
+
+class AmbiguousNumber(AmbiguousValue):
+    """A number that YAML 1.1 and YAML 1.2 read differently (``1:30``, ``017``, ``1_000``)."""
 
 
 class _Loader(yaml.SafeLoader):
@@ -34,6 +41,20 @@ class _Loader(yaml.SafeLoader):
         _refuse_ambiguous(node, super().construct_yaml_float(node))
         return super().construct_yaml_float(node)
 
+    def construct_yaml_bool(self, node):
+        value = super().construct_yaml_bool(node)
+        if node.value.lower() not in ("true", "false"):
+            raise AmbiguousValue(None, None, (
+                f"{node.value} is {str(value).lower()} in YAML 1.1 but text in YAML 1.2; write "
+                f"{str(value).lower()}, or quote it ('{node.value}') if you mean text"),
+                node.start_mark)
+        return value
+
+    def construct_yaml_timestamp(self, node):
+        raise AmbiguousValue(None, None, (
+            f"{node.value} is a date in YAML 1.1 but text in YAML 1.2; quote it "
+            f"('{node.value}')"), node.start_mark)
+
     def construct_yaml_str(self, node):
         text = node.value
         if node.style is None and re.fullmatch(r"[-+]?0(?:o[0-7]+|[0-9]+)", text):
@@ -50,7 +71,9 @@ _Loader.add_implicit_resolver(
     list("-+.0123456789"))
 for _tag, _constructor in (("int", _Loader.construct_yaml_int),
                            ("float", _Loader.construct_yaml_float),
-                           ("str", _Loader.construct_yaml_str)):
+                           ("str", _Loader.construct_yaml_str),
+                           ("bool", _Loader.construct_yaml_bool),
+                           ("timestamp", _Loader.construct_yaml_timestamp)):
     _Loader.add_constructor(f"tag:yaml.org,2002:{_tag}", _constructor)
 
 
@@ -76,3 +99,12 @@ def _refuse_ambiguous(node, value: int | float) -> None:
 def _ambiguous(text: str, why: str, plain: str) -> str:
     return (f"{text} {why}; write the number in plain digits ({plain}), or quote it if you mean "
             "text")
+
+
+def ambiguous_problem(err: AmbiguousValue, key: str | int | None) -> str:
+    """The error's text; for ``divergence_factor: off`` (a number), how to turn the check off."""
+    word = err.problem.split(" ", 1)[0]
+    if key == "divergence_factor" and word.lower() in ("off", "no", "n"):
+        return (f"{word} is false in YAML 1.1 but text in YAML 1.2, and divergence_factor is a "
+                "number: write null to turn the divergence check off")
+    return err.problem

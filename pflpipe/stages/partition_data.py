@@ -120,7 +120,9 @@ def run(spec, seed: int, out_dir: Path, *, tracker: Tracker = NULL_TRACKER,
     else:
         notice(f"reused the partition of `pflpipe split` in {source}", reused=True)
     result = PartitionResult.from_manifest(Path(out_dir), manifest, reused_from=source)
-    for caveat in result.warnings:
+    from pflpipe.data.plan import ignored_splits
+
+    for caveat in (*result.warnings, *filter(None, [ignored_splits(spec, plan.pooled)])):
         log.info("%s", caveat)
         warning(caveat)
     sizes = [client.n for client in result.clients]

@@ -60,7 +60,10 @@ def preview(spec) -> Preview:
                     for k, c in enumerate(plan.clients))
     header = manifest_header(plan, spec.partition.model_dump(mode="json"))
     train = sum(c.n_train for c in clients)
-    warnings = validation_warnings(clients)
+    from pflpipe.data.plan import ignored_splits
+
+    ignored = ignored_splits(spec, plan.pooled)
+    warnings = validation_warnings(clients) + ((ignored,) if ignored else ())
     with_val = [c.n_val for c in clients if c.n_val]
     sizes = (f"{min(with_val)}" if with_val and min(with_val) == max(with_val)
              else f"{min(with_val, default=0)}–{max(with_val, default=0)}")

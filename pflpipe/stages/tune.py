@@ -126,6 +126,19 @@ def _point(label: str, values: dict, records: list[dict], seeds: list[int]) -> d
             **({"diverged": "; ".join(diverged)} if diverged else {})}
 
 
+def seed_of(dirs: list[Path]) -> int | None:
+    """The one tuning seed whose grid points `dirs` hold (a seed's `tune` task), else None.
+
+    Names the task (``tune · seed 7``) apart from the `tune` over every seed; never raises (a
+    directory it cannot read is left to `run` to report).
+    """
+    try:
+        seeds = {json.loads((Path(d) / POINT_JSON).read_text())["seed"] for d in dirs}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return next(iter(seeds)) if len(seeds) == 1 else None
+
+
 def read(tuning_dir: Path) -> dict:
     """The content of a tuning.json (in a `tune` output or a tuned model's results)."""
     path = Path(tuning_dir) / TUNING_JSON

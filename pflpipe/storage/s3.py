@@ -32,6 +32,8 @@ _AUTH_CODES = {
 }
 _MISSING_BUCKET_CODES = {"NoSuchBucket"}
 _MISSING_KEY_CODES = {"NoSuchKey", "404", "NotFound"}
+#: What a web server that is not S3 (a console, a proxy's page) answers to an S3 request.
+_NOT_S3_CODES = {"501", "NotImplemented", "405"}
 #: Seconds the reachability probe waits for a connection and for an answer (one attempt).
 PROBE_TIMEOUT_S = 5.0
 NO_CREDENTIALS = ("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a "
@@ -131,6 +133,13 @@ class _Connection:
                 f"`aws s3 mb s3://{self.bucket}`) or fix storage.bucket")
         if key is not None and code in _MISSING_KEY_CODES:
             return FileNotFoundError(f"s3://{self.bucket}/{key} not found (endpoint {self.where})")
+        if code in _NOT_S3_CODES:
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", code)
+            return StorageError(
+                f"the endpoint {self.where} is not an S3 server: it answered HTTP {status} "
+                f"({code}) to S3's {err.operation_name} during {operation} of {target}; point "
+                "storage.endpoint_url at the S3 API (MinIO's is on port 9000, its console on "
+                "9001)")
         return StorageError(f"S3 {operation} of {target} at {self.where} failed: {code}: {err}")
 
     def probe(self) -> None:

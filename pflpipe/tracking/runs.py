@@ -22,7 +22,7 @@ from typing import Any
 
 from pflpipe import __version__
 from pflpipe.errors import TrackingError
-from pflpipe.spec.sections import TRACKING_SCHEMES
+from pflpipe.spec.sections import tracking_scheme, tracking_uri_problem
 from pflpipe.tracking.base import NULL_TRACKER, Tracker
 from pflpipe.tracking.mlflow import ROOT_TAG, MlflowTracker
 from pflpipe.tracking.scrub import scrub_text
@@ -45,23 +45,39 @@ def resolve_tracking_uri(tracking_spec=None) -> str:
     """
     uri = (getattr(tracking_spec, "uri", None) or os.environ.get("MLFLOW_TRACKING_URI")
            or "sqlite:///mlflow.db")
-    if uri.startswith("sqlite:///"):
-        path, sep, query = uri[len("sqlite:///"):].partition("?")
-        if path in ("", ":memory:"):
-            raise TrackingError(f"tracking URI {uri!r} is an in-memory database, which the "
-                                "pipeline's processes cannot share; use sqlite:///mlflow.db")
-        return f"sqlite:///{(Path.cwd() / path).resolve()}{sep}{query}"
-    scheme = uri.split("://", 1)[0] if "://" in uri else ""
+    scheme = tracking_scheme(uri)
     if scheme in ("", "file") and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
         raise TrackingError(
             f"tracking URI {scrub_text(uri)!r} is MLflow's file store, which MLflow ≥ 3.13 refuses;"
             " use sqlite:///mlflow.db (or migrate: mlflow migrate-filestore) or an http(s) server")
-    if scheme.split("+", 1)[0] not in (*TRACKING_SCHEMES, "file"):
-        error = TrackingError(f"tracking URI {scrub_text(uri)!r}: unsupported scheme {scheme!r}; "
-                              f"use one of {', '.join(TRACKING_SCHEMES)}")
+    if scheme != "file" and (problem := tracking_uri_problem(uri) or _driver_problem(uri)):
+        error = TrackingError(f"tracking URI {scrub_text(uri)!r}: {problem}")
         error.bad_input = True  # the user's setting: exit 2
         raise error
+    if uri.startswith("sqlite:///"):
+        path, sep, query = uri[len("sqlite:///"):].partition("?")
+        return f"sqlite:///{(Path.cwd() / path).resolve()}{sep}{query}"
     return move_credentials(uri)
+
+
+#: The database driver SQLAlchemy uses for a scheme that names none, and its pip package.
+DEFAULT_DRIVERS = {"postgresql": ("psycopg2", "psycopg2-binary"),
+                   "mysql": ("MySQLdb", "mysqlclient"), "mssql": ("pyodbc", "pyodbc")}
+
+
+def _driver_problem(uri: str) -> str | None:
+    """Say which package a database URI's driver needs when it is not installed."""
+    import importlib.util
+
+    scheme = uri.split("://", 1)[0]
+    if "+" in scheme or scheme not in DEFAULT_DRIVERS:
+        return None   # a named driver (postgresql+pg8000) is SQLAlchemy's to load
+    module, package = DEFAULT_DRIVERS[scheme]
+    if importlib.util.find_spec(module) is not None:
+        return None
+    return (f"{scheme}:// needs the database driver {module}, which is not installed; "
+            f"`pip install {package}` (in every image that runs a stage), or name an installed "
+            f"driver in the URI ({scheme}+DRIVER://...)")
 
 
 def without_credentials(spec):

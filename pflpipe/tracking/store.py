@@ -100,6 +100,12 @@ def check_server(tracking_uri: str) -> None:
         return
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
+        if isinstance(reason, ssl.SSLError) and _plain_http(reason):
+            raise TrackingError(
+                f"the MLflow tracking server at {scrub_text(tracking_uri)} answers plain HTTP, "
+                f"not HTTPS (the TLS handshake failed: {reason.reason or reason}); write "
+                f"{scrub_text(tracking_uri).replace('https://', 'http://', 1)} in tracking.uri "
+                "(or MLFLOW_TRACKING_URI), or serve it behind TLS") from None
         if isinstance(reason, ssl.SSLError):
             return
         if isinstance(reason, TimeoutError):
@@ -110,6 +116,14 @@ def check_server(tracking_uri: str) -> None:
             "server, or set tracking.enabled: false") from None
 
 
+def _plain_http(err) -> bool:
+    """Whether a TLS error is what a plain-HTTP server's reply to a TLS hello causes."""
+    text = f"{getattr(err, 'reason', '')} {err}".upper()
+    return any(sign in text for sign in ("WRONG_VERSION_NUMBER", "RECORD LAYER FAILURE",
+                                         "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST",
+                                         "UNKNOWN_PROTOCOL"))
+
+
 def check_sqlite(tracking_uri: str) -> None:
     """Raise TrackingError when another process holds the sqlite store's write lock.
 
@@ -117,6 +131,7 @@ def check_sqlite(tracking_uri: str) -> None:
     made yet passes (MLflow creates it). A path that is a directory, or a file that is not an
     sqlite database, is a DataError (the spec's tracking.uri is wrong).
     """
+    import os
     import sqlite3
 
     database = Path(tracking_uri[len("sqlite:///"):].partition("?")[0])
@@ -133,6 +148,12 @@ def check_sqlite(tracking_uri: str) -> None:
         finally:
             connection.close()
     except sqlite3.OperationalError as err:
+        if not os.access(database.parent, os.W_OK) or "readonly" in str(err):
+            raise TrackingError(
+                f"the MLflow store {tracking_uri} cannot be written: its folder "
+                f"{database.parent} is read-only ({err}; sqlite writes a journal beside the "
+                "database); make the folder writable, or set tracking.uri to a store in a "
+                "writable folder") from None
         if "locked" not in str(err) and "busy" not in str(err):
             raise TrackingError(f"the MLflow store {tracking_uri} cannot be opened ({err})"
                                 ) from None
@@ -226,8 +247,24 @@ def _guarded(what: str, tracking_uri: str, fn: Callable[..., T], *args, **kwargs
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if "Max retries exceeded" in first:
             first = _no_answer()
+        elif "Read timed out" in first:
+            first = _stalled()
         raise TrackingError(f"MLflow {what} at {scrub_text(tracking_uri)} failed: "
                             f"{scrub_text(first)}") from err
+    except OSError as err:   # requests' errors (a read timeout) MLflow lets through
+        first = _stalled() if "timed out" in str(err) else str(err).splitlines()[0]
+        raise TrackingError(f"MLflow {what} at {scrub_text(tracking_uri)} failed: "
+                            f"{scrub_text(first)}") from err
+
+
+def _stalled() -> str:
+    """Why a server call failed when the server began a reply and stopped."""
+    import os
+
+    timeout = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", 120)
+    return (f"the server accepted the request but sent no complete reply within {timeout} s "
+            "(MLFLOW_HTTP_REQUEST_TIMEOUT); it is overloaded or stuck: check its logs and "
+            "restart it, or set tracking.enabled: false")
 
 
 def _no_answer() -> str:

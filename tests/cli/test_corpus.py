@@ -267,7 +267,8 @@ TABLES = [
          raw("t.csv", b"client,model,accuracy,loss\n0,local,0.75,0.6\n0,fedavg,0.7,0.7\n"
                       b"0,x,0.8,0.5\n")),
     Case("table-not-utf8", ("report", "{tmp}/t.csv", "-o", "{tmp}/out"),
-         ("{tmp}/t.csv: cannot read the results table",), raw("t.csv", b"\xff\xfe\x00bad")),
+         ("{tmp}/t.csv: the results table is UTF-16 text; save it as UTF-8",),
+         raw("t.csv", b"\xff\xfe\x00bad")),
 ]
 
 # ---- arguments and paths -------------------------------------------------------------------------
@@ -286,13 +287,15 @@ ARGS = [
     Case("path-spec-is-endless", ("validate", "/dev/zero"),
          ("/dev/zero: the spec is larger than 100,000 bytes",)),
     Case("path-spec-not-utf8", ("validate", "{tmp}/spec.yaml"),
-         ("cannot read the spec (UnicodeDecodeError",), raw("spec.yaml", b"\xff\xfe\xfa")),
-    Case("path-output-in-missing-directory",
-         ("schema", "-o", "{tmp}/missing/schema.json"),
-         ("error: {tmp}/missing/schema.json: No such file or directory",)),
+         ("{tmp}/spec.yaml: the spec is UTF-16 text; save it as UTF-8",),
+         raw("spec.yaml", b"\xff\xfe\xfa")),
+    Case("path-output-below-a-file",
+         ("schema", "-o", "{tmp}/notes.txt/schema.json"),
+         ("error: -o {tmp}/notes.txt/schema.json: {tmp}/notes.txt is a file, not a folder",),
+         raw("notes.txt", b"mine"), kept=("{tmp}/notes.txt",)),
     Case("path-report-output-is-a-file",
          ("report", "{tmp}/t.csv", "-o", "{tmp}/t.csv"),
-         ("error: {tmp}/t.csv/figures:",),
+         ("error: -o {tmp}/t.csv: is a file, and -o names a directory; name a directory instead",),
          raw("t.csv", b"client,model,accuracy\n0,local,0.7\n0,fedavg,0.6\n0,x,0.8\n")),
     Case("arg-client-data-is-a-directory",
          ("personalize-new", "{tmp}/spec.yaml", "--client-data", "{tmp}"),

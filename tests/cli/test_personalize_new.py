@@ -37,12 +37,17 @@ def trained(tmp_path_factory):
     return root, path
 
 
-def test_personalize_new_picks_a_stored_round_and_distils_it(trained, capsys):
-    root, spec = trained
+def newcomer(root):
+    """The newcomer's data: 60 digits of classes 2 and 5."""
     digits = load_digits()
     keep = np.isin(digits.target, [2, 5])
     np.savez(root / "client.npz", x=digits.images[keep][:60].astype(np.float32),
              y=digits.target[keep][:60])
+
+
+def test_personalize_new_picks_a_stored_round_and_distils_it(trained, capsys):
+    root, spec = trained
+    newcomer(root)
 
     code = main(["personalize-new", str(spec), "--client-data", str(root / "client.npz"),
                  "-o", str(root / "out")])
@@ -134,3 +139,37 @@ def read_spec_text(text: str):
     from pflpipe.spec import parse_spec
 
     return parse_spec(text)
+def test_personalize_new_to_a_file_is_refused_before_it_trains(trained, capsys):
+    root, spec = trained
+    newcomer(root)
+    (root / "tiny.yaml").write_text("x: 1\n")
+
+    code = main(["personalize-new", str(spec), "--client-data", str(root / "client.npz"),
+                 "-o", str(root / "tiny.yaml")])
+
+    captured = capsys.readouterr()
+    assert code == 2 and "tiny.yaml: is a file, and -o names a directory" in captured.err
+    assert "teacher" not in captured.out   # nothing was trained first
+    assert (root / "tiny.yaml").read_text() == "x: 1\n"
+
+
+def test_personalize_new_again_refuses_a_users_file_or_an_edit_and_force_keeps_them(trained,
+                                                                                   capsys):
+    root, spec = trained
+    newcomer(root)
+    args = ["personalize-new", str(spec), "--client-data", str(root / "client.npz"),
+            "-o", str(root / "again")]
+    assert main(args) == 0
+    assert main(args) == 0                         # its own files, unchanged: replaced
+    (root / "again" / "summary.md").write_text("my edit")
+    (root / "again" / "plots").mkdir()
+    (root / "again" / "plots" / "mine.png").write_bytes(b"mine")
+
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert ("again holds files (plots) that `pflpipe personalize-new` did not write and files "
+            "`pflpipe personalize-new` wrote that were changed since (summary.md)") in err
+    assert main([*args, "--force"]) == 0
+
+    assert (root / "again" / "plots" / "mine.png").read_bytes() == b"mine"
+    assert (root / "again" / "summary.md").read_text() != "my edit"   # its own name: replaced

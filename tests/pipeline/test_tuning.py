@@ -115,7 +115,7 @@ def test_a_new_grid_point_reruns_only_its_own_task_and_the_tuned_entry(tuned):
     again = run_local(parse_spec(text), {}, results_dir=tuned["tmp"] / "pipeline")
     ran = sorted(t.title for t in again.tasks if t.status != "CACHED")
     assert ran == ["collect_results · seed 0", "evaluate_fairness", "personalize[prox] · seed 0",
-                   "tune", "tune", "tune_point[prox, lr=0.1] · seed 7"]
+                   "tune", "tune · seed 7", "tune_point[prox, lr=0.1] · seed 7"]
     points = tune.read(again.seeds[0] / "prox")["entries"]["prox"]["points"]
     assert [p["scores"]["7"] for p in points[:3]] == tuned["scores"]  # the cached points'
 

@@ -31,6 +31,7 @@ NOT_OURS = {
     # from the user's data and written by the export in the tools' own format
     ("pflpipe/data/client_files.py", "{}.npz"): "PFLlib's and Flower's client files",
     ("pflpipe/data/export.py", "{}.npz"): "PFLlib's and Flower's client files",
+    ("pflpipe/data/files.py", "data.pkl"): "the pickle inside torch.save's archive",
     # paths inside an MLflow run's artifacts (the tracking store), not a directory on disk
     ("pflpipe/tracking/mlflow.py", "{}.pt"): "a state_dict artifact of an MLflow run",
     ("pflpipe/tracking/runs.py", "spec.yaml"): "an artifact of the MLflow parent run",
