@@ -57,7 +57,18 @@ def _line(summary: SplitSummary, decision: Decision, verdict: Verdict, title: st
         text = f"{_join(verdict.top)} are indistinguishable here ({describe(only, leader, unit)})"
     else:
         text = f"{_join(verdict.top)} are tied at the top ({'; '.join(pieces)})"
-    return f"{head} {text}; the thesis's vote alone would name {decision.explain()}."
+    return f"{head} {text}; {vote(decision)} alone it would be {decision.explain()}."
+
+
+#: The number of criteria of each question's vote, in words (summary.BEST_CRITERIA, ...).
+COUNT = {4: "four", 7: "seven"}
+
+
+def vote(decision: Decision) -> str:
+    """What the thesis's vote is, in words: ``by the thesis's seven criteria``."""
+    n = len(decision.winners)
+    kind = "" if decision.question == "best" else " fairness"
+    return f"by the thesis's {COUNT.get(n, n)}{kind} criteria"
 
 
 def describe(pair: Pair, first: str, unit: str) -> str:

@@ -45,8 +45,8 @@ def test_identical_models_are_indistinguishable():
     assert (pair.gap.delta, pair.gap.p, pair.p_holm, pair.resolved) == (0.0, 1.0, 1.0, False)
     assert answer(summary, assessment).startswith(
         "Best performing on test: fedper and persfl are indistinguishable here (Δ +0.0 pp, "
-        "95 % CI [+0.0, +0.0], p = 1, n = 10 clients; no gap to settle); the thesis's vote "
-        "alone would name fedper (")
+        "95 % CI [+0.0, +0.0], p = 1, n = 10 clients; no gap to settle); by the "
+        "thesis's seven criteria alone it would be fedper (wins ")
 
 
 def test_identical_models_are_indistinguishable_over_seeds():
