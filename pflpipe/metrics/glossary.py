@@ -24,6 +24,7 @@ TERMS: dict[str, str] = {
     "CI": "confidence interval (95 %)",
     "pp": "percentage points",
     "p (Holm)": "the paired test's p-value, Holm-corrected over the pairs of its question",
+    "MB": "megabytes (10⁶ bytes) sent or received, in the Compute table",
     "MSE": "mean squared error (regression tasks; −MSE is scored so that higher is better)",
     "DS-1": "data split 1: equal client sizes, a few classes per client (thesis §5.2.1)",
     "DS-2": "data split 2: every class shared out by a Dirichlet draw (thesis §5.2.1)",

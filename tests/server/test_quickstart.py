@@ -181,12 +181,13 @@ def test_personalize_new_works_with_its_defaults_after_the_run(quickstart, mlflo
     assert (results / "newcomer" / "newcomer" / "model.pt").is_file()
 
 
-def _readme_block(marker: str) -> str:
-    readme = (REPO / "README.md").read_text()
+def _readme_block(marker: str, page: str = "README.md") -> str:
+    readme = (REPO / page).read_text()
     return readme.split(f"<!-- {marker} -->")[1].split("```")[1].strip()
 
 
-README_NEWCOMER = _readme_block("newcomer-file").removeprefix("python -c ").strip('"')
+README_NEWCOMER = _readme_block("newcomer-file", "docs/tutorial.md").removeprefix(
+    "python -c ").strip('"')
 
 
 @pytest.fixture(scope="module")
