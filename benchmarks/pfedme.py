@@ -84,7 +84,7 @@ def profile_inner_step(n_clients: int, repeat: int) -> dict[str, float]:
 
 def round_seconds(n_clients: int, repeat: int) -> dict[str, float]:
     """Seconds per round of each variant (timed interleaved, fastest kept)."""
-    data = make_data(180 * n_clients, n_clients, torch.device("cpu"))
+    data = make_data(n_clients, (1, 28, 28), torch.device("cpu"), pool=180 * n_clients)
     model = Mlp((1, 28, 28), 10)
     ctx = Context(model)
     init = {k: v.detach().clone() for k, v in model.state_dict().items()}

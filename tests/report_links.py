@@ -43,7 +43,7 @@ NAMES = {"CSV", "HTML", "JSON", "PNG", "MLflow", "KFP", "ID", "URL", "CPU", "GPU
 
 
 def undefined_abbreviations(folder: Path) -> list[str]:
-    """The abbreviations report.md uses that its glossary does not define (bold, at a line's start)."""
+    """The abbreviations report.md uses that its glossary does not define (bold, line's start)."""
     text = (folder / "report.md").read_text(encoding="utf-8")
     body, _, glossary = text.partition(GLOSSARY)
     defined = set(re.findall(r"^- \*\*(.+?)\*\* — ", glossary, flags=re.M))

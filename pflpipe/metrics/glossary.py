@@ -54,8 +54,11 @@ def names() -> list[str]:
 def legend(used: Iterable[str]) -> str:
     """One line naming what the abbreviations of a table stand for.
 
-    >>> legend(["PUI", "JI"])
-    "*Legend:* PUI = % of clients improved (higher is better); JI = Jain's index (higher is better); every term: [Words and abbreviations](#words-and-abbreviations)."
+    >>> for part in legend(["PUI", "JI"]).split("; "):
+    ...     print(part)
+    *Legend:* PUI = % of clients improved (higher is better)
+    JI = Jain's index (higher is better)
+    every term: [Words and abbreviations](#words-and-abbreviations).
     """
     return ("*Legend:* " + "; ".join(f"{n} = {definition(n)}" for n in dict.fromkeys(used))
             + f"; every term: [{TITLE}](#{ANCHOR}).")
