@@ -413,9 +413,9 @@ def test_readme_output_check_ignores_times_and_ids_but_not_a_stage():
 def test_readme_shows_the_run_as_it_is(quickstart):
     """The README's example output: a fresh run's stages, and its lines' shape.
 
-    kfp.local runs two tasks at once and prints a stage when it ends, so stages that do not wait
-    for each other (train_local beside the chain) may finish in either order; the chain's ends
-    are fixed.
+    kfp.local runs the quickstart's tasks one at a time and prints a stage when it ends; stages
+    that do not wait for each other (train_local and the chain) may come in either order; the
+    chain's ends are fixed.
     """
     _, first, _, _ = quickstart
     shown = _readme_block("quickstart-output")
