@@ -249,6 +249,8 @@ class Progress:
         """Take an event of `TaskLogRouter` (called from the runner's threads)."""
         from rich.markup import escape
 
+        from pflpipe.cli.text import wrap
+
         with self._lock:
             if kind in ("started", "progress"):
                 self.running[id(task)] = task
@@ -256,8 +258,6 @@ class Progress:
                 self.running.pop(id(task), None)
                 when = "cached" if kind == "cached" else f"{task.seconds:5.1f} s"
                 status = "CACHED" if task.status == "SUCCESS" and task.reused else task.status
-                from pflpipe.cli.text import wrap
-
                 notes = f"  {'; '.join(task.notes)}" if task.notes else ""
                 first, *rest = wrap(f"  ? {task.title:<40} {when:>8}{notes}", NOTE_INDENT)
                 self.console.print(f"  {self.SYMBOL.get(status, '?')}{escape(first[3:])}")
