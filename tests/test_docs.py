@@ -162,3 +162,9 @@ def test_docs_index_lists_every_page_once_under_its_kind():
     assert kinds == ["Tutorial", "How-to guides", "Reference", "Explanation"]
     counts = {page.name: links_to(index, page.name) for page in DOCS if page.name != "index.md"}
     assert {name: n for name, n in counts.items() if n != 1} == {}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_spec_file_a_page_names_is_shipped(page):
+    named = set(re.findall(r"\bspecs/[\w.-]+\.yaml\b", page.read_text(encoding="utf-8")))
+    assert sorted(n for n in named if not (REPO / n).is_file()) == []
