@@ -311,6 +311,7 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
     report = copies["report"]
     facts = json.loads((report / layout.REPORT_JSON).read_text(encoding="utf-8"))
     answer = facts.get("answer", "")
+
     def say(text: str) -> None:
         for line in wrap(text, SUMMARY_INDENT):
             console.print(escape(line))

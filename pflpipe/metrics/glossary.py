@@ -38,7 +38,7 @@ TITLE, ANCHOR = "Words and abbreviations", "words-and-abbreviations"
 
 
 def definition(name: str) -> str:
-    """Plain words for a metric or a term, e.g. ``"JI"`` → ``"Jain's index (higher is fairer)"``."""
+    """Plain words for a metric or a term, e.g. ``"JI"`` → ``"Jain's index (higher is better)"``."""
     if name in METRIC_REGISTRY:
         metric = METRIC_REGISTRY[name]
         way = "higher" if metric.higher_is_better else "lower"
