@@ -168,3 +168,10 @@ def test_docs_index_lists_every_page_once_under_its_kind():
 def test_every_spec_file_a_page_names_is_shipped(page):
     named = set(re.findall(r"\bspecs/[\w.-]+\.yaml\b", page.read_text(encoding="utf-8")))
     assert sorted(n for n in named if not (REPO / n).is_file()) == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_relative_link_of_a_page_resolves(page):
+    targets = re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8"))
+    local = [t.split("#")[0] for t in targets if "://" not in t and not t.startswith("#")]
+    assert [t for t in local if not (page.parent / t).exists()] == []
