@@ -28,7 +28,7 @@ from pflpipe.spec.algorithms import FlowParams
 def seconds_per_round(algorithm, n_clients: int, per_round: int, eval_clients: str,
                       rounds: int, device: torch.device) -> float:
     """Median wall time of rounds 2 … rounds − 1 (round 1 warms up; the last scores everyone)."""
-    data = make_data(60 * n_clients, n_clients, device)
+    data = make_data(n_clients, (1, 28, 28), device, pool=60 * n_clients)
     model = Mlp((1, 28, 28), 10).to(device)
     ctx = Context(model)
     init = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -39,12 +39,13 @@ POOL, BATCH, LR = 70_000, 20, 0.05
 SHAPES = {"mlp": (1, 28, 28), "cnn": (3, 32, 32)}
 
 
-def make_data(n_clients: int, shape: tuple[int, ...], device: torch.device, seed: int = 0):
-    """A learnable synthetic pool (label: the argmax of the first 10 inputs), split IID."""
+def make_data(n_clients: int, shape: tuple[int, ...], device: torch.device, seed: int = 0,
+              pool: int = POOL):
+    """A learnable synthetic pool of `pool` samples (label: argmax of the first 10), split IID."""
     generator = torch.Generator().manual_seed(seed)
-    x = torch.rand(POOL, *shape, generator=generator)
-    y = x.view(POOL, -1)[:, :10].argmax(1)
-    parts = torch.randperm(POOL, generator=generator).tensor_split(n_clients)
+    x = torch.rand(pool, *shape, generator=generator)
+    y = x.view(pool, -1)[:, :10].argmax(1)
+    parts = torch.randperm(pool, generator=generator).tensor_split(n_clients)
     splits = {"train": [], "val": [], "test": []}
     for part in parts:
         a, b = int(0.6 * len(part)), int(0.8 * len(part))

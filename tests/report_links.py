@@ -29,3 +29,22 @@ def broken(folder: Path) -> list[str]:
                 or not path.is_file()):
             bad.append(target)
     return bad
+
+
+#: An abbreviation of the report: two or more capitals (QoI, PUI, JI, CI), a set (U⁺), DS-n.
+ABBREVIATION = re.compile(r"(?<![\w/.\-])([A-Z][A-Za-z]*[A-Z][⁺⁻]?|[A-Z][⁺⁻]|DS-\d)"
+                          r"(?![\w/\-]|\.\w)")
+#: The glossary section report.md closes with (`pflpipe.metrics.glossary`).
+GLOSSARY = "## Words and abbreviations"
+#: Words in capitals that are names of things (formats, tools, algorithms), not abbreviations
+#: of the report to define.
+NAMES = {"CSV", "HTML", "JSON", "PNG", "MLflow", "KFP", "ID", "URL", "CPU", "GPU", "SGD", "PersFL",
+         "APFL", "SCAFFOLD", "MAML"}
+
+
+def undefined_abbreviations(folder: Path) -> list[str]:
+    """The abbreviations report.md uses that its glossary does not define (bold, line's start)."""
+    text = (folder / "report.md").read_text(encoding="utf-8")
+    body, _, glossary = text.partition(GLOSSARY)
+    defined = set(re.findall(r"^- \*\*(.+?)\*\* — ", glossary, flags=re.M))
+    return sorted(set(ABBREVIATION.findall(body)) - defined - NAMES)

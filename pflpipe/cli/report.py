@@ -37,6 +37,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     """Build the report; print the two answers per split and where the files are."""
+    from pflpipe.cli.text import paragraphs
     from pflpipe.metrics import read_table
     from pflpipe.metrics.report import build_report, write_report
     from pflpipe.overwrite import claim_dir
@@ -51,7 +52,7 @@ def run(args) -> int:
             "neg_mse": "scores are −MSE (a regression)"}[report.unit]
     print(f"{len(table.rows)} rows from {len(args.tables)} table(s); {unit}; "
           f"selection {args.selection}")
-    print(report.answers())
+    print(paragraphs(report.answers()))
     print(f"report: {files.html}  ({files.json.name}, {files.markdown.name}, "
           f"{len(files.figures)} figures in {files.out_dir / 'figures'})")
     return 0

@@ -254,6 +254,8 @@ class Progress:
         """Take an event of `TaskLogRouter` (called from the runner's threads)."""
         from rich.markup import escape
 
+        from pflpipe.cli.text import wrap
+
         with self._lock:
             if kind in ("started", "progress"):
                 self.running[id(task)] = task
@@ -261,11 +263,17 @@ class Progress:
                 self.running.pop(id(task), None)
                 when = "cached" if kind == "cached" else f"{task.seconds:5.1f} s"
                 status = "CACHED" if task.status == "SUCCESS" and task.reused else task.status
-                notes = f"  {escape('; '.join(task.notes))}" if task.notes else ""
-                self.console.print(f"  {self.SYMBOL.get(status, '?')} "
-                                   f"{escape(task.title):<40} {when:>8}{notes}")
+                notes = f"  {'; '.join(task.notes)}" if task.notes else ""
+                first, *rest = wrap(f"  ? {task.title:<40} {when:>8}{notes}", NOTE_INDENT)
+                self.console.print(f"  {self.SYMBOL.get(status, '?')}{escape(first[3:])}")
+                for line in rest:
+                    self.console.print(escape(line))
             names = ", ".join(escape(_running(t)) for t in self.running.values())
             self._status.update(f"running {names}" if names else "between stages")
+
+
+#: Where a stage's wrapped note and a wrapped closing line continue.
+NOTE_INDENT, SUMMARY_INDENT = 6, 11
 
 
 def _running(task) -> str:
@@ -300,29 +308,37 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
              seconds: float) -> None:
     import json
 
+    from rich.markup import escape
+
     from pflpipe import layout
+    from pflpipe.cli.text import paragraphs, wrap
 
     report = copies["report"]
     facts = json.loads((report / layout.REPORT_JSON).read_text(encoding="utf-8"))
     answer = facts.get("answer", "")
+
+    def say(text: str) -> None:
+        for line in wrap(text, SUMMARY_INDENT):
+            console.print(escape(line))
+
     console.print(f"\n[bold green]done[/] in {seconds:.0f} s")
-    console.print(f"  results  {run_dir}/  (also {results_dir / layout.LATEST}/)")
-    console.print(f"  report   {report / layout.REPORT_HTML}  ({layout.REPORT_MD}, "
-                  f"{layout.REPORT_JSON}, {layout.FIGURES}/, {layout.REPORT_TABLES}/)")
+    say(f"  results  {run_dir}/  (also {results_dir / layout.LATEST}/)")
+    say(f"  report   {report / layout.REPORT_HTML}  ({layout.REPORT_MD}, "
+        f"{layout.REPORT_JSON}, {layout.FIGURES}/, {layout.REPORT_TABLES}/)")
     for name, path in copies.items():
         if name.startswith("seed-"):
             folders = sorted(p for p in path.iterdir() if (p / layout.MODELS).is_dir())
             per_client = [p.name for p in folders if layout.client_model_files(p)]
             shared = [p.name for p in folders if not layout.client_model_files(p)]
             one = "".join(f"; {m}/{layout.MODELS}/ (one global model)" for m in shared)
-            console.print(f"  {name:<8} {path}/<model>/{layout.MODELS}/client_*.pt  "
-                          f"({', '.join(per_client)}){one}; per-client table "
-                          f"{path / layout.RESULTS_CSV}")
-    console.print(f"  logs     {results_dir / layout.LOGS}/")
+            say(f"  {name:<8} {path}/<model>/{layout.MODELS}/client_*.pt  "
+                f"({', '.join(per_client)}){one}")
+            say(f"  {'':<8} per-client table {path / layout.RESULTS_CSV}")
+    say(f"  logs     {results_dir / layout.LOGS}/")
     if parent.run_id:
         console.print(f"  MLflow   run {parent.run_id} in experiment {parent.experiment!r}")
         if parent.tracking_uri.startswith("sqlite:"):
             console.print(f"           mlflow ui --backend-store-uri {parent.tracking_uri}")
         console.print(f"           {parent.ui_url()}")
     if answer:
-        console.print(f"\n{answer}")
+        console.print(f"\n{escape(paragraphs(answer))}")

@@ -64,7 +64,7 @@ def _line(summary: SplitSummary, decision: Decision, verdict: Verdict, title: st
             pieces.append(f"{model} is {ahead} {leader}: {describe(pair, model, unit)}")
         else:
             pieces.append(f"{leader} vs {model}: {describe(pair, leader, unit)}")
-    vote = f"the thesis's vote alone would name {decision.explain()}"
+    by_vote = f"{vote(decision)} alone it would be {decision.explain()}"
     if verdict.status == "training noise not measured":
         over = f"over these {verdict.n} clients"
         if verdict.ahead_over_clients:
@@ -73,13 +73,24 @@ def _line(summary: SplitSummary, decision: Decision, verdict: Verdict, title: st
             seen = f"{over} the corrected paired test puts {leader} {ahead} {_join(others)}"
         else:
             seen = f"{over} {_join(verdict.top)} are not separated ({'; '.join(pieces)})"
-        return f"{head} no winner from one training seed: {seen}; but {UNMEASURED}; {vote}."
+        return f"{head} no winner from one training seed: {seen}; but {UNMEASURED}; {by_vote}."
     only = verdict.against(verdict.top[1]) if len(verdict.top) == 2 else None
     if only is not None and not only.resolved:
         text = f"{_join(verdict.top)} are indistinguishable here ({describe(only, leader, unit)})"
     else:
         text = f"{_join(verdict.top)} are tied at the top ({'; '.join(pieces)})"
-    return f"{head} {text}; {vote}."
+    return f"{head} {text}; {by_vote}."
+
+
+#: The number of criteria of each question's vote, in words (summary.BEST_CRITERIA, ...).
+COUNT = {4: "four", 7: "seven"}
+
+
+def vote(decision: Decision) -> str:
+    """What the thesis's vote is, in words: ``by the thesis's seven criteria``."""
+    n = len(decision.winners)
+    kind = "" if decision.question == "best" else " fairness"
+    return f"by the thesis's {COUNT.get(n, n)}{kind} criteria"
 
 
 def describe(pair: Pair, first: str, unit: str) -> str:

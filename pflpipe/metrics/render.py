@@ -9,6 +9,7 @@ name.
 import base64
 import html
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -17,6 +18,7 @@ from pflpipe import markdown
 from pflpipe.layout import REPORT_JSON
 from pflpipe.metrics.base import METRIC_REGISTRY, fsum
 from pflpipe.metrics.fairness import FAIRNESS
+from pflpipe.metrics.glossary import legend
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE, GROUPS, SplitSummary
 from pflpipe.metrics.table import measure
@@ -61,8 +63,8 @@ def fmt(value: float | None, name: str, unit: str) -> str:
     if name in ("PUI", "PUD"):
         return f"{value:.1f}"
     if name == "AV":
-        # AV is in unit² and spans many magnitudes; rounding noise below 1e-15 shows as 0.
-        return "0" if abs(value) < 1e-15 else f"{value:.4g}"
+        # AV is in unit²: small for fractions; fixed decimals keep a row's values comparable.
+        return f"{0.0 if abs(value) < 1e-15 else value:.{2 if unit == 'percent' else 6}f}"
     if name in ("CS", "Entropy", "JI"):
         return f"{value:.4f}"
     return f"{value:.2f}" if unit == "percent" else f"{value:.4f}"
@@ -80,6 +82,12 @@ def cell(summary: SplitSummary, model: str, path: str) -> str:
 def heading(name: str) -> str:
     """Metric name with its direction, e.g. ``AV ↓``."""
     return f"{name} {METRIC_REGISTRY[name].direction}"
+
+
+def metric_blocks(summary: SplitSummary, models: list[str], paths: list[str]) -> list[Block]:
+    """A metric table and the legend of its abbreviations under it."""
+    return [metric_table(summary, models, paths),
+            ("p", legend(path.rsplit(".", 1)[1] for path in paths))]
 
 
 def metric_table(summary: SplitSummary, models: list[str], paths: list[str]) -> Block:
@@ -130,17 +138,17 @@ def split_blocks(summary: SplitSummary, metrics: Sequence[str],
     perf = [m for m in PERFORMANCE if m in metrics]
     if perf and personalized:
         out += [("h3", "Performance on the QoI (thesis Table 6.8 style)"),
-                metric_table(summary, personalized, [f"performance.{m}" for m in perf])]
+                *metric_blocks(summary, personalized, [f"performance.{m}" for m in perf])]
     fair = [m for m in FAIRNESS if m in metrics]
     for group in GROUPS if fair else ():
         models = everyone if group == "accuracy" else personalized
         if models:
             out += [("h3", f"Fairness on {GROUP_NAMES[group].format(**words)}"),
-                    metric_table(summary, models, [f"fairness.{group}.{m}" for m in fair])]
+                    *metric_blocks(summary, models, [f"fairness.{group}.{m}" for m in fair])]
     acc = [m for m in ACCURACY if m in metrics]
     if acc:
         out += [("h3", f"{words['Measure']} summaries"),
-                metric_table(summary, everyone, [f"accuracy.{m}" for m in acc]),
+                *metric_blocks(summary, everyone, [f"accuracy.{m}" for m in acc]),
                 *(("p", note) for note in accuracy_notes)]
     if "qoi" in figures:
         out.append(("figure", figures["qoi"], "QoI per personalized model: a box over clients "
@@ -261,6 +269,15 @@ def inline(text: str) -> str:
     return MarkdownIt("commonmark", {"html": False}).renderInline(text)
 
 
+def anchor(title: str) -> str:
+    """A heading's in-page anchor, as GitHub spells it in Markdown.
+
+    >>> anchor("Words and abbreviations"), anchor("Split: test")
+    ('words-and-abbreviations', 'split-test')
+    """
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
+
+
 def to_html(blocks: Sequence[Block], images: Mapping[str, bytes], title: str) -> str:
     """Render blocks as one self-contained HTML page; figures are embedded as base64 PNG.
 
@@ -273,7 +290,7 @@ def to_html(blocks: Sequence[Block], images: Mapping[str, bytes], title: str) ->
     for block in blocks:
         kind = block[0]
         if kind in ("h1", "h2", "h3"):
-            parts.append(f"<{kind}>{esc(block[1])}</{kind}>")
+            parts.append(f"<{kind} id=\"{anchor(block[1])}\">{esc(block[1])}</{kind}>")
         elif kind == "p":
             parts.append(f"<p>{inline(block[1])}</p>")
         elif kind == "list":

@@ -60,6 +60,7 @@ from pflpipe.metrics import (
     curves,
     figures,
     generalization,
+    glossary,
     notes,
     pairwise,
     pairwise_report,
@@ -258,7 +259,7 @@ class Report:
         if pictures:
             out += [("h2", "The split"),
                     *(("figure", name, caption) for name, caption in pictures)]
-        return out + render.rule_blocks(pairwise.RULE)
+        return out + render.rule_blocks(pairwise.RULE) + glossary.section()
 
     def unequal_compute(self) -> cost.Mismatch | None:
         """The compared models' (all but the baselines) unequal compute in all, if any."""

@@ -117,7 +117,7 @@ class Decision:
         alone = [p.rsplit(".", 1)[1] for p, ms in self.winners.items() if ms == [self.model]]
         shared = [p.rsplit(".", 1)[1] for p, ms in self.winners.items()
                   if self.model in ms and len(ms) > 1]
-        text = f"{self.model} (wins {len(alone) + len(shared)} of {len(self.winners)}: "
+        text = f"{self.model} (wins {len(alone) + len(shared)} of {len(self.winners)} criteria: "
         text += ", ".join(alone) or "none alone"
         text += f"; tied at the best on {', '.join(shared)})" if shared else ")"
         return f"{text}; {self.tie_break}" if self.tie_break else text

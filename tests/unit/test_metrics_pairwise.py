@@ -79,7 +79,7 @@ def test_a_consistent_gap_over_one_seeds_clients_names_no_winner():
         "corrected paired test puts persfl ahead of fedper (Δ +4.5 pp, 95 % CI [+4.3, +4.8], "
         "p = 0.002, n = 10 clients); but training noise was not measured (one seed: the test "
         "over its clients treats them as the only noise); 3 or more seeds (experiment.seeds) "
-        "would measure it; the thesis's vote alone would name persfl (")
+        "would measure it; by the thesis's seven criteria alone it would be persfl (")
     assert "resolved" not in text
 
 

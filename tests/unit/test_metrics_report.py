@@ -103,7 +103,9 @@ def test_report_html_is_self_contained_with_the_figures_embedded(written):
     assert all(src.startswith("data:image/png;base64,") for src in parser.sources)
     embedded = {base64.b64decode(src.split(",", 1)[1]) for src in parser.sources}
     assert embedded == {path.read_bytes() for path in files.figures}
-    assert not re.search(r"(src|href)=\"(?!data:)", page)  # nothing loaded from elsewhere
+    # nothing loaded from elsewhere; the legends link to the page's own glossary section
+    assert not re.search(r"(src|href)=\"(?!data:|#)", page)
+    assert 'href="#words-and-abbreviations"' in page and 'id="words-and-abbreviations"' in page
 
 
 def test_report_writes_png_figures(written):
