@@ -158,39 +158,48 @@ def replicates(accuracy: np.ndarray, qoi: np.ndarray | None, n_samples: np.ndarr
     for each row ``idx`` (None there is NaN here).
     """
     accuracy = np.asarray(accuracy, dtype=float)
+    out = vectorized(accuracy, qoi, n_samples, resamples, errors=errors)
+    if out is None:   # a value a metric refuses: `score` raises its error
+        return _scalar(accuracy, qoi, n_samples, resamples, PATHS, errors)
+    if missing := [path for path in PATHS if path not in out]:
+        out |= _scalar(accuracy, qoi, n_samples, resamples, missing, errors)
+    return {path: out[path] for path in PATHS}
+
+
+def vectorized(accuracy: np.ndarray, qoi: np.ndarray | None, n_samples: np.ndarray | None,
+               resamples: np.ndarray, *, errors: bool = False) -> dict[str, np.ndarray] | None:
+    """The metrics of `PATHS` that have a form over the [resamples, clients] matrix.
+
+    None when a fairness group holds a negative value (the metric refuses it).
+    """
+    accuracy = np.asarray(accuracy, dtype=float)
     a = _Rows(accuracy[resamples])
-    fair = -a.values if errors else a.values
-    groups = {"accuracy": a, "fairness.accuracy": a if not errors else _Rows(fair)}
+    groups = {"accuracy": a, "fairness.accuracy": _Rows(-a.values) if errors else a}
     sizes = None if n_samples is None else np.asarray(n_samples, dtype=float)[resamples]
-    per_group: dict[str, dict[str, np.ndarray]] = {"accuracy": _accuracy_metrics(a, sizes)}
+    per_group = {"accuracy": _accuracy_metrics(a, sizes), "performance": {"AA": a.mean}}
     if qoi is not None:
         q = np.asarray(qoi, dtype=float)[resamples]
-        gains, losses = _Rows(q, q > 0), _Rows(np.abs(q), q < 0)
+        gains, losses, signed_losses = _Rows(q, q > 0), _Rows(np.abs(q), q < 0), _Rows(q, q < 0)
         groups |= {"fairness.improved": gains, "fairness.decreased": losses}
-        signed_losses = _Rows(q, q < 0)
-        per_group["performance"] = {
+        per_group["performance"] |= {
             "PUI": _share(q, q > 0), "PUD": _share(q, q < 0), "MPI": _median(gains),
             "API": _subset_mean(gains), "MPD": _median(signed_losses),
-            "APD": _subset_mean(signed_losses), "AA": a.mean}
+            "APD": _subset_mean(signed_losses)}
     if any((groups[g].values < 0).any() for g in groups if g.startswith("fairness.")):
-        return _scalar(accuracy, qoi, n_samples, resamples, PATHS, errors)  # raises as score
+        return None
     out: dict[str, np.ndarray] = {}
-    missing = []
+    undefined = np.full(len(resamples), np.nan)
     for path in PATHS:
         group, name = path.rsplit(".", 1)
         if group.startswith("fairness.") and group in groups and name in DISTRIBUTION:
             out[path] = DISTRIBUTION[name](groups[group])
         elif name in per_group.get(group, {}):
             out[path] = per_group[group][name]
-        elif (group == "performance" and name != "AA" and qoi is None) or (
+        elif (group == "performance" and qoi is None) or (
                 group.startswith("fairness.") and group not in groups) or (
                 METRIC_REGISTRY[name].reads == "accuracy_and_samples" and n_samples is None):
-            out[path] = np.full(len(resamples), np.nan)
-        else:
-            missing.append(path)
-    if missing:
-        out |= _scalar(accuracy, qoi, n_samples, resamples, missing, errors)
-    return {path: np.asarray(out[path], dtype=float) for path in PATHS}
+            out[path] = undefined.copy()
+    return {path: np.asarray(values, dtype=float) for path, values in out.items()}
 
 
 def _scalar(accuracy: np.ndarray, qoi: np.ndarray | None, n_samples: np.ndarray | None,

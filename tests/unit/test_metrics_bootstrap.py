@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pflpipe.metrics.performance import quantum_of_improvement
-from pflpipe.metrics.resampled import replicates, scalar_replicates
+from pflpipe.metrics.resampled import replicates, scalar_replicates, vectorized
 from pflpipe.metrics.summary import PATHS
 from pflpipe.metrics.uncertainty import client_resamples
 
@@ -73,6 +73,8 @@ def test_every_metric_on_every_resample_equals_the_scalar_reference(case):
     errors = case == "regression"
     assert_same(replicates(accuracy, qoi, samples, resamples, errors=errors),
                 scalar_replicates(accuracy, qoi, samples, resamples, errors=errors))
+    # every metric of the report has its matrix form: none falls back to a loop over resamples
+    assert set(vectorized(accuracy, qoi, samples, resamples, errors=errors)) == set(PATHS)
 
 
 def test_undefined_values_are_nan_where_score_gives_none():
