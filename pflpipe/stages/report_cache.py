@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pflpipe
 from pflpipe import layout
+from pflpipe.errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class ReportCache:
                 return None
             index = json.loads(self.store.get_bytes(FIGURES_JSON))
             images = {name: self.store.get_bytes(name) for name in index["images"]}
-        except (OSError, ValueError, KeyError) as err:
+        except (OSError, StorageError, ValueError, KeyError) as err:
             log.warning("the report's kept figures could not be read: %s", err)
             return None
         return images, index["figure_files"]
@@ -84,7 +85,7 @@ class ReportCache:
                 self.store.put_bytes(name, data)
             self.store.put_bytes(FIGURES_JSON, json.dumps(
                 {"images": sorted(images), "figure_files": figure_files}).encode())
-        except OSError as err:
+        except (OSError, StorageError) as err:
             log.warning("the report's figures could not be kept for a rerun: %s", err)
 
     def logged_run(self, tracker) -> str | None:
@@ -93,7 +94,7 @@ class ReportCache:
             if not self.store.exists(LOGGED_JSON):
                 return None
             record = json.loads(self.store.get_bytes(LOGGED_JSON))
-        except (OSError, ValueError) as err:
+        except (OSError, StorageError, ValueError) as err:
             log.warning("the record of the run that logged the seeds could not be read: %s", err)
             return None
         if (record.get("tracking_uri") != getattr(tracker, "tracking_uri", None)
@@ -108,7 +109,7 @@ class ReportCache:
             self.store.put_bytes(LOGGED_JSON, json.dumps(
                 {"tracking_uri": tracker.tracking_uri, "experiment_id": tracker.experiment_id,
                  "run_id": tracker.run_id}).encode())
-        except OSError as err:
+        except (OSError, StorageError) as err:
             log.warning("the run that logged the seeds could not be recorded: %s", err)
 
 
@@ -120,6 +121,6 @@ def open_cache(spec, results_dirs: list[Path]) -> ReportCache | None:
         digest = key(spec, results_dirs)
         root = open_store(spec.storage, default_root=spec.experiment.results_dir)
         return ReportCache(root.child(layout.stage_checkpoints(STAGE, digest)), digest)
-    except (OSError, ValueError) as err:
+    except (OSError, StorageError, ValueError) as err:
         log.warning("the report's inputs could not be hashed or its store opened: %s", err)
         return None

@@ -118,3 +118,22 @@ def test_changed_inputs_or_a_deleted_run_log_the_seeds_again(tmp_path, seed_dir)
     again, _ = run_once(tmp_path, seed_dir, "again")
     assert SEEDS_RUN_TAG not in client.get_run(again).data.tags
     assert len(children(client, again)) == 33
+
+
+def test_kept_figures_are_the_drawn_ones_and_a_damaged_record_is_drawn_again(tmp_path, seed_dir):
+    from pflpipe.stages.report_cache import FIGURES_JSON, open_cache
+
+    the_spec = spec(tmp_path)
+    cache = open_cache(the_spec, [seed_dir])
+    assert cache.figures() is None   # nothing kept yet: drawn, then kept
+    evaluate_fairness.run(the_spec, [seed_dir], tmp_path / "first", cache=cache)
+    images, _ = cache.figures()
+    assert images and all((tmp_path / "first" / name).read_bytes() == data
+                          for name, data in images.items())
+
+    cache.store.put_bytes(FIGURES_JSON, b"{not json")
+    assert cache.figures() is None
+    evaluate_fairness.run(the_spec, [seed_dir], tmp_path / "again", cache=cache)
+    assert json.loads((tmp_path / "again" / "report.json").read_text()) == \
+        json.loads((tmp_path / "first" / "report.json").read_text())
+    assert cache.figures()[0] == images   # kept anew
