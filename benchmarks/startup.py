@@ -85,10 +85,13 @@ TASK = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - \w+ - (?:Executing task '([\w-]+)'|
                   r"Task '([\w-]+)' finished)", re.M)
 
 
-def task_walls(pipeline_log: Path) -> dict[str, float]:
-    """Seconds from "Executing task" to "finished" of every task in kfp.local's log."""
+def task_walls(pipeline_log: Path, start: int = 0) -> dict[str, float]:
+    """Seconds from "Executing task" to "finished" of every task in kfp.local's log.
+
+    `start`: the log's length before the run (a rerun appends to it).
+    """
     marks: dict[str, list[datetime]] = {}
-    for match in TASK.finditer(pipeline_log.read_text()):
+    for match in TASK.finditer(pipeline_log.read_text()[start:]):
         name = match.group(2) or match.group(3)
         marks.setdefault(name, []).append(datetime.strptime(match.group(1), "%H:%M:%S.%f"))
     return {name: (t[-1] - t[0]).total_seconds() for name, t in marks.items() if len(t) == 2}
@@ -118,6 +121,8 @@ def measure(source: Path | None, work: Path, args, runner: str, rerun: bool
         command = [str(Path(sys.executable).with_name("pflpipe")), "run", str(args.spec),
                    "--runner", runner,
                    "--results", str(work / "results"), *(f"--set={s}" for s in args.set)]
+        log = work / "results" / "logs" / "pipeline.log"
+        logged = len(log.read_text()) if log.is_file() else 0
         before, start, cpu = load(), time.monotonic(), os.times()
         subprocess.run(command, check=True, env=env | {"PFLPIPE_STARTUP_LOG": str(records)},
                        cwd=work, stdout=subprocess.DEVNULL)
@@ -127,7 +132,7 @@ def measure(source: Path | None, work: Path, args, runner: str, rerun: bool
             process = json.loads(line)
             by_name[process["name"]] = process
         rows = {}
-        for name, seconds in task_walls(work / "results" / "logs" / "pipeline.log").items():
+        for name, seconds in task_walls(log, logged).items():
             process = by_name.get(name.replace("-", "_"), {})
             rows[name] = {"wall": seconds, "cpu": process.get("cpu", float("nan")),
                           "beside": process.get("children_cpu", 0.0),

@@ -1,9 +1,10 @@
 """What a rerun of `evaluate_fairness` on unchanged inputs reuses instead of redoing.
 
-A rerun of the pipeline with nothing changed finds every training stage cached and the same
-collected results folders; only `evaluate_fairness` runs again (a new parent run). Its inputs
-are hashed (`key`: the spec, every file of the results folders by name, size and modification
-time, and pflpipe's own source), and under that key the storage root keeps
+A rerun of the pipeline with nothing changed finds every training stage cached;
+`collect_results` gathers the same files into a new folder and `evaluate_fairness` runs again,
+into a new parent run. Its inputs
+are hashed (`key`: the spec, every file of the results folders by name and content, and
+pflpipe's own source), and under that key the storage root keeps
 (``checkpoints/evaluate_fairness/<key>/``, `pflpipe.layout.stage_checkpoints`):
 
 - the report's figures (`pflpipe.metrics.report.draw_figures`), which are the report's costliest
@@ -36,16 +37,21 @@ FIGURES_JSON, LOGGED_JSON = "figures.json", "logged.json"
 
 
 def key(spec, results_dirs: list[Path]) -> str:
-    """The hash of everything the report and the seeds' tracking are made from."""
+    """The hash of everything the report and the seeds' tracking are made from.
+
+    Every file of the results folders by name and content: `collect_results` runs on every
+    pipeline run and writes a new folder, the same bytes where its inputs were cached.
+    """
     digest = hashlib.sha256()
     digest.update(json.dumps({"format": FORMAT, "spec": spec.model_dump(mode="json")},
                              sort_keys=True).encode())
     for directory in map(Path, results_dirs):
-        digest.update(f"\0dir {directory.resolve()}".encode())
+        digest.update(b"\0folder")
         for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-            stat = path.stat()
-            digest.update(f"\0{path.relative_to(directory)} {stat.st_size} "
-                          f"{stat.st_mtime_ns}".encode())
+            digest.update(f"\0{path.relative_to(directory).as_posix()}\0".encode())
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):  # noqa: B023
+                    digest.update(block)
     digest.update(_source_digest().encode())
     return digest.hexdigest()[:16]
 

@@ -78,7 +78,9 @@ def test_a_rerun_gives_the_same_report_and_points_at_the_run_that_logged_the_see
         tmp_path, seed_dir):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     first, first_out = run_once(tmp_path, seed_dir, "first")
-    second, second_out = run_once(tmp_path, seed_dir, "second")
+    # collect_results gathers the same files into a new folder on every pipeline run
+    again = shutil.copytree(seed_dir, tmp_path / "seed-0-again")
+    second, second_out = run_once(tmp_path, again, "second")
 
     # the same report: every number, verdict and figure (the run info names its own runs)
     old, new = (json.loads((out / "report.json").read_text()) for out in (first_out, second_out))
