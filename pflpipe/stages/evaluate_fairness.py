@@ -103,7 +103,7 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
                                           sorted({row.seed for row in table.rows})))
     kept = cache.figures() if cache else None
     if kept is not None:
-        notice("inputs unchanged since an earlier run: its figures reused")
+        notice("figures reused from an earlier run of the same inputs")
     if alongside is None or kept is not None:   # nothing to draw beside: all here
         if alongside is not None:
             alongside()
@@ -176,8 +176,8 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
             earlier = cache.logged_run(tracker) if cache else None
             if earlier:   # its child runs hold these very seeds, clients and models
                 tracker.set_tags({SEEDS_RUN_TAG: earlier})
-                notice(f"inputs unchanged: the seeds' runs and models are those of MLflow run "
-                       f"{earlier} (tag {SEEDS_RUN_TAG})")
+                notice(f"seeds' runs and models: MLflow run {earlier}'s (same inputs; tag "
+                       f"{SEEDS_RUN_TAG})")
                 return
             for directory in results_dirs:
                 collect_results.track(spec, Path(directory), tracker)
