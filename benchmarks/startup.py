@@ -1,16 +1,27 @@
 """Where the quickstart's wall time goes: each task's wall (kfp.local) and its process's CPU.
 
     python benchmarks/startup.py [--spec specs/persfl-digits.yaml] [--work DIR] [--set K=V ...]
+        [--base REV] [--rerun] [--runner subprocess|docker ...] [--repeat N] [--profile]
 
-Runs ``pflpipe run SPEC --fresh`` into a new results folder with a new MLflow sqlite store (a
-first run, as on a fresh machine), with a ``sitecustomize`` hook on PYTHONPATH that makes every
-Python process of the run (the CLI and each task) append its CPU seconds (user + sys, from
-``getrusage``), those of the processes it forked (a figure drawn beside: `beside`) and its fsync
-calls and their seconds to a JSON-lines file when it exits. Prints one row per task: its wall
-time from kfp.local's log (start of the task to its end, process start-up and exit included),
-its process's CPU seconds, its forked children's, its fsyncs, the CLI's own CPU, the run's wall
-and CPU, and the load average before and after (the machine is shared: compare runs made side
-by side). ``--profile`` also writes a cProfile (CPU clock) of every process.
+Runs ``pflpipe run SPEC`` into a new results folder with a new MLflow sqlite store (a first
+run, as on a fresh machine: nothing cached, nothing to resume), with a ``sitecustomize`` hook
+on PYTHONPATH that makes every Python process of the run (the CLI and each task) append its CPU
+seconds (user + sys, from ``getrusage``), those of the processes it forked (a figure drawn
+beside: `beside`) and its fsync calls and their seconds to a JSON-lines file when it exits.
+Prints one row per task: its wall time from kfp.local's log (start of the task to its end,
+process start-up and exit included), its process's CPU seconds, its forked children's, its
+fsyncs, the CLI's own CPU, the run's wall and CPU, and the load average before and after (the
+machine is shared: compare runs made side by side). ``--profile`` also writes a cProfile (CPU
+clock) of every process.
+
+Side by side, in one run: ``--base REV`` also measures pflpipe as of git revision REV (exported
+with ``git archive`` and put first on PYTHONPATH, with this checkout's virtualenv) and prints
+each task's wall and CPU before (REV) and after (this checkout) in adjacent columns, the two
+alternating run by run (``--repeat N``: N runs of each, the median shown); ``--rerun`` adds a
+cached rerun (``pflpipe run SPEC`` again into the same folder and store, nothing changed: every
+training task is served from kfp.local's cache) after every first run; two
+``--runner``s (``--runner subprocess --runner docker``) compare the runners back to back on this
+checkout (docker needs a container engine: ../shared/tools/container-engine.sh).
 """
 
 import argparse
@@ -74,10 +85,13 @@ TASK = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - \w+ - (?:Executing task '([\w-]+)'|
                   r"Task '([\w-]+)' finished)", re.M)
 
 
-def task_walls(pipeline_log: Path) -> dict[str, float]:
-    """Seconds from "Executing task" to "finished" of every task in kfp.local's log."""
+def task_walls(pipeline_log: Path, start: int = 0) -> dict[str, float]:
+    """Seconds from "Executing task" to "finished" of every task in kfp.local's log.
+
+    `start`: the log's length before the run (a rerun appends to it).
+    """
     marks: dict[str, list[datetime]] = {}
-    for match in TASK.finditer(pipeline_log.read_text()):
+    for match in TASK.finditer(pipeline_log.read_text()[start:]):
         name = match.group(2) or match.group(3)
         marks.setdefault(name, []).append(datetime.strptime(match.group(1), "%H:%M:%S.%f"))
     return {name: (t[-1] - t[0]).total_seconds() for name, t in marks.items() if len(t) == 2}
@@ -88,46 +102,142 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def main() -> int:
-    """Run the spec once and print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--spec", type=Path, default=ROOT / "specs" / "persfl-digits.yaml")
-    parser.add_argument("--work", type=Path, help="where the run goes (default: a temporary dir)")
-    parser.add_argument("--profile", action="store_true",
-                        help="also write a cProfile (CPU clock) of every process to WORK/profiles")
-    parser.add_argument("--set", action="append", default=[], help="a --set of pflpipe run")
-    args = parser.parse_args()
-    work = (args.work or Path(tempfile.mkdtemp(prefix="pflpipe-startup-"))).absolute()
+def measure(source: Path | None, work: Path, args, runner: str, rerun: bool
+            ) -> dict[str, dict[str, dict[str, float]]]:
+    """Run the spec (and a cached rerun) with `source` first on PYTHONPATH; rows by run kind."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "hook").mkdir(exist_ok=True)
     (work / "hook" / "sitecustomize.py").write_text(HOOK)
-    records = work / "processes.jsonl"
-    records.unlink(missing_ok=True)
-    env = os.environ | {"PFLPIPE_STARTUP_LOG": str(records),
-                        "PYTHONPATH": os.pathsep.join(filter(None, [
-                            str(work / "hook"), os.environ.get("PYTHONPATH")])),
+    env = os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [
+                            str(work / "hook"), str(source or ""), os.environ.get("PYTHONPATH")])),
                         "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
     if args.profile:
         (work / "profiles").mkdir(exist_ok=True)
         env["PFLPIPE_STARTUP_PROFILE"] = str(work / "profiles")
-    command = [str(Path(sys.executable).with_name("pflpipe")), "run", str(args.spec), "--fresh",
-               "--results", str(work / "results"), *(f"--set={s}" for s in args.set)]
-    before, start, cpu = load(), time.monotonic(), os.times()
-    subprocess.run(command, check=True, env=env, cwd=work, stdout=subprocess.DEVNULL)
-    wall, cpu = time.monotonic() - start, os.times()
-    processes = [json.loads(line) for line in records.read_text().splitlines()]
-    by_name = {p["name"]: p for p in processes}
-    print(f"{args.spec.name}: {work}; load {before} before, {load()} after")
-    print(f"{'task':24s} {'wall s':>7s} {'CPU s':>7s} {'beside':>7s} {'fsyncs':>7s} "
-          f"{'fsync s':>7s}")
-    for name, seconds in task_walls(work / "results" / "logs" / "pipeline.log").items():
-        process = by_name.get(name.replace("-", "_"), {})
-        print(f"{name:24s} {seconds:7.1f} {process.get('cpu', float('nan')):7.1f} "
-              f"{process.get('children_cpu', 0):7.1f} {process.get('fsyncs', 0):7d} "
-              f"{process.get('fsync_s', 0):7.2f}")
-    cli = by_name.get("pflpipe", {})
-    print(f"{'CLI (own CPU)':24s} {'':7s} {cli.get('cpu', float('nan')):7.1f}")
-    print(f"{'run':24s} {wall:7.1f} {cpu.children_user + cpu.children_system:7.1f}")
+    out = {}
+    for kind in ("first", "rerun") if rerun else ("first",):
+        records = work / f"processes-{kind}.jsonl"
+        records.unlink(missing_ok=True)
+        command = [str(Path(sys.executable).with_name("pflpipe")), "run", str(args.spec),
+                   "--runner", runner,
+                   "--results", str(work / "results"), *(f"--set={s}" for s in args.set)]
+        log = work / "results" / "logs" / "pipeline.log"
+        logged = len(log.read_text()) if log.is_file() else 0
+        before, start, cpu = load(), time.monotonic(), os.times()
+        subprocess.run(command, check=True, env=env | {"PFLPIPE_STARTUP_LOG": str(records)},
+                       cwd=work, stdout=subprocess.DEVNULL)
+        wall, after = time.monotonic() - start, os.times()
+        by_name = {}
+        for line in records.read_text().splitlines():
+            process = json.loads(line)
+            by_name[process["name"]] = process
+        rows = {}
+        for name, seconds in task_walls(log, logged).items():
+            process = by_name.get(name.replace("-", "_"), {})
+            rows[name] = {"wall": seconds, "cpu": process.get("cpu", float("nan")),
+                          "beside": process.get("children_cpu", 0.0),
+                          "fsyncs": process.get("fsyncs", 0), "fsync_s": process.get("fsync_s", 0)}
+        rows["CLI (own CPU)"] = {"wall": float("nan"),
+                                 "cpu": by_name.get("pflpipe", {}).get("cpu", float("nan"))}
+        rows["run"] = {"wall": wall, "cpu": (after.children_user + after.children_system)
+                       - (cpu.children_user + cpu.children_system),
+                       "load": f"{before} → {load()}"}
+        out[kind] = rows
+    return out
+
+
+def export(revision: str, into: Path) -> Path:
+    """pflpipe as of git `revision`, importable from `into` (components and pipelines inside)."""
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "archive", revision], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    for name in ("components", "pipelines"):   # as the install maps them: pflpipe.<name>
+        (into / "pflpipe" / name).symlink_to(into / name)
+    return into
+
+
+def median(values: list[float]) -> float:
+    """The median (NaN-free values; NaN for none)."""
+    values = sorted(v for v in values if v == v)
+    if not values:
+        return float("nan")
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def table(title: str, columns: dict[str, list[dict]], full: bool) -> None:
+    """Print one kind of run: a row per task, each column's wall and CPU (medians)."""
+    names = list(dict.fromkeys(n for runs in columns.values() for rows in runs for n in rows))
+    names = [n for n in names if n not in ("CLI (own CPU)", "run")] + ["CLI (own CPU)", "run"]
+    print(f"\n{title}")
+    header = f"{'task':24s}" + "".join(f" {c + ' wall':>14s} {c + ' CPU':>12s}" for c in columns)
+    if full:
+        header += f" {'beside':>7s} {'fsyncs':>7s} {'fsync s':>7s}"
+    print(header)
+    for name in names:
+        line = f"{name:24s}"
+        for runs in columns.values():
+            cells = [rows.get(name, {}) for rows in runs]
+            wall = median([c.get("wall", float("nan")) for c in cells])
+            cpu = median([c.get("cpu", float("nan")) for c in cells])
+            line += f" {'' if wall != wall else f'{wall:.1f}':>14s} {cpu:12.1f}"
+        if full:
+            cell = next(iter(columns.values()))[-1].get(name, {})
+            if "fsyncs" in cell:
+                line += (f" {cell['beside']:7.1f} {cell['fsyncs']:7d} {cell['fsync_s']:7.2f}")
+        print(line)
+    for column, runs in columns.items():
+        print(f"  {column}: load {', '.join(rows['run']['load'] for rows in runs)}")
+
+
+def main() -> int:
+    """Run the spec (each tree, runner and kind of run) and print the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spec", type=Path, default=ROOT / "specs" / "persfl-digits.yaml")
+    parser.add_argument("--work", type=Path, help="where the runs go (default: a temporary dir)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also write a cProfile (CPU clock) of every process to WORK/.../"
+                             "profiles")
+    parser.add_argument("--set", action="append", default=[], help="a --set of pflpipe run")
+    parser.add_argument("--base", metavar="REV",
+                        help="also measure git revision REV, side by side (before | after)")
+    parser.add_argument("--rerun", action="store_true",
+                        help="also time a cached rerun (nothing changed) after each first run")
+    parser.add_argument("--runner", action="append", choices=("subprocess", "docker"),
+                        help="the runner (default subprocess); twice: both, back to back")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each column (median)")
+    args = parser.parse_args()
+    args.spec = args.spec.absolute()
+    work = (args.work or Path(tempfile.mkdtemp(prefix="pflpipe-startup-"))).absolute()
+    runners = args.runner or ["subprocess"]
+    trees = {}
+    if args.base:
+        commit = subprocess.run(["git", "rev-parse", "--short", args.base], cwd=ROOT, check=True,
+                                capture_output=True, text=True).stdout.strip()
+        trees["before"] = export(args.base, work / f"src-{commit}")
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        print(f"before: {args.base} ({commit}); after: this checkout ({head}"
+              f"{', with uncommitted changes' if dirty else ''})")
+    columns = {(tree, runner): [] for tree in [*trees, "after" if trees else "this"]
+               for runner in (runners if tree in ("after", "this") else runners[:1])}
+    results: dict[tuple, list] = {c: [] for c in columns}
+    print(f"{args.spec.name}: {work}")
+    for repeat in range(args.repeat):   # alternate the columns, their order flipped each time
+        order = list(columns) if repeat % 2 == 0 else list(reversed(columns))
+        for tree, runner in order:
+            name = f"{tree}-{runner}-{repeat}"
+            results[(tree, runner)].append(measure(trees.get(tree), work / name, args, runner,
+                                                   args.rerun))
+    label = {c: c[0] + (f" {c[1][:6]}" if len(runners) > 1 else "") for c in columns}
+    for kind in ("first", "rerun") if args.rerun else ("first",):
+        title = ("first run (new results folder, new sqlite store)" if kind == "first"
+                 else "cached rerun (pflpipe run again, nothing changed)")
+        table(title, {label[c]: [r[kind] for r in results[c]] for c in columns},
+              full=len(columns) == 1)
     return 0
 
 

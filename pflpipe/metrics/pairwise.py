@@ -35,6 +35,7 @@ import numpy as np
 from pflpipe.metrics.base import METRIC_REGISTRY
 from pflpipe.metrics.inversion import signed_rank_units
 from pflpipe.metrics.performance import quantum_of_improvement
+from pflpipe.metrics.resampled import replicates
 from pflpipe.metrics.summary import PATHS, Decision, SplitSummary, score
 from pflpipe.metrics.table import ResultsTable, Scores, scores_by_seed, select_rows
 from pflpipe.metrics.uncertainty import (
@@ -378,20 +379,9 @@ def _qoi(seed: Scores, model: str, summary: SplitSummary, local: str, global_: s
 
 def _replicates(seed: Scores, model: str, summary: SplitSummary, local: str, global_: str,
                 resamples: np.ndarray, errors: bool) -> dict[str, np.ndarray]:
-    """Every metric of `model` on each client resample (NaN where undefined)."""
-    accuracy, qoi = seed.accuracy[model], _qoi(seed, model, summary, local, global_)
-    role, sizes = summary.models[model].role, seed.n_samples
-    out = {path: np.full(len(resamples), np.nan) for path in PATHS}
-    seen: dict[bytes, dict[str, float | None]] = {}  # the metrics ignore the clients' order
-    for r, idx in enumerate(resamples):
-        key = np.sort(idx).tobytes()
-        if key not in seen:
-            seen[key] = score(accuracy[idx], None if qoi is None else qoi[idx], role,
-                              None if sizes is None else sizes[idx], errors=errors)[0]
-        for path, value in seen[key].items():
-            if value is not None:
-                out[path][r] = value
-    return out
+    """Every metric of `model` on each client resample (NaN where undefined), all at once."""
+    return replicates(seed.accuracy[model], _qoi(seed, model, summary, local, global_),
+                      seed.n_samples, resamples, errors=errors)
 
 
 def _seed_interval(values: list[float | None]) -> Interval:

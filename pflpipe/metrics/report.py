@@ -397,10 +397,8 @@ class ReportFiles:
                 *([self.pairwise] if self.pairwise else [])]
 
 
-def write_report(report: Report, out_dir: Path) -> ReportFiles:
-    """Write report.json, report.md, report.html and figures/*.png into `out_dir`."""
-    out_dir = Path(out_dir)
-    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
+def draw_figures(report: Report) -> tuple[dict[str, bytes], dict[str, dict[str, str]]]:
+    """Draw the report's figures: PNG bytes by path in the report folder, each split's files."""
     images: dict[str, bytes] = {}
     figure_files: dict[str, dict[str, str]] = {}
     history = list(report.context.history)
@@ -422,6 +420,20 @@ def write_report(report: Report, out_dir: Path) -> ReportFiles:
             cost.starting_samples(history, report.context.plan))
     for model, series in compute.diagnostics(history).items():
         images[_diagnostic_figure(model)] = compute.diagnostics_png(model, series)
+    return images, figure_files
+
+
+def write_report(report: Report, out_dir: Path,
+                 drawn: tuple[dict[str, bytes], dict[str, dict[str, str]]] | None = None
+                 ) -> ReportFiles:
+    """Write report.json, report.md, report.html and figures/*.png into `out_dir`.
+
+    `drawn` is what `draw_figures` returns for this report (a rerun keeps it); drawn here if None.
+    """
+    out_dir = Path(out_dir)
+    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
+    images, figure_files = drawn or draw_figures(report)
+    images = dict(images)
     images |= {f"{layout.FIGURES}/{n}": data for n, (data, _) in report.context.images.items()}
     for relative, data in images.items():
         (out_dir / relative).write_bytes(data)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pflpipe import layout
 from pflpipe.errors import DataError
@@ -24,6 +25,9 @@ from pflpipe.stages.beside import Beside
 from pflpipe.stages.tables import read_csv
 from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
+
+if TYPE_CHECKING:
+    from pflpipe.stages.report_cache import ReportCache
 
 log = logging.getLogger(__name__)
 RESULTS = layout.RESULTS_CSV
@@ -73,15 +77,17 @@ def results_tables(results_dirs: list[Path]) -> list[Path]:
 
 def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NULL_TRACKER,
         run_info: dict[str, str] | None = None,
-        alongside: Callable[[], None] | None = None) -> ReportResult:
+        alongside: Callable[[], None] | None = None,
+        cache: "ReportCache | None" = None) -> ReportResult:
     """Evaluate the results of `results_dirs` and write the fairness report into `out_dir`.
 
     `run_info` is shown first in the report (spec hash, MLflow run, ...). `alongside` (the
     pipeline's tracking of every seed) runs while another process draws the report
-    (`_write_beside`); the report is then logged on `tracker`.
+    (`_write_beside`); the report is then logged on `tracker`. `cache` keeps the figures for a
+    rerun on the same inputs and gives them back to it (`pflpipe.stages.report_cache`).
     """
     from pflpipe.metrics import read_table
-    from pflpipe.metrics.report import build_report, write_report
+    from pflpipe.metrics.report import build_report
     from pflpipe.spec.dataset import task_of
 
     evaluation = spec.evaluation
@@ -95,8 +101,15 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
                           metrics=tuple(evaluation.metrics), validation="val" in table.splits,
                           context=context(spec, list(map(Path, results_dirs)), run_info or {},
                                           sorted({row.seed for row in table.rows})))
-    files = (write_report(report, Path(out_dir)) if alongside is None
-             else _write_beside(report, Path(out_dir), alongside))
+    kept = cache.figures() if cache else None
+    if kept is not None:
+        notice("figures reused from an earlier run of the same inputs")
+    if alongside is None or kept is not None:   # nothing to draw beside: all here
+        if alongside is not None:
+            alongside()
+        files = _draw(report, Path(out_dir), cache, kept)
+    else:
+        files = _write_beside(report, Path(out_dir), alongside, cache)
     log.info("evaluate_fairness: %s", report.answers())
     from pflpipe.metrics.stability import said
 
@@ -143,6 +156,7 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
     $MLFLOW_TRACKING_URI), it opens the parent run (tagged ``kfp_run_id``) and finishes it.
     """
     from pflpipe.stages import collect_results
+    from pflpipe.stages.report_cache import SEEDS_RUN_TAG, open_cache
     from pflpipe.tracking import open_parent_run, parent_tracker
 
     opened = None
@@ -156,13 +170,22 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
     info = {"MLflow run": f"{parent_run_id} in experiment {experiment!r}"} if parent_run_id \
         else {}
     info |= {"KFP run": kfp_run_id} if kfp_run_id else {}
+    cache = open_cache(spec, results_dirs)
     try:
         def track_seeds() -> None:
+            earlier = cache.logged_run(tracker) if cache else None
+            if earlier:   # its child runs hold these very seeds, clients and models
+                tracker.set_tags({SEEDS_RUN_TAG: earlier})
+                notice(f"seeds' runs and models: MLflow run {earlier}'s (same inputs; tag "
+                       f"{SEEDS_RUN_TAG})")
+                return
             for directory in results_dirs:
                 collect_results.track(spec, Path(directory), tracker)
+            if cache:
+                cache.keep_logged(tracker)
 
         result = run(spec, results_dirs, out_dir, tracker=tracker, run_info=info,
-                     alongside=None if tracker is NULL_TRACKER else track_seeds)
+                     alongside=None if tracker is NULL_TRACKER else track_seeds, cache=cache)
     except BaseException:
         if opened:
             opened.finish("FAILED")
@@ -185,7 +208,7 @@ def _copy_tables(results_dirs: list[Path], out_dir: Path) -> list[Path]:
     return copies
 
 
-def _write_beside(report, out_dir: Path, alongside: Callable[[], None]):
+def _write_beside(report, out_dir: Path, alongside: Callable[[], None], cache=None):
     """`write_report(report, out_dir)` in a forked process while `alongside()` runs here.
 
     Drawing the figures (matplotlib) and tracking the seeds (mlflow, torch) share nothing and
@@ -193,16 +216,20 @@ def _write_beside(report, out_dir: Path, alongside: Callable[[], None]):
     (`pflpipe.stages.beside`). The child inherits the report and writes the same files; its
     failure is raised here once `alongside` is done.
     """
-    with Beside(_draw, args=(report, out_dir), name="evaluate_fairness figures") as drawing:
+    with Beside(_draw, args=(report, out_dir, cache), name="evaluate_fairness figures") as drawing:
         alongside()   # a failure here is raised once the child ended (`Beside.close`)
         return drawing.result()
 
 
-def _draw(report, out_dir: Path):
-    """Write the report (`write_report` looked up when called)."""
-    from pflpipe.metrics.report import write_report
+def _draw(report, out_dir: Path, cache=None, kept=None):
+    """Write the report with the `kept` figures, else drawn now (and kept in `cache`)."""
+    from pflpipe.metrics.report import draw_figures, write_report
 
-    return write_report(report, out_dir)
+    if kept is None:
+        kept = draw_figures(report)
+        if cache is not None:
+            cache.keep_figures(*kept)
+    return write_report(report, out_dir, kept)
 
 
 def context(spec, results_dirs: list[Path], run_info: dict[str, str],

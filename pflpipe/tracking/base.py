@@ -48,6 +48,10 @@ class Tracker:
     def log_state_dict(self, state_dict: dict[str, Any], name: str) -> None:
         """Upload a model's state_dict as ``models/<name>.pt`` (load with weights_only=True)."""
 
+    def run_exists(self, run_id: str) -> bool:
+        """Whether run `run_id` exists (not deleted) in this run's store and experiment."""
+        return False
+
     def log_model(self, module: Any, name: str) -> str | None:
         """Log a torch module as an MLflow model of this run; return its id (None: not logged)."""
         return None

@@ -93,6 +93,17 @@ class MlflowTracker(Tracker):
             raise
         child.terminate("FINISHED")
 
+    def run_exists(self, run_id: str) -> bool:
+        """Whether run `run_id` exists (not deleted) in this run's store and experiment."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(run_id)
+        except MlflowException:
+            return False
+        return (run.info.lifecycle_stage != "deleted"
+                and run.info.experiment_id == self.experiment_id)
+
     def terminate(self, status: str = "FINISHED") -> None:
         """End this run with `status` (FINISHED, FAILED or KILLED)."""
         self._call("end of run", self.client.set_terminated, self.run_id, status)

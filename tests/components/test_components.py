@@ -212,7 +212,7 @@ def test_a_failure_drawing_the_report_is_raised_once_the_tracking_is_done(chain,
                                                                          monkeypatch):
     import pflpipe.metrics.report
 
-    def broken(report, out_dir):
+    def broken(report, out_dir, drawn=None):
         raise DataError(f"no room for the figures in {out_dir}")
 
     monkeypatch.setattr(pflpipe.metrics.report, "write_report", broken)
@@ -347,8 +347,12 @@ def test_a_pipeline_started_without_a_parent_run_opens_one_in_its_last_stage(cha
     outputs = {name: artifact(kind, tmp_path, name) for name, kind in [
         ("report", dsl.Artifact), ("html", dsl.HTML), ("summary", dsl.Markdown)]}
 
+    # a spec of its own (its description): the chain's spec on the same results would be a rerun
+    # with nothing changed, whose parent points at the chain's run (report_cache) instead
+    spec = chain["spec"].model_copy(update={"experiment": chain["spec"].experiment.model_copy(
+        update={"description": "started in the KFP UI"})})
     evaluate_fairness.python_func(
-        spec_json=chain["spec"].model_dump_json(by_alias=True),
+        spec_json=spec.model_dump_json(by_alias=True),
         results=[dsl.Model(name="seed0", uri=str(chain["seed0"]))], kfp_run_id="kfp-ui-run",
         tracking_uri=parent.tracking_uri, experiment=parent.experiment, parent_run_id="",
         **outputs)
