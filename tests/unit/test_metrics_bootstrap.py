@@ -22,10 +22,29 @@ from pflpipe.metrics.uncertainty import client_resamples
 RECORDED = json.loads((GOLDEN / "bootstrap.json").read_text())
 
 
+#: The verdicts and the pairs' intervals at the procedure of issue 46 (a pair's interval is the one
+#: its test inverts), recorded after it and after the vectorized bootstrap.
+VERDICTS = json.loads((GOLDEN / "bootstrap-verdicts.json").read_text())
+
+
 @pytest.mark.parametrize("name", sorted(TABLES))
-def test_intervals_p_values_and_verdicts_equal_those_recorded_before(name):
+def test_model_intervals_equal_those_recorded_before_and_verdicts_those_recorded_since(name):
     # JSON floats round-trip exactly: equality here is equality of every bit
-    assert json.loads(json.dumps(assessed(name))) == RECORDED[name]
+    now = json.loads(json.dumps(assessed(name)))
+    for split, assessment in now.items():
+        before = RECORDED[name][split]
+        for key in ("over", "n", "level", "alpha", "resamples"):
+            assert assessment[key] == before[key]
+        for model, intervals in assessment["intervals"].items():
+            for metric, interval in intervals.items():
+                was = before["intervals"][model][metric]
+                if was["low"] is not None and was["low"] == was["high"]:
+                    # a zero-width interval from no spread is no interval since issue 46
+                    assert (interval["low"], interval["high"]) == (None, None), (model, metric)
+                    assert interval["reason"]
+                else:
+                    assert interval == was, (model, metric)
+        assert {k: assessment[k] for k in ("verdicts", "baselines")} == VERDICTS[name][split]
 
 
 def test_the_quickstart_golden_holds_what_its_report_answered():
