@@ -268,7 +268,9 @@ def tracked_metrics(assessments: Mapping[str, Assessment], metrics: Sequence[str
     ``{model}.{split}.{metric}.ci_low`` / ``.ci_high`` beside each mean (fairness metrics as
     ``{group}.{metric}``, e.g. ``persfl.test.improved.JI.ci_low``), and per pair
     ``pairwise.{split}.{a}_vs_{b}.{metric}.`` ``delta``, ``ci_low``, ``ci_high``, ``p``,
-    ``p_holm``, ``resolved`` (1 or 0) and, when unresolved, ``units_needed``.
+    ``p_holm``, ``resolved`` (1 or 0; over one seed's clients ``separated_over_clients``
+    instead: they never resolve a pair, training noise unmeasured) and, when unresolved,
+    ``units_needed``.
     """
     out: dict[str, float] = {}
     for split, assessment in assessments.items():
@@ -283,8 +285,10 @@ def tracked_metrics(assessments: Mapping[str, Assessment], metrics: Sequence[str
         for pair in assessment.pairs:
             g = pair.gap
             stem = f"pairwise.{split}.{pair.a}_vs_{pair.b}.{_tracked_name(pair.metric)}"
+            # one seed's clients separate a pair, they never resolve it (training noise)
+            verdict = "separated_over_clients" if g.over == CLIENTS else "resolved"
             values = {"delta": g.delta, "ci_low": pair.low, "ci_high": pair.high, "p": g.p,
-                      "p_holm": pair.p_holm, "resolved": float(pair.resolved),
+                      "p_holm": pair.p_holm, verdict: float(pair.resolved),
                       "units_needed": pair.needed}
             out |= {f"{stem}.{k}": float(v) for k, v in values.items()
                     if v is not None and math.isfinite(v)}

@@ -202,7 +202,8 @@ def test_pairwise_csv_and_mlflow_metrics_name_every_pair(tmp_path):
     assert {r["training_noise"] for r in rows} == {"not measured"}
     assert float(rows[0]["p"]) == pytest.approx(2 * 19 / 2**10)
     tracked = tracked_metrics(report.uncertainty, report.metrics)
-    assert tracked["pairwise.test.persfl_vs_fedper.AA.resolved"] == 1.0
+    assert tracked["pairwise.test.persfl_vs_fedper.AA.separated_over_clients"] == 1.0
+    assert "pairwise.test.persfl_vs_fedper.AA.resolved" not in tracked  # one seed resolves none
     assert tracked["pairwise.test.persfl_vs_fedper.AA.p_holm"] == pytest.approx(0.037109375)
     low, high = tracked["persfl.test.AA.ci_low"], tracked["persfl.test.AA.ci_high"]
     assert low < report.splits["test"].models["persfl"].mean["performance.AA"] < high
