@@ -137,6 +137,11 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
                               on_event=progress.event,
                               runner=containers.runner if containers else None)
         run_dir, copies = publish(local, results_dir, parent.run_id)
+        if spec.sweep:
+            from pflpipe import layout
+            from pflpipe.metrics.sweep_report import publish_sweep
+
+            copies = {layout.REPORT_FOLDER: publish_sweep(spec, run_dir), **copies}
     except BaseException as err:
         for task in (err.task, *err.others) if isinstance(err, StageFailed) else ():
             record_failure(parent, task.title, task.stage, task.error(), task.path,
@@ -298,6 +303,8 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
     from pflpipe import layout
 
     report = copies["report"]
+    if (report / layout.SWEEP_JSON).is_file():
+        return _sweep_summary(console, run_dir, report, parent, results_dir, seconds)
     facts = json.loads((report / layout.REPORT_JSON).read_text(encoding="utf-8"))
     answer = facts.get("answer", "")
     console.print(f"\n[bold green]done[/] in {seconds:.0f} s")
@@ -321,3 +328,27 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
         console.print(f"           {parent.ui_url()}")
     if answer:
         console.print(f"\n{answer}")
+
+
+def _sweep_summary(console, run_dir: Path, report: Path, parent, results_dir: Path,
+                   seconds: float) -> None:
+    """The closing lines of a sweep: where its report is, and per point what the data say."""
+    import json
+
+    from rich.markup import escape
+
+    from pflpipe import layout
+
+    facts = json.loads((report / layout.SWEEP_JSON).read_text(encoding="utf-8"))
+    console.print(f"\n[bold green]done[/] in {seconds:.0f} s: {len(facts['points'])} points")
+    console.print(f"  results  {run_dir}/  (also {results_dir / layout.LATEST}/)")
+    console.print(f"  report   {report / layout.REPORT_HTML}  (the points side by side; each "
+                  f"point's own in {run_dir / layout.POINTS}/<point>/{layout.REPORT_FOLDER}/)")
+    console.print(f"  logs     {results_dir / layout.LOGS}/")
+    if parent.run_id:
+        console.print(f"  MLflow   run {parent.run_id} in experiment {parent.experiment!r}, a "
+                      "child run per point (tag sweep.point)")
+        console.print(f"           {parent.ui_url()}")
+    console.print("")
+    for point in facts["points"]:
+        console.print(f"  {escape(point['label'])}: {escape(point['separated'])}")
