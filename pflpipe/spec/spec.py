@@ -68,7 +68,7 @@ class Spec(Section):
         None, description="Grids of personalization entries, each chosen on the validation "
         "splits of tuning seeds that are never reported (docs/tuning.md); none when omitted.",
     )
-    sweep: dict[str, list[Any]] | None = Field(
+    sweep: dict[str, Any] | None = Field(
         None, description="Settings to vary, as dotted paths (spelled as for --set) mapped to "
         "lists of values; several keys give every combination, each a point run as the spec "
         "with those values (docs/sweeps.md); none when omitted.",

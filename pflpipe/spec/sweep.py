@@ -128,6 +128,9 @@ def sweep_errors(spec):
     sweep = spec.sweep
     if not sweep:
         return
+    if shape := list(_shape_errors(sweep)):
+        yield from shape
+        return
     for key in sweep:
         if (fixed := fixed_setting(key)) is not None:
             yield (("sweep", key), f"a sweep may not change {fixed} (every point shares "
@@ -167,17 +170,20 @@ def _covers(key: str, where: str) -> bool:
 
 
 def checked_sweep(value: Any) -> Any:
-    """The `sweep` section's shape: a mapping of dotted paths to non-empty lists."""
+    """The `sweep` section's shape: a mapping of dotted paths (to lists: `sweep_errors`)."""
     if value is None:
         return None
     if not isinstance(value, dict) or not value:
         raise ValueError("must map setting paths to lists of values, e.g. "
                          "{partition.alpha: [0.1, 1.0]} (got "
                          f"{'an empty mapping' if value == {} else type(value).__name__})")
-    for key, values in value.items():
-        if not isinstance(values, list):
-            raise ValueError(f"{key}: expected a list of values, e.g. [{values!r}] (got "
-                             f"{type(values).__name__} {values!r})")
-        if not values:
-            raise ValueError(f"{key}: the list of values is empty; give at least one value")
     return value
+
+
+def _shape_errors(sweep: dict):
+    for key, values in sweep.items():
+        if not isinstance(values, list):
+            yield (("sweep", key), f"expected a list of values, e.g. [{values!r}] (got "
+                   f"{type(values).__name__} {values!r})", None)
+        elif not values:
+            yield (("sweep", key), "the list of values is empty; give at least one value", None)
