@@ -210,15 +210,18 @@ def publish_sweep(spec, run_dir: Path) -> Path:
     return out
 
 
-def read_sweep(run_dir: Path) -> list[PointReport]:
-    """The points of a published sweep run (``points/<label>/{point.json,report/}``)."""
+def read_sweep(run_dir: Path, out_dir: Path | None = None) -> list[PointReport]:
+    """The points of a published sweep run (``points/<label>/{point.json,report/}``).
+
+    Their report folders are given relative to `out_dir` (default: the run's own report).
+    """
     run_dir = Path(run_dir)
+    out_dir = Path(out_dir) if out_dir is not None else run_dir / layout.REPORT_FOLDER
     out = []
     for point_file in sorted((run_dir / layout.POINTS).glob(f"*/{layout.POINT_JSON}")):
         point = json.loads(point_file.read_text(encoding="utf-8"))
         out.append(read_point(point["label"], point["overrides"],
-                              point_file.parent / layout.REPORT_FOLDER,
-                              run_dir / layout.REPORT_FOLDER))
+                              point_file.parent / layout.REPORT_FOLDER, out_dir))
     order = {label: i for i, label in enumerate(_order(run_dir))}
     return sorted(out, key=lambda p: order.get(p.label, len(order)))
 
