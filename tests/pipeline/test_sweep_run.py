@@ -89,7 +89,7 @@ def test_mlflow_holds_a_child_run_per_point_with_its_overrides_and_splits(table)
                  for _, d in sorted(sweep.points[LABELS[0]].seed_dirs.items())]
     assert [(i.dataset.name, i.dataset.digest) for i in ds1.inputs.dataset_inputs] == [
         (f"digits-ds1-seed{m['seed']}", m["content_hash"][:16]) for m in manifests]
-    below = {r.data.tags.get("algorithm") or r.info.run_name for r in runs
+    below = {r.info.run_name for r in runs
              if r.data.tags.get("mlflow.parentRunId") == ds1.info.run_id}
     assert {"fedavg · seed 0", "fedper · seed 1"} <= below
 
