@@ -67,8 +67,9 @@ def rows(point: PointReport, metric: str = METRIC) -> list[dict]:
 def separated(point: PointReport) -> str:
     """Which models the point's data separate on the best-model question, in one line.
 
+    >>> pair = {"a": "x", "b": "y", "resolved": True, "ahead": "x", "p_holm": 0.01}
     >>> separated(PointReport("a", {}, {"verdicts": {"best": {"leader": "x", "winner": "x",
-    ...     "pairs": [{"a": "x", "b": "y", "resolved": True, "ahead": "x", "p_holm": 0.01}]}}}, "."))
+    ...     "pairs": [pair]}}}, "."))
     'x best; x ahead of y (p_holm 0.01)'
     """
     verdict = point.report.get("verdicts", {}).get("best") or {}

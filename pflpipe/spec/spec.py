@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-
 from typing import Any
 
 from pydantic import Field, field_validator, model_serializer, model_validator

@@ -44,8 +44,8 @@ def fixed_setting(path: str) -> str | None:
 def combinations(sweep: dict[str, list]) -> list[dict[str, Any]]:
     """Every point's overrides, in the order of the keys (the last key varies fastest).
 
-    >>> combinations({"partition.alpha": [0.1, 1.0], "federation.rounds": [2]})
-    [{'partition.alpha': 0.1, 'federation.rounds': 2}, {'partition.alpha': 1.0, 'federation.rounds': 2}]
+    >>> combinations({"alpha": [0.1, 1.0], "rounds": [2]})
+    [{'alpha': 0.1, 'rounds': 2}, {'alpha': 1.0, 'rounds': 2}]
     """
     keys = list(sweep)
     return [dict(zip(keys, values, strict=True)) for values in itertools.product(*sweep.values())]

@@ -18,7 +18,6 @@ from mlflow import MlflowClient
 import pflpipe
 from pflpipe import layout
 from pflpipe.cli import main
-from pflpipe.spec import parse_spec
 from pflpipe.spec.sweep import points
 
 SPEC = """\

@@ -1,4 +1,4 @@
-"""The `sweep:` section: points, labels, and every bad sweep an exit-2 error naming point and field."""
+"""The `sweep:` section: points and labels; each bad sweep an exit-2 error naming point, field."""
 
 import json
 
