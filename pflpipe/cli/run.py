@@ -142,6 +142,8 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
             from pflpipe.metrics.sweep_report import publish_sweep
 
             copies = {layout.REPORT_FOLDER: publish_sweep(spec, run_dir), **copies}
+            if parent.run_id:   # the points' reports are on their own runs
+                parent.tracker().log_artifact(copies[layout.REPORT_FOLDER], layout.REPORT_FOLDER)
     except BaseException as err:
         for task in (err.task, *err.others) if isinstance(err, StageFailed) else ():
             record_failure(parent, task.title, task.stage, task.error(), task.path,
@@ -291,6 +293,12 @@ def _header(console, spec, parent, resume: str, runner: str) -> None:
     console.print(f"  kfp.local ({runner}) → {spec.experiment.results_dir}/kfp; "
                   f"{engine.parallel_tasks} task(s) at once × {engine.threads} torch thread(s); "
                   f"{RESUME_TEXT[resume]}")
+    if spec.sweep:
+        from pflpipe.spec.sweep import points
+
+        found = points(spec)
+        console.print(f"  sweep of {len(found)} points (the tasks a point does not change run "
+                      f"once): {', '.join(p.label for p in found)}")
     if parent.run_id:
         console.print(f"  MLflow parent run {parent.run_id} in experiment "
                       f"{parent.experiment!r}")
