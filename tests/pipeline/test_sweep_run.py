@@ -92,6 +92,8 @@ def test_mlflow_holds_a_child_run_per_point_with_its_overrides_and_splits(table)
     below = {r.info.run_name for r in runs
              if r.data.tags.get("mlflow.parentRunId") == ds1.info.run_id}
     assert {"fedavg · seed 0", "fedper · seed 1"} <= below
+    logged = {a.path for a in client.list_artifacts(sweep.mlflow_run_id, layout.REPORT_FOLDER)}
+    assert f"{layout.REPORT_FOLDER}/{layout.SWEEP_JSON}" in logged   # the sweep report
 
 
 def test_the_sweep_report_links_every_points_own_report(table):
