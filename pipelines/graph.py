@@ -29,6 +29,8 @@ starts, and every tuned entry's grid points × tuning seeds as members.
 With `engine.shards` = N, train_local and distill_grid_search are each a loop of N tasks, one per
 client shard, followed by merge_shards (`pflpipe.stages.shards`); a personalize entry whose clients
 train alone (fedavg_ft) is N items of the personalize loop, and collect_results merges them.
+A sweep (`build_sweep_pipeline`) runs every point's tasks in one seeds loop, each task once
+however many points share it, and an evaluate_fairness per point.
 Every task but collect_results and evaluate_fairness is cached on the spec settings it reads
 (`pflpipe.pipelines.cache`); evaluate_fairness, the one task that tracks, logs every seed into
 MLflow. Loop bodies receive only loop items (a personalize task's label, scoped spec and client
@@ -144,12 +146,14 @@ def point_outputs(spec: Spec) -> list[str]:
 
 
 def build_sweep_pipeline(spec: Spec):
-    """Return the one pipeline of a sweep: every point's graph, side by side.
+    """Return the one pipeline of a sweep (`pflpipe.spec.sweep`): every point × seed.
 
-    Each point's tasks are those of the point's spec run alone (`build_pipeline`), with the same
-    inputs, so the tasks a point does not change have the same cache keys as another point's
-    and are run once (a personalization setting swept: the partitions and warm starts are
-    shared). Each point's evaluate_fairness logs into a child run of the sweep's parent run
+    Each point's tasks have the inputs of the point's spec run alone (`build_pipeline`): the
+    same cache keys, the same results. The points share one seeds loop, in which a task whose
+    inputs another point's task already has is that task (`_once`; a personalization setting
+    swept: each seed's partition, warm start and local baseline run once). A point with a tuning
+    section or `engine.seeds_as_members` gets its own graph beside the others (nothing shared).
+    Each point's evaluate_fairness logs into a child run of the sweep's parent run
     (`pflpipe.stages.evaluate_fairness.run_in_pipeline`). Its outputs (`point_outputs`) are the
     points' report directories.
     """
@@ -160,8 +164,8 @@ def build_sweep_pipeline(spec: Spec):
 
     found = points(spec)
     outputs = typing.NamedTuple("Outputs", [(name, Artifact) for name in point_outputs(spec)])
-    labels = [json.dumps({"label": p.label, "overrides": p.overrides}, sort_keys=True)
-              for p in found]
+    described = [json.dumps({"label": p.label, "overrides": p.overrides}, sort_keys=True)
+                 for p in found]   # each point's evaluate_fairness `sweep_point`
     # tuning and train_members shape a graph of their own per point: nothing shared
     alone = any(p.spec.tuning or p.spec.engine.seeds_as_members for p in found)
 
@@ -173,16 +177,16 @@ def build_sweep_pipeline(spec: Spec):
         tracking = {"tracking_uri": tracking_uri, "experiment": experiment,
                     "parent_run_id": parent_run_id}
         if alone:
-            reports = [_experiment(point.spec, tracking, resume, label)
-                       for point, label in zip(found, labels, strict=True)]
+            reports = [_experiment(point.spec, tracking, resume, text)
+                       for point, text in zip(found, described, strict=True)]
         else:
-            reports = _shared_points(spec, found, tracking, resume, labels)
+            reports = _shared_points(spec, found, tracking, resume, described)
         return outputs(*(report.outputs["report"] for report in reports))
 
     return pipeline
 
 
-def _shared_points(spec: Spec, found: list, tracking: dict, resume, labels: list[str]):
+def _shared_points(spec: Spec, found: list, tracking: dict, resume, described: list[str]):
     """Every point's tasks in one seeds loop, each task made once (`_once`); their reports."""
     seeds_at_once, _ = parallelism(spec)
     collects = []
@@ -198,9 +202,9 @@ def _shared_points(spec: Spec, found: list, tracking: dict, resume, labels: list
                 shared=shared))
     return [configure(evaluate_fairness(
         spec_json=task_spec_json(point.spec), results=dsl.Collected(collect.outputs["results"]),
-        kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, sweep_point=label, **tracking), point.spec,
-        "evaluate_fairness") for point, collect, label in zip(found, collects, labels,
-                                                              strict=True)]
+        kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, sweep_point=text, **tracking), point.spec,
+        "evaluate_fairness") for point, collect, text in zip(found, collects, described,
+                                                             strict=True)]
 
 
 def _experiment(spec: Spec, tracking: dict, resume, sweep_point: str = ""):
