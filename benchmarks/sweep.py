@@ -1,7 +1,7 @@
 """A sweep against its points run one by one: wall, CPU and the tasks each ran, side by side.
 
     python benchmarks/sweep.py [--spec specs/persfl-digits-table.yaml] [--seeds 2] [--rounds 2]
-                               [--work DIR]
+                               [--set PATH=VALUE ...] [--sweep YAML] [--work DIR]
 
 Runs the sweep spec once (`pflpipe.run`, one pipeline), then each of its points as a spec of its
 own (the same settings and seeds), each into a fresh results folder with its own MLflow store (no
@@ -9,7 +9,9 @@ cache or checkpoint shared between them), in one process, one after the other. P
 the wall time, the CPU seconds of this process and of every task process it waited for (user +
 sys), the tasks that ran per stage, and the ratios; the load average before and after (the
 machine may be shared: read the ratios, made side by side). `--seeds` and `--rounds` shrink
-the spec (first N seeds; federation.rounds) for a quick look.
+the spec (first N seeds; federation.rounds) for a quick look; `--set` overrides any setting, and
+`--sweep` replaces the spec's sweep, e.g. ``--sweep '{personalization.fedper.lr: [0.01, 0.1]}'``
+(a sweep whose points share tasks: the table spec's partitions share none).
 """
 
 import argparse
@@ -49,6 +51,9 @@ def main() -> None:
     parser.add_argument("--spec", type=Path, default=ROOT / "specs" / "persfl-digits-table.yaml")
     parser.add_argument("--seeds", type=int, help="Keep the spec's first N seeds.")
     parser.add_argument("--rounds", type=int, help="federation.rounds.")
+    parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                        help="Override a setting, as pflpipe run --set (repeatable).")
+    parser.add_argument("--sweep", metavar="YAML", help="Replace the spec's sweep section.")
     parser.add_argument("--work", type=Path, help="Working folder (default: a new temporary one).")
     args = parser.parse_args()
 
@@ -59,13 +64,19 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     spec_path = args.spec.absolute()
     os.chdir(work)   # each run's MLflow store: sqlite:///mlflow.db in its folder, below
-    overrides = {}
-    spec = pflpipe.load_spec(spec_path)
+
+    from pflpipe.spec.overrides import parse_assignments
+
+    overrides = parse_assignments(args.set)
+    seeds = pflpipe.load_spec(spec_path, **overrides).experiment.seeds
     if args.seeds:
-        overrides["experiment"] = {"seeds": spec.experiment.seeds[:args.seeds]}
+        overrides["experiment.seeds"] = seeds[:args.seeds]
     if args.rounds:
-        overrides["federation"] = {"rounds": args.rounds}
+        overrides["federation.rounds"] = args.rounds
     spec = pflpipe.load_spec(spec_path, **overrides)
+    if args.sweep:   # a new sweep, not one merged into the spec's
+        spec = pflpipe.load_spec(pflpipe.load_spec(spec, sweep=None),
+                                 **parse_assignments([f"sweep={args.sweep}"]))
     found = points(spec)
     print(f"{spec_path.name}: {len(found)} points × {len(spec.experiment.seeds)} seeds, "
           f"{spec.federation.rounds} rounds; work in {work}")
