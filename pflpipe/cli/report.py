@@ -5,6 +5,7 @@ from pathlib import Path
 from pflpipe.layout import (
     FIGURES,
     PAIRWISE_CSV,
+    POINT_JSON,
     POINTS,
     REPORT_HTML,
     REPORT_JSON,
@@ -81,7 +82,7 @@ def _sweep(args) -> int:
     run_dir = args.tables[0]
     found = read_sweep(run_dir, args.output)
     if not found:
-        raise DataError(f"{run_dir / POINTS}: no point.json in any point's folder; give the "
+        raise DataError(f"{run_dir / POINTS}: no {POINT_JSON} in any point's folder; give the "
                         "folder of a sweep's run (results/<name>/latest)")
     claim = claim_dir(args.output, "pflpipe report", force=args.force,
                       writes={REPORT_MD, REPORT_HTML, SWEEP_JSON, FIGURES}.__contains__)

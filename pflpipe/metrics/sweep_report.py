@@ -18,8 +18,8 @@ from pflpipe.metrics.render import Block, to_html, to_markdown
 
 #: The metric the sweep report compares (a dotted path of report.json's models and intervals).
 METRIC = "performance.AA"
-#: The figure of `METRIC` against a numeric swept setting.
-SWEEP_PNG = "sweep.png"
+#: The figure of `METRIC` against a numeric swept setting, in the report's folder.
+SWEEP_PNG = layout.report_figure("sweep")
 
 
 @dataclass(frozen=True)
@@ -162,10 +162,9 @@ def write_sweep_report(points: Sequence[PointReport], out_dir: Path, title: str,
     images = {}
     if (key := numeric_setting(points)) is not None:
         images[SWEEP_PNG] = figure_png(points, key, metric)
-        (out_dir / layout.FIGURES).mkdir(exist_ok=True)
-        (out_dir / layout.FIGURES / SWEEP_PNG).write_bytes(images[SWEEP_PNG])
-    markdown = to_markdown([(b[0], f"{layout.FIGURES}/{b[1]}", b[2]) if b[0] == "figure" else b
-                            for b in content])
+        (out_dir / SWEEP_PNG).parent.mkdir(exist_ok=True)
+        (out_dir / SWEEP_PNG).write_bytes(images[SWEEP_PNG])
+    markdown = to_markdown(content)
     facts = {"format": 1, "metric": metric, "points": [
         {"label": p.label, "overrides": p.overrides, "report": p.folder,
          "models": {r["model"]: {k: r[k] for k in ("mean", "low", "high")}
@@ -177,7 +176,7 @@ def write_sweep_report(points: Sequence[PointReport], out_dir: Path, title: str,
     for name, text in files.items():
         (out_dir / name).write_text(text, encoding="utf-8")
         written.append(out_dir / name)
-    return written + [out_dir / layout.FIGURES / name for name in images]
+    return written + [out_dir / name for name in images]
 
 
 def _finite(value):

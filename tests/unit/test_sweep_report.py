@@ -64,7 +64,7 @@ def test_a_numeric_sweep_gets_its_figure_and_a_categorical_one_none(tmp_path):
                                p.folder) for p in POINTS]
     write_sweep_report(categorical, tmp_path / "strategy", "t")
 
-    png = (tmp_path / "alpha" / layout.FIGURES / SWEEP_PNG).read_bytes()
+    png = (tmp_path / "alpha" / SWEEP_PNG).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert numeric_setting(POINTS) == "partition.alpha"
     assert numeric_setting(categorical) is None
