@@ -98,11 +98,16 @@ def point_spec(spec, overrides: dict[str, Any]):
 
     Raises pydantic's ValidationError for a point the spec does not accept.
     """
+    return type(spec).model_validate(_point_data(spec, overrides))
+
+
+def _point_data(spec, overrides: dict[str, Any]) -> dict:
+    """The data of one point's spec: `spec`'s, without the sweep, `overrides` applied."""
     from pflpipe.spec.overrides import apply_overrides
 
     data = spec.model_dump(mode="json", by_alias=True)
     data.pop("sweep", None)
-    return type(spec).model_validate(apply_overrides(data, overrides, {}, "sweep"))
+    return apply_overrides(data, overrides, {}, "sweep")
 
 
 def points(spec) -> list[Point]:
@@ -123,7 +128,6 @@ def sweep_errors(spec):
 
     from pflpipe.errors import SpecError
     from pflpipe.spec.loader import _data_loc, _dotted, _message
-    from pflpipe.spec.overrides import apply_overrides
 
     sweep = spec.sweep
     if not sweep:
@@ -139,12 +143,10 @@ def sweep_errors(spec):
     if (problem := too_many(sweep)) is not None:
         yield (("sweep",), problem, None)
         return
-    base = spec.model_dump(mode="json", by_alias=True)
-    base.pop("sweep", None)
     for overrides in combinations(sweep):
         label = point_label(overrides)
         try:
-            data = apply_overrides(base, overrides, {}, "sweep")
+            data = _point_data(spec, overrides)
             type(spec).model_validate(data)
         except SpecError as err:   # a path that leads nowhere
             text = str(err).removeprefix("--set: ").removeprefix("--set ")
