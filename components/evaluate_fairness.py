@@ -16,12 +16,13 @@ def evaluate_fairness(spec_json: str, tracking_uri: str, experiment: str, parent
                       html: Output[HTML], summary: Output[Markdown], sweep_point: str = ""):
     """Evaluate every seed's results; write the report and log it on the parent run.
 
-    `sweep_point` (a sweep's point: its label and overrides as JSON) logs it all into a child
-    run of the parent, one per point.
+    `sweep_point` (a sweep's point, JSON): log into the point's child run of the parent.
     """
+    import json
+
     from pflpipe import events
 
-    with events.stage("evaluate_fairness"):
+    with events.stage("evaluate_fairness", point=json.loads(sweep_point or "{}").get("label")):
         import shutil
         from pathlib import Path
 
