@@ -22,7 +22,8 @@ def evaluate_fairness(spec_json: str, tracking_uri: str, experiment: str, parent
 
     from pflpipe import events
 
-    with events.stage("evaluate_fairness", point=json.loads(sweep_point or "{}").get("label")):
+    with events.stage("evaluate_fairness",
+                      sweep_point=json.loads(sweep_point or "{}").get("label")):
         import shutil
         from pathlib import Path
 

@@ -18,6 +18,7 @@ from test_compile import normalise
 
 from pflpipe.pipelines.cache import scoped_spec_json
 from pflpipe.pipelines.compile import compile_pipeline
+from pflpipe.pipelines.tasklog import TaskLog
 from pflpipe.spec import parse_spec
 from pflpipe.spec.sweep import points
 
@@ -97,6 +98,14 @@ def strings(node):
             yield from strings(value)
     elif isinstance(node, str):
         yield node
+
+
+def test_a_points_evaluate_fairness_task_is_titled_by_its_point():
+    task = TaskLog("evaluate_fairness")
+
+    task.take({"event": "started", "stage": "evaluate_fairness", "sweep_point": "alpha=0.1"})
+
+    assert task.title == "evaluate_fairness[alpha=0.1]"
 
 
 def test_golden_ir_of_a_sweep(tmp_path):

@@ -70,7 +70,8 @@ def test_the_sweep_trains_each_seeds_partition_once_per_point(table):
     titles = [title for title, _ in sweep.stages]
 
     assert sum(t.startswith("partition_data") for t in titles) == 2 * 2   # points × seeds
-    assert sum(t.startswith("evaluate_fairness") for t in titles) == 2
+    assert sorted(t for t in titles if t.startswith("evaluate_fairness")) == [
+        f"evaluate_fairness[{label}]" for label in sorted(LABELS)]
 
 
 def test_mlflow_holds_a_child_run_per_point_with_its_overrides_and_splits(table):
