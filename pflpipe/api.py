@@ -20,7 +20,7 @@ like the file (`pflpipe.spec.overrides`). Nothing heavy is imported until a func
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from os import PathLike
 from pathlib import Path
@@ -106,6 +106,8 @@ class RunResult:
     tracking_uri: str
     experiment: str
     stages: tuple[tuple[str, str], ...] = ()   # (task, SUCCESS | CACHED), in the order they ended
+    #: A sweep's points by label, each as a run of its own (report_dir: the sweep's report).
+    points: dict[str, "RunResult"] = field(default_factory=dict)
 
     @property
     def report_html(self) -> Path:
@@ -185,9 +187,19 @@ def run(spec: "Spec | str | Path", *, results: "str | Path | None" = None, resum
                       soft_wrap=True)
     outcome = execute(resolved, text, console, resume=resume, runner=runner)
     parent = outcome.parent
-    return RunResult(resolved, outcome.run_dir.absolute(),
-                     outcome.copies["report"].absolute(),
-                     {int(k.split("-", 1)[1]): v.absolute() for k, v in outcome.copies.items()
-                      if k.startswith("seed-")},
-                     parent.run_id, parent.tracking_uri, parent.experiment,
-                     tuple((task.title, task.status) for task in outcome.tasks))
+    stages = tuple((task.title, task.status) for task in outcome.tasks)
+
+    def result(spec: Spec, prefix: str = "") -> RunResult:
+        copies = {k.removeprefix(prefix): v for k, v in outcome.copies.items()
+                  if k.startswith(prefix)}
+        return RunResult(spec, outcome.run_dir.absolute(),
+                         copies[layout.REPORT_FOLDER].absolute(),
+                         {int(k.split("-", 1)[1]): v.absolute() for k, v in copies.items()
+                          if k.startswith("seed-")},
+                         parent.run_id, parent.tracking_uri, parent.experiment, stages)
+
+    from pflpipe.spec.sweep import points
+
+    found = {p.label: result(p.spec, layout.point_folder(p.label) + "/")
+             for p in points(resolved)} if resolved.sweep else {}
+    return replace(result(resolved), points=found)

@@ -233,6 +233,22 @@ def seed_folder(seed: int) -> str:
     return f"seed-{seed}"
 
 
+# ---- a sweep's published run (`pflpipe.spec.sweep`) ---------------------------------------
+#: The folder of a sweep's points in a published run: ``points/<label>/{report,seed-N}``.
+POINTS = "points"
+#: The sweep report's facts (beside report.md, report.html and figures/ in ``report/``).
+SWEEP_JSON = "sweep.json"
+#: A point's label and overrides, in its folder (`pflpipe report` rebuilds the sweep from them).
+POINT_JSON = "point.json"
+#: The report's folder in a published run (a sweep's, and each point's).
+REPORT_FOLDER = "report"
+
+
+def point_folder(label: str) -> str:
+    """A sweep point's folder in a published run (``points/alpha=0.1``)."""
+    return f"{POINTS}/{re.sub(r'[^A-Za-z0-9=,.()_+-]+', '_', label)}"
+
+
 # ---- an export directory (`pflpipe split --export`) ----------------------------------------
 #: PFLlib's dataset description; Flower's partition description; the npz format's index file.
 PFLLIB_CONFIG_JSON, FLOWER_PARTITIONS_JSON, EXPORT_INDEX_NPZ = (

@@ -29,6 +29,8 @@ starts, and every tuned entry's grid points × tuning seeds as members.
 With `engine.shards` = N, train_local and distill_grid_search are each a loop of N tasks, one per
 client shard, followed by merge_shards (`pflpipe.stages.shards`); a personalize entry whose clients
 train alone (fedavg_ft) is N items of the personalize loop, and collect_results merges them.
+A sweep (`build_sweep_pipeline`) runs every point's tasks in one seeds loop, each task once
+however many points share it, and an evaluate_fairness per point.
 Every task but collect_results and evaluate_fairness is cached on the spec settings it reads
 (`pflpipe.pipelines.cache`); evaluate_fairness, the one task that tracks, logs every seed into
 MLflow. Loop bodies receive only loop items (a personalize task's label, scoped spec and client
@@ -118,13 +120,11 @@ def build_pipeline(spec: Spec):
     `tracking_uri`, `experiment` and `parent_run_id` (empty: `evaluate_fairness` opens a parent
     run when a tracking URI is known, else nothing is tracked), and `resume`: which checkpoints
     of an earlier run the training stages resume from (all, unfinished or none;
-    `pflpipe.stages.common.RESUME`). Its output is the report directory.
+    `pflpipe.stages.common.RESUME`). Its output is the report directory; a sweep's
+    (`build_sweep_pipeline`) are each point's.
     """
-    spec_json = task_spec_json(spec)
-    scoped = {stage: scoped_spec_json(spec, stage) for stage in CACHED
-              if stage not in (*PER_ENTRY, "train_members") and (stage != "tune" or spec.tuning)}
-    entries = personalize_items(spec)
-    seeds_at_once, labels_at_once = parallelism(spec)
+    if spec.sweep:
+        return build_sweep_pipeline(spec)
 
     @dsl.pipeline(name=spec.experiment.name,
                   description=spec.experiment.description or "pflpipe experiment")
@@ -133,27 +133,107 @@ def build_pipeline(spec: Spec):
                  parent_run_id: str = "", resume: str = "all") -> Artifact:
         tracking = {"tracking_uri": tracking_uri, "experiment": experiment,
                     "parent_run_id": parent_run_id}
-        chosen = _tuning_tasks(spec, scoped, resume) if spec.tuning else None
-        members = None
-        if spec.engine.seeds_as_members:
-            members = configure(train_members(specs_json=members_specs_json(spec),
-                                              resume=resume, **_whole(spec)), spec,
-                                "train_members")
-        with dsl.ParallelFor(spec.experiment.seeds, name="for each seed",
-                             parallelism=seeds_at_once) as seed:
-            if members is not None and whole(spec):   # it trained everything: collect only
-                collect = configure(collect_members(
-                    spec_json=spec_json, seed=seed, members=members.outputs["members"]),
-                    spec, "collect_members")
-            else:
-                collect = _seed_tasks(spec, seed, spec_json, scoped, (entries, labels_at_once),
-                                      "all" if members else resume, chosen, members)
-        report = configure(evaluate_fairness(
-            spec_json=spec_json, results=dsl.Collected(collect.outputs["results"]),
-            kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, **tracking), spec, "evaluate_fairness")
-        return report.outputs["report"]
+        return _experiment(spec, tracking, resume).outputs["report"]
 
     return pipeline
+
+
+def point_outputs(spec: Spec) -> list[str]:
+    """The sweep pipeline's outputs: each point's report directory, in the points' order."""
+    from pflpipe.spec.sweep import points
+
+    return [f"point_{index}" for index in range(len(points(spec)))]
+
+
+def build_sweep_pipeline(spec: Spec):
+    """Return the one pipeline of a sweep (`pflpipe.spec.sweep`): every point × seed.
+
+    Each point's tasks have the inputs of the point's spec run alone (`build_pipeline`): the
+    same cache keys, the same results. The points share one seeds loop, in which a task whose
+    inputs another point's task already has is that task (`_once`; a personalization setting
+    swept: each seed's partition, warm start and local baseline run once). A point with a tuning
+    section or `engine.seeds_as_members` gets its own graph beside the others (nothing shared).
+    Each point's evaluate_fairness logs into a child run of the sweep's parent run
+    (`pflpipe.stages.evaluate_fairness.run_in_pipeline`). Its outputs (`point_outputs`) are the
+    points' report directories.
+    """
+    import json
+    import typing
+
+    from pflpipe.spec.sweep import points
+
+    found = points(spec)
+    outputs = typing.NamedTuple("Outputs", [(name, Artifact) for name in point_outputs(spec)])
+    described = [json.dumps({"label": p.label, "overrides": p.overrides}, sort_keys=True)
+                 for p in found]   # each point's evaluate_fairness `sweep_point`
+    # tuning and train_members shape a graph of their own per point: nothing shared
+    alone = any(p.spec.tuning or p.spec.engine.seeds_as_members for p in found)
+
+    @dsl.pipeline(name=spec.experiment.name,
+                  description=spec.experiment.description or "pflpipe sweep")
+    def pipeline(tracking_uri: str = spec.tracking.uri or "",
+                 experiment: str = spec.tracking.experiment or spec.experiment.name,
+                 parent_run_id: str = "", resume: str = "all") -> outputs:
+        tracking = {"tracking_uri": tracking_uri, "experiment": experiment,
+                    "parent_run_id": parent_run_id}
+        if alone:
+            reports = [_experiment(point.spec, tracking, resume, text)
+                       for point, text in zip(found, described, strict=True)]
+        else:
+            reports = _shared_points(spec, found, tracking, resume, described)
+        return outputs(*(report.outputs["report"] for report in reports))
+
+    return pipeline
+
+
+def _shared_points(spec: Spec, found: list, tracking: dict, resume, described: list[str]):
+    """Every point's tasks in one seeds loop, each task made once (`_once`); their reports."""
+    seeds_at_once, _ = parallelism(spec)
+    collects = []
+    with dsl.ParallelFor(spec.experiment.seeds, name="for each seed",
+                         parallelism=seeds_at_once) as seed:
+        shared: dict = {}
+        for point in found:
+            scoped = {stage: scoped_spec_json(point.spec, stage) for stage in CACHED
+                      if stage not in (*PER_ENTRY, "train_members", "tune")}
+            collects.append(_seed_tasks(
+                point.spec, seed, task_spec_json(point.spec), scoped,
+                (personalize_items(point.spec), parallelism(point.spec)[1]), resume,
+                shared=shared))
+    return [configure(evaluate_fairness(
+        spec_json=task_spec_json(point.spec), results=dsl.Collected(collect.outputs["results"]),
+        kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, sweep_point=text, **tracking), point.spec,
+        "evaluate_fairness") for point, collect, text in zip(found, collects, described,
+                                                             strict=True)]
+
+
+def _experiment(spec: Spec, tracking: dict, resume, sweep_point: str = ""):
+    """The tasks of one experiment (a sweep's point); returns its evaluate_fairness task."""
+    spec_json = task_spec_json(spec)
+    scoped = {stage: scoped_spec_json(spec, stage) for stage in CACHED
+              if stage not in (*PER_ENTRY, "train_members") and (stage != "tune" or spec.tuning)}
+    entries = personalize_items(spec)
+    seeds_at_once, labels_at_once = parallelism(spec)
+    chosen = _tuning_tasks(spec, scoped, resume) if spec.tuning else None
+    members = None
+    if spec.engine.seeds_as_members:
+        members = configure(train_members(specs_json=members_specs_json(spec),
+                                          resume=resume, **_whole(spec)), spec,
+                            "train_members")
+    with dsl.ParallelFor(spec.experiment.seeds, name="for each seed",
+                         parallelism=seeds_at_once) as seed:
+        if members is not None and whole(spec):   # it trained everything: collect only
+            collect = configure(collect_members(
+                spec_json=spec_json, seed=seed, members=members.outputs["members"]),
+                spec, "collect_members")
+        else:
+            collect = _seed_tasks(spec, seed, spec_json, scoped, (entries, labels_at_once),
+                                  "all" if members else resume, chosen, members)
+    point = {"sweep_point": sweep_point} if sweep_point else {}
+    return configure(evaluate_fairness(
+        spec_json=spec_json, results=dsl.Collected(collect.outputs["results"]),
+        kfp_run_id=dsl.PIPELINE_JOB_ID_PLACEHOLDER, **tracking, **point), spec,
+        "evaluate_fairness")
 
 
 def _whole(spec: Spec) -> dict:
@@ -188,45 +268,68 @@ def _tuning_tasks(spec: Spec, scoped: dict[str, str], resume):
                      "tune").outputs["chosen"]
 
 
-def _warm_start(spec: Spec, seed, scoped: dict[str, str], resume, members=None):
+def _once(shared: dict | None, stage: str, inputs: dict, make):
+    """`make()`, or the value it gave for the same stage and inputs earlier in `shared`.
+
+    A sweep's points share one seeds loop; a task whose inputs (its scoped spec, the seed, its
+    input artifacts, which name the tasks that made them) another point's task already has is
+    that task. `shared` None: nothing is shared.
+    """
+    if shared is None:
+        return make()
+    key = (stage, *sorted((name, str(value)) for name, value in inputs.items()))
+    if key not in shared:
+        shared[key] = make()
+    return shared[key]
+
+
+def _warm_start(spec: Spec, seed, scoped: dict[str, str], resume, members=None, shared=None):
     """partition_data and warm_start_fedavg of one seed: the partition and the warm-start task.
 
     After `members` (the train_members task), when given: every task of the seed follows.
+    `shared`: the tasks of the sweep's seed so far (`_once`).
     """
-    task = configure(partition_data(
-        spec_json=scoped["partition_data"], seed=seed, resume=resume), spec, "partition_data")
+    inputs = dict(spec_json=scoped["partition_data"], seed=seed, resume=resume)
+    task = _once(shared, "partition_data", inputs, lambda: configure(
+        partition_data(**inputs), spec, "partition_data"))
     if members is not None:
         task.after(members)
     partition = task.outputs["partition"]
-    warm = configure(warm_start_fedavg(
-        spec_json=scoped["warm_start_fedavg"], seed=seed, resume=resume, partition=partition),
-        spec, "warm_start_fedavg")
+    warming = dict(spec_json=scoped["warm_start_fedavg"], seed=seed, resume=resume,
+                   partition=partition)
+    warm = _once(shared, "warm_start_fedavg", warming, lambda: configure(
+        warm_start_fedavg(**warming), spec, "warm_start_fedavg"))
     return partition, warm
 
 
 def _seed_tasks(spec: Spec, seed, spec_json: str, scoped: dict[str, str],
-                personalizing: tuple[list[dict], int], resume, chosen=None, members=None):
+                personalizing: tuple[list[dict], int], resume, chosen=None, members=None,
+                shared=None):
     """The tasks of one seed: the training stages, then collect_results (returned).
 
     `personalizing` holds the personalize loop's items and its parallelism; `chosen`, the tune
     stage's output, is read by the tuned entries' personalize tasks; `members`, the
-    train_members task, runs first.
+    train_members task, runs first; `shared`, a sweep's tasks of this seed so far (`_once`:
+    every stage but the personalize loop and collect_results is shared between points).
     """
-    partition, warm = _warm_start(spec, seed, scoped, resume, members)
+    partition, warm = _warm_start(spec, seed, scoped, resume, members, shared)
     checkpoints = warm.outputs["checkpoints"]
     gathered = {"fedavg": warm.outputs["results"]}
     entries, at_once = personalizing
     if spec.runs_local:
-        gathered["local"] = _sharded(spec, at_once, train_local, "train_local", dict(
-            spec_json=scoped["train_local"], seed=seed, resume=resume, partition=partition))
+        local = dict(spec_json=scoped["train_local"], seed=seed, resume=resume,
+                     partition=partition)
+        gathered["local"] = _once(shared, "train_local", local, lambda: _sharded(
+            spec, at_once, train_local, "train_local", local))
     if spec.has_persfl:
-        teachers = configure(select_teachers(
-            spec_json=scoped["select_teachers"], seed=seed, checkpoints=checkpoints),
-            spec, "select_teachers")
-        gathered["persfl"] = _sharded(spec, at_once, distill_grid_search, "distill_grid_search",
-                                      dict(spec_json=scoped["distill_grid_search"], seed=seed,
-                                           partition=partition, checkpoints=checkpoints,
-                                           teachers=teachers.outputs["teachers"]))
+        choosing = dict(spec_json=scoped["select_teachers"], seed=seed, checkpoints=checkpoints)
+        teachers = _once(shared, "select_teachers", choosing, lambda: configure(
+            select_teachers(**choosing), spec, "select_teachers"))
+        distilling = dict(spec_json=scoped["distill_grid_search"], seed=seed,
+                          partition=partition, checkpoints=checkpoints,
+                          teachers=teachers.outputs["teachers"])
+        gathered["persfl"] = _once(shared, "distill_grid_search", distilling, lambda: _sharded(
+            spec, at_once, distill_grid_search, "distill_grid_search", distilling))
     tuned = [e for e in entries if spec.tuning and spec.tuning.find(e["label"])]
     loops = {"personalized": ([e for e in entries if e not in tuned], "for each algorithm", {}),
              "tuned": (tuned, "for each tuned algorithm", {"tuning": chosen})}

@@ -19,12 +19,21 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 from pflpipe.errors import PflpipeError
-from pflpipe.layout import KFP_CACHE, LATEST, LOGS, PIPELINE_LOG, RUNS, seed_folder
+from pflpipe.layout import (
+    KFP_CACHE,
+    LATEST,
+    LOGS,
+    PIPELINE_LOG,
+    REPORT_FOLDER,
+    RUNS,
+    point_folder,
+    seed_folder,
+)
 from pflpipe.pipelines.containers import containers_kept_until_exit
 from pflpipe.pipelines.graph import build_pipeline
 from pflpipe.pipelines.tasklog import TaskLog, TaskLogRouter
@@ -56,10 +65,12 @@ class RunnerFailed(PflpipeError):
 class LocalRun:
     """Where one local run's outputs are."""
 
-    report: Path                  # evaluate_fairness's report directory
+    report: Path | None           # evaluate_fairness's report directory (None: a sweep)
     seeds: dict[int, Path]        # collect_results' directory per seed (the report's metadata)
     tasks: tuple[TaskLog, ...]
     run_id: str = ""              # the MLflow parent run, else a random id (logs/events.jsonl)
+    #: A sweep's points by label: each one's report directory and seeds, as `report`, `seeds`.
+    points: dict[str, tuple[Path, dict[int, Path]]] = field(default_factory=dict)
 
 
 def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: bool = True,
@@ -100,9 +111,20 @@ def run_local(spec, arguments: dict[str, str], *, results_dir: Path, use_cache: 
         raise
     finally:
         router.close()
-    report = task.outputs["Output"]
-    seeds = {int(seed): Path(path) for seed, path in report.metadata["seed_dirs"].items()}
-    return LocalRun(Path(report.path), seeds, tuple(router.tasks), run_id)
+    if spec.sweep:
+        from pflpipe.pipelines.graph import point_outputs
+        from pflpipe.spec.sweep import points
+
+        found = {point.label: _report(task.outputs[name])
+                 for point, name in zip(points(spec), point_outputs(spec), strict=True)}
+        return LocalRun(None, {}, tuple(router.tasks), run_id, found)
+    return LocalRun(*_report(task.outputs["Output"]), tuple(router.tasks), run_id)
+
+
+def _report(report) -> tuple[Path, dict[int, Path]]:
+    """A report artifact's directory and its seeds' results directories (its metadata)."""
+    return Path(report.path), {int(seed): Path(path)
+                               for seed, path in report.metadata["seed_dirs"].items()}
 
 
 def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, dict[str, Path]]:
@@ -111,7 +133,7 @@ def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, d
     The folder is named by the time and the run (``20261123-140512-1a2b3c4d``: the MLflow run,
     else the run's own id); earlier runs' folders are kept, and ``results_dir/latest`` is
     pointed at the new one. Returns the folder and its copies by name (``report``, ``seed-0``,
-    ...).
+    ...; a sweep's: ``points/<label>/report``, ``points/<label>/seed-0``, ...).
     """
     results_dir = Path(results_dir)
     run_id = run_id or run.run_id
@@ -121,7 +143,13 @@ def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, d
     while folder.exists():
         suffix += 1
         folder = results_dir / RUNS / f"{name}-{suffix}"
-    copies = {"report": run.report, **{seed_folder(s): d for s, d in sorted(run.seeds.items())}}
+    copies = {REPORT_FOLDER: run.report,
+              **{seed_folder(s): d for s, d in sorted(run.seeds.items())}}
+    if run.points:   # a sweep: each point's report and seeds in a folder of its own
+        copies = {f"{point_folder(label)}/{key}": path
+                  for label, (report, seeds) in run.points.items()
+                  for key, path in {REPORT_FOLDER: report, **{seed_folder(s): d for s, d in
+                                                              sorted(seeds.items())}}.items()}
     out = {}
     for key, source in copies.items():
         out[key] = Path(shutil.copytree(source, folder / key))

@@ -45,7 +45,7 @@ class TaskLog:
     seed: int | None = None
     label: str | None = None
     shard: int | None = None         # the client shard a sharded stage's task trains
-    point: str | None = None         # a tune_point task's grid point, e.g. "lam=1.0"
+    point: str | None = None         # a tune_point task's grid point, e.g. "lam=1.0"; a sweep's
     path: Path | None = None         # the task's log file, once written
     progress: tuple[int, int] | None = None  # (round, rounds) of the latest progress event
     notes: list[str] = field(default_factory=list)  # its notices and warnings, in order, once each
@@ -108,7 +108,8 @@ class TaskLog:
         if kind == "started":
             self.seed, self.label = event.get("seed"), event.get("label")
             self.shard = int(event["shard"]) if event.get("shard") not in (None, "") else None
-            self.point = point_name(event["point"]) if event.get("point") else None
+            self.point = (point_name(event["point"]) if event.get("point")
+                          else event.get("sweep_point"))   # a sweep's point: its label
         elif kind == "progress":
             self.progress = (int(event["round"]), int(event["rounds"]))
         elif kind in ("notice", "warning"):

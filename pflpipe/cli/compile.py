@@ -49,6 +49,11 @@ def run(args) -> int:
     labels = personalize_labels(spec)
     print(f"{path}: pipeline {spec.experiment.name!r}, seeds {spec.experiment.seeds}, "
           f"personalize {labels or 'none'}, image {spec.resources.image}")
+    if spec.sweep:
+        from pflpipe.spec.sweep import points
+
+        print(f"sweep: {len(points(spec))} points in one pipeline, an output (report) per point: "
+              + ", ".join(p.label for p in points(spec)))
     print("parameters: tracking_uri, experiment, parent_run_id (empty: the pipeline opens its "
           "own parent run when a tracking URI is known)")
     return 0

@@ -2,7 +2,16 @@
 
 from pathlib import Path
 
-from pflpipe.layout import PAIRWISE_CSV, REPORT_HTML, REPORT_JSON, REPORT_MD
+from pflpipe.layout import (
+    FIGURES,
+    PAIRWISE_CSV,
+    POINT_JSON,
+    POINTS,
+    REPORT_HTML,
+    REPORT_JSON,
+    REPORT_MD,
+    SWEEP_JSON,
+)
 
 
 def register(subparsers) -> None:
@@ -13,8 +22,11 @@ def register(subparsers) -> None:
         "accuracy; optional seed, split, selection, loss, n_samples, round) and write "
         f"{REPORT_JSON}, {REPORT_MD}, {REPORT_HTML}, {PAIRWISE_CSV} and figures into DIR. A "
         "model is named best or fairest only where a Holm-corrected paired test separates it "
-        "from every other; otherwise the models tied at the top are. Exit 2 on a bad table.")
-    parser.add_argument("tables", nargs="+", type=Path, metavar="TABLE.csv")
+        "from every other; otherwise the models tied at the top are. Given a sweep's run folder "
+        "(results/<name>/latest), rebuild the sweep's report of every point side by side. Exit "
+        "2 on a bad table.")
+    parser.add_argument("tables", nargs="+", type=Path, metavar="TABLE.csv",
+                        help="Per-client tables, or one sweep run folder.")
     parser.add_argument("-o", "--output", type=Path, default=Path("report"), metavar="DIR",
                         help="Output directory (default: ./report).")
     parser.add_argument("--local", default="local", metavar="NAME",
@@ -42,6 +54,8 @@ def run(args) -> int:
     from pflpipe.metrics.report import build_report, write_report
     from pflpipe.overwrite import claim_dir
 
+    if len(args.tables) == 1 and (args.tables[0] / POINTS).is_dir():
+        return _sweep(args)
     table = read_table(args.tables, unit=args.unit)
     report = build_report(table, local=args.local, global_=args.global_,
                           selection=args.selection)
@@ -56,3 +70,32 @@ def run(args) -> int:
     print(f"report: {files.html}  ({files.json.name}, {files.markdown.name}, "
           f"{len(files.figures)} figures in {files.out_dir / 'figures'})")
     return 0
+
+
+def _sweep(args) -> int:
+    """Rebuild a published sweep's report (`pflpipe.metrics.sweep_report`) into --output."""
+    from pflpipe.errors import DataError
+    from pflpipe.metrics.sweep_report import read_sweep, write_sweep_report
+    from pflpipe.overwrite import claim_dir
+
+    run_dir = args.tables[0]
+    found = read_sweep(run_dir, args.output)
+    if not found:
+        raise DataError(f"{run_dir / POINTS}: no {POINT_JSON} in any point's folder; give the "
+                        "folder of a sweep's run (results/<name>/latest)")
+    claim = claim_dir(args.output, "pflpipe report", force=args.force,
+                      writes={REPORT_MD, REPORT_HTML, SWEEP_JSON, FIGURES}.__contains__)
+    files = write_sweep_report(found, args.output, f"{run_dir.name}: sweep of {len(found)} "
+                               "points")
+    claim.record(files)
+    for point in found:
+        print(f"{point.label}: {separated_line(point)}")
+    print(f"report: {args.output / REPORT_HTML}  ({SWEEP_JSON}, {REPORT_MD})")
+    return 0
+
+
+def separated_line(point) -> str:
+    """What the point's data separate (`pflpipe.metrics.sweep_report.separated`)."""
+    from pflpipe.metrics.sweep_report import separated
+
+    return separated(point)

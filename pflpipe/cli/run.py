@@ -143,6 +143,13 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
                               on_event=progress.event,
                               runner=containers.runner if containers else None)
         run_dir, copies = publish(local, results_dir, parent.run_id)
+        if spec.sweep:
+            from pflpipe import layout
+            from pflpipe.metrics.sweep_report import publish_sweep
+
+            copies = {layout.REPORT_FOLDER: publish_sweep(spec, run_dir), **copies}
+            if parent.run_id:   # the points' reports are on their own runs
+                parent.tracker().log_artifact(copies[layout.REPORT_FOLDER], layout.REPORT_FOLDER)
     except BaseException as err:
         for task in (err.task, *err.others) if isinstance(err, StageFailed) else ():
             record_failure(parent, task.title, task.stage, task.error(), task.path,
@@ -300,6 +307,12 @@ def _header(console, spec, parent, resume: str, runner: str) -> None:
     console.print(f"  kfp.local ({runner}) → {spec.experiment.results_dir}/kfp; "
                   f"{engine.parallel_tasks} task(s) at once × {engine.threads} torch thread(s); "
                   f"{RESUME_TEXT[resume]}")
+    if spec.sweep:
+        from pflpipe.spec.sweep import points
+
+        found = points(spec)
+        console.print(f"  sweep of {len(found)} points (the tasks a point does not change run "
+                      f"once): {', '.join(p.label for p in found)}")
     if parent.run_id:
         console.print(f"  MLflow parent run {parent.run_id} in experiment "
                       f"{parent.experiment!r}")
@@ -315,6 +328,8 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
     from pflpipe.cli.text import paragraphs, wrap
 
     report = copies["report"]
+    if (report / layout.SWEEP_JSON).is_file():
+        return _sweep_summary(console, run_dir, report, parent, results_dir, seconds)
     facts = json.loads((report / layout.REPORT_JSON).read_text(encoding="utf-8"))
     answer = facts.get("answer", "")
 
@@ -343,3 +358,33 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
         console.print(f"           {parent.ui_url()}")
     if answer:
         console.print(f"\n{escape(paragraphs(answer))}")
+
+
+def _sweep_summary(console, run_dir: Path, report: Path, parent, results_dir: Path,
+                   seconds: float) -> None:
+    """The closing lines of a sweep: where its report is, and per point what the data say."""
+    import json
+
+    from rich.markup import escape
+
+    from pflpipe import layout
+    from pflpipe.cli.text import wrap
+
+    facts = json.loads((report / layout.SWEEP_JSON).read_text(encoding="utf-8"))
+
+    def say(text: str) -> None:
+        for line in wrap(text, SUMMARY_INDENT):
+            console.print(escape(line))
+
+    console.print(f"\n[bold green]done[/] in {seconds:.0f} s: {len(facts['points'])} points")
+    say(f"  results  {run_dir}/  (also {results_dir / layout.LATEST}/)")
+    say(f"  report   {report / layout.REPORT_HTML}  (the points side by side; each point's own "
+        f"in {run_dir / layout.POINTS}/<point>/{layout.REPORT_FOLDER}/)")
+    say(f"  logs     {results_dir / layout.LOGS}/")
+    if parent.run_id:
+        say(f"  MLflow   run {parent.run_id} in experiment {parent.experiment!r}, a child run per "
+            "point (tag sweep.point)")
+        say(f"           {parent.ui_url()}")
+    console.print("")
+    for point in facts["points"]:
+        say(f"  {point['label']}: {point['separated']}")

@@ -41,9 +41,23 @@ def run(args) -> int:
         if not args.quiet:
             print(f"{path}: valid")
             print(plan(spec, found))
+            if spec.sweep:
+                print(sweep_plan(spec))
     if problems:
         raise SpecError(problems)
     return 0
+
+
+def sweep_plan(spec) -> str:
+    """The sweep's points, one line each: its label and what it runs (`pflpipe.spec.sweep`)."""
+    from pflpipe.spec.sweep import points
+
+    found = points(spec)
+    seeds = len(spec.experiment.seeds)
+    lines = [f"  sweep: {len(found)} point(s) × {seeds} seed(s) = {len(found) * seeds} runs of "
+             "the pipeline above, in one pipeline (stages a point does not change are shared)"]
+    lines += [f"    {point.label}" for point in found]
+    return "\n".join(lines)
 
 
 def checked_model(spec, path) -> None:

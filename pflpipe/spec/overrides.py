@@ -91,6 +91,8 @@ def apply_overrides(data: dict, overrides: Mapping[str, Any], lines: dict[Loc, A
 def _walk_path(data: dict, path: str) -> Loc:
     """The location of a dotted path in `data` (list entries resolved to their index)."""
     parts = [p for p in re.split(r"\.|\[(\d+)\]", path) if p]
+    if parts[0] == "sweep" and len(parts) > 1:   # a sweep's keys are dotted paths themselves
+        return ("sweep", path.split(".", 1)[1])
     loc: list[str | int] = []
     node: Any = data
     for i, part in enumerate(parts):

@@ -50,8 +50,9 @@ def markdown_reference() -> str:
                     model.model_fields[tag].annotation))
                 out.append(f"**`{name}.{tag}`: {values}** — {_summary(model)}\n")
                 out += _tables(model, name, skip=tag)
-        else:
+        elif _nested(field.annotation) is not None:
             out += _tables(_unwrap(field.annotation), name)
+        # else a mapping of the user's own keys (sweep): its description says it all
     return "\n".join(out)
 
 

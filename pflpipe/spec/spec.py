@@ -2,8 +2,9 @@
 
 import hashlib
 import json
+from typing import Any
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from pflpipe.spec.algorithms import PERSONALIZE, LocalParams, PersFLParams, PersonalizationEntry
@@ -30,6 +31,7 @@ from pflpipe.spec.sections import (
     Teachers,
     Tracking,
 )
+from pflpipe.spec.sweep import checked_sweep, sweep_errors
 from pflpipe.spec.tuning import Tuning, tuning_errors, with_values
 
 IMAGE_SHAPES = {
@@ -69,11 +71,19 @@ class Spec(Section):
         None, description="Grids of personalization entries, each chosen on the validation "
         "splits of tuning seeds that are never reported (docs/tuning.md); none when omitted.",
     )
+    sweep: dict[str, Any] | None = Field(
+        None, description="Settings to vary, as dotted paths (spelled as for --set) mapped to "
+        "lists of values; several keys give every combination, each a point run as the spec "
+        "with those values (docs/sweeps.md); none when omitted.",
+    )
+
+    _sweep_shape = field_validator("sweep", mode="before")(
+        classmethod(lambda cls, value: checked_sweep(value)))
 
     @model_validator(mode="after")
     def _consistent(self):
         errors = [*_data_errors(self), *_model_errors(self), *_algorithm_errors(self),
-                  *tuning_errors(self), *_grid_point_errors(self)]
+                  *tuning_errors(self), *_grid_point_errors(self), *sweep_errors(self)]
         if errors:
             raise ValidationError.from_exception_data(
                 "Spec",
@@ -83,12 +93,14 @@ class Spec(Section):
         return self
 
     @model_serializer(mode="wrap")
-    def _without_absent_tuning(self, handler):
+    def _without_absent_sections(self, handler):
         # A spec without tuning dumps as before the section existed: the same JSON, content
         # hash and stage cache keys.
+        # So does a spec without a sweep (a sweep's points have none).
         data = handler(self)
-        if isinstance(data, dict) and data.get("tuning", ...) is None:
-            del data["tuning"]
+        for optional in ("tuning", "sweep"):
+            if isinstance(data, dict) and data.get(optional, ...) is None:
+                del data[optional]
         return data
 
     # ---- conveniences read by every stage -------------------------------------------------

@@ -146,7 +146,8 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
 
 
 def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_uri: str,
-                    experiment: str, parent_run_id: str, kfp_run_id: str = "") -> ReportResult:
+                    experiment: str, parent_run_id: str, kfp_run_id: str = "",
+                    sweep_point: str = "") -> ReportResult:
     """`run` as the pipeline's last task: into the given parent run, or one it opens.
 
     The training stages are cached and take no run id, and `collect_results` tracks nothing (so
@@ -154,6 +155,8 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
     results (`collect_results.track`), then the report. With no parent run id (a pipeline
     uploaded and started in the KFP UI) and a tracking URI (the pipeline parameter, the spec's or
     $MLFLOW_TRACKING_URI), it opens the parent run (tagged ``kfp_run_id``) and finishes it.
+    A sweep's point (`sweep_point`: its label and overrides as JSON) logs into a child run of
+    its own under that parent (`pflpipe.tracking.sweep.point_run`).
     """
     from pflpipe.stages import collect_results
     from pflpipe.stages.report_cache import SEEDS_RUN_TAG, open_cache
@@ -172,20 +175,21 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
     info |= {"KFP run": kfp_run_id} if kfp_run_id else {}
     cache = open_cache(spec, results_dirs)
     try:
-        def track_seeds() -> None:
-            earlier = cache.logged_run(tracker) if cache else None
-            if earlier:   # its child runs hold these very seeds, clients and models
-                tracker.set_tags({SEEDS_RUN_TAG: earlier})
-                notice(f"seeds' runs and models: MLflow run {earlier}'s (same inputs; tag "
-                       f"{SEEDS_RUN_TAG})")
-                return
-            for directory in results_dirs:
-                collect_results.track(spec, Path(directory), tracker)
-            if cache:
-                cache.keep_logged(tracker)
+        with _point(tracker, sweep_point, results_dirs) as tracker:
+            def track_seeds() -> None:
+                earlier = cache.logged_run(tracker) if cache else None
+                if earlier:   # its child runs hold these very seeds, clients and models
+                    tracker.set_tags({SEEDS_RUN_TAG: earlier})
+                    notice(f"seeds' runs and models: MLflow run {earlier}'s (same inputs; tag "
+                           f"{SEEDS_RUN_TAG})")
+                    return
+                for directory in results_dirs:
+                    collect_results.track(spec, Path(directory), tracker)
+                if cache:
+                    cache.keep_logged(tracker)
 
-        result = run(spec, results_dirs, out_dir, tracker=tracker, run_info=info,
-                     alongside=None if tracker is NULL_TRACKER else track_seeds, cache=cache)
+            result = run(spec, results_dirs, out_dir, tracker=tracker, run_info=info,
+                         alongside=None if tracker is NULL_TRACKER else track_seeds, cache=cache)
     except BaseException:
         if opened:
             opened.finish("FAILED")
@@ -193,6 +197,20 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
     if opened:
         opened.finish()
     return result
+
+
+def _point(tracker: Tracker, sweep_point: str, results_dirs: list[Path]):
+    """The point's child run under `tracker` for a sweep's point, else `tracker` itself."""
+    from contextlib import nullcontext
+
+    from pflpipe.tracking.sweep import point_run
+
+    if not sweep_point:
+        return nullcontext(tracker)
+    point = json.loads(sweep_point)
+    manifests = [path for d in results_dirs
+                 if (path := Path(d) / layout.PARTITION / layout.MANIFEST_JSON).is_file()]
+    return point_run(tracker, point["label"], point["overrides"], manifests)
 
 
 def _copy_tables(results_dirs: list[Path], out_dir: Path) -> list[Path]:

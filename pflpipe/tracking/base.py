@@ -39,6 +39,9 @@ class Tracker:
     def log_text(self, text: str, artifact_file: str) -> None:
         """Upload text as a file."""
 
+    def log_dataset(self, name: str, digest: str, source: str, context: str = "train") -> None:
+        """Record a dataset the run used as an input (MLflow's Dataset column)."""
+
     def log_dict(self, data: dict[str, Any], artifact_file: str) -> None:
         """Upload a mapping as JSON (or YAML when `artifact_file` ends in .yaml/.yml)."""
 

@@ -156,6 +156,17 @@ class MlflowTracker(Tracker):
         """Upload text as a file (credentials redacted)."""
         self._call("log_text", self.client.log_text, self.run_id, scrub_text(text), artifact_file)
 
+    def log_dataset(self, name: str, digest: str, source: str, context: str = "train") -> None:
+        """Record a dataset input: `name` and `digest` show in the runs table's Dataset column."""
+        from mlflow.data.http_dataset_source import HTTPDatasetSource
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.entities import DatasetInput, InputTag
+
+        dataset = MetaDataset(HTTPDatasetSource(source), name=scrub_text(name), digest=digest)
+        tags = [InputTag("mlflow.data.context", context)]
+        self._call("logging of a dataset input", self.client.log_inputs, self.run_id,
+                   [DatasetInput(dataset._to_mlflow_entity(), tags)])
+
     def log_dict(self, data: dict[str, Any], artifact_file: str) -> None:
         """Upload a mapping as JSON, or YAML for a .yaml/.yml name (credentials redacted)."""
         if artifact_file.endswith((".yaml", ".yml")):
