@@ -193,6 +193,9 @@ PAIRWISE_CSV = "pairwise.csv"
 #: The report's figures, and the copies of the tables it links (inside the report directory, so
 #: its links hold when the directory is copied or uploaded alone).
 FIGURES, REPORT_TABLES = "figures", "tables"
+#: The report cache of a rerun (`pflpipe.stages.report_cache`, in the stage's checkpoint store):
+#: the figures drawn for a key, and the MLflow run that logged its seeds.
+CACHED_FIGURES_JSON, CACHED_LOGGED_JSON = "figures.json", "logged.json"
 
 
 def report_table(seed: int) -> str:

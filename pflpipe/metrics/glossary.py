@@ -68,6 +68,6 @@ def section() -> list[tuple]:
     """The report's closing section: every abbreviation it may use, in plain words."""
     return [("h2", TITLE),
             ("p", "Each is defined with its formula and source in pflpipe's documentation, "
-                  "docs/reading-the-report.md. ↑: higher is better; ↓: lower is better. Bold "
+                  "on the page Reading the report. ↑: higher is better; ↓: lower is better. Bold "
                   "marks the best value of each row, every tied value alike."),
             ("list", [f"**{n}** — {definition(n)}" for n in names()])]

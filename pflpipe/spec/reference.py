@@ -22,7 +22,7 @@ PREAMBLE = (
     "integer, and numbers are finite. A number that YAML 1.1 and YAML 1.2 read differently "
     "(`1:30`, `017`, `0b101`, `1_000`, `0o17`) is an error: write it in plain digits. So are "
     "the words YAML 1.1 alone reads as booleans (`on`, `yes`, `off`, `no`) and its dates "
-    "(`2024-01-01`): write `true`/`false`, or quote them as text. No integer "
+    "(`1999-12-31`): write `true`/`false`, or quote them as text. No integer "
     "exceeds {max_count:,} except the seeds, which lie "
     "in 0..4294967295. A spec file holds at most {max_bytes:,} bytes, nests "
     "at most {max_depth} levels deep and holds at most {max_values:,} values once its YAML aliases "

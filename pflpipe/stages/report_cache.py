@@ -33,7 +33,7 @@ STAGE = "evaluate_fairness"
 SEEDS_RUN_TAG = "seeds_logged_in"
 #: Raise to make every earlier record a miss (what is kept, or how, changed).
 FORMAT = 1
-FIGURES_JSON, LOGGED_JSON = "figures.json", "logged.json"
+FIGURES_JSON, LOGGED_JSON = layout.CACHED_FIGURES_JSON, layout.CACHED_LOGGED_JSON
 
 
 def key(spec, results_dirs: list[Path]) -> str:

@@ -46,9 +46,16 @@ def stop_after_round_1(round_idx, rows):
 
 
 def line(output: str, stage: str) -> str:
-    """The one line `pflpipe run` printed for `stage`."""
-    found = [text for text in output.splitlines()
-             if text.strip()[:1] in ("✓", "↺", "✗") and f" {stage}" in text]
+    """The one line `pflpipe run` printed for `stage`, its wrapped continuation joined."""
+    lines, found = output.splitlines(), []
+    for i, text in enumerate(lines):
+        if text.strip()[:1] in ("✓", "↺", "✗") and f" {stage}" in text:
+            rest = []
+            for more in lines[i + 1:]:   # the CLI wraps at 160 characters, indented
+                if not more.startswith(" " * 6) or more.strip()[:1] in ("✓", "↺", "✗"):
+                    break
+                rest.append(more.strip())
+            found.append(" ".join([text, *rest]))
     assert len(found) == 1, output
     return found[0]
 
