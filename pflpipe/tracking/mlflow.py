@@ -165,10 +165,12 @@ class MlflowTracker(Tracker):
             return
         import torch
 
+        from pflpipe.data.files import own_state
+
         relative = Path("models") / f"{name}.pt"
         with tempfile.TemporaryDirectory() as tmp:
             file = Path(tmp) / relative.name
-            torch.save(state_dict, file)
+            torch.save(own_state(state_dict), file)
             self.log_artifact(file, relative.parent.as_posix())
 
     def log_model(self, module: Any, name: str) -> str | None:
