@@ -44,8 +44,9 @@ def own_storage(tensor):
 
 
 def own_state(state_dict: dict) -> dict:
-    """A state_dict whose tensors each hold their own elements only (`own_storage`)."""
-    return {key: own_storage(value) for key, value in state_dict.items()}
+    """A state_dict (or a dict of them) whose tensors hold their own elements only."""
+    return {key: own_state(value) if isinstance(value, dict) else own_storage(value)
+            for key, value in state_dict.items()}
 
 
 def read_arrays(path: Path) -> dict[str, np.ndarray]:

@@ -48,6 +48,9 @@ class Tracker:
     def log_state_dict(self, state_dict: dict[str, Any], name: str) -> None:
         """Upload a model's state_dict as ``models/<name>.pt`` (load with weights_only=True)."""
 
+    def log_table(self, rows: list[dict[str, Any]], artifact_file: str) -> None:
+        """Upload rows as an MLflow table (a JSON artifact the UI shows and compares)."""
+
     def log_model(self, module: Any, name: str) -> str | None:
         """Log a torch module as an MLflow model of this run; return its id (None: not logged)."""
         return None
