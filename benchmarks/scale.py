@@ -1,6 +1,7 @@
 """The pipeline at 10, 100 and 1,000 clients: time, memory, bytes written and MLflow rows.
 
     python benchmarks/scale.py [--clients 10 100 1000] [--rounds 5] [--work DIR] [--no-tracking]
+    python benchmarks/scale.py --shipped [--samples 20] [--work DIR]   # Flow's and pFedVEM's specs
 
 For each number of clients, runs ``pflpipe run`` (a new results folder and a new MLflow sqlite
 store) on the synthetic dataset (FedProx's Synthetic(0.5, 0.5), natural clients) with the
@@ -15,6 +16,12 @@ they are links, the checkpoints) and by MLflow (its database and artifacts), nex
 model weights (the per-client model files) and the partition's size; MLflow's runs and metric
 rows. Then the growth from the second largest size to the largest as ratios, against the ratio
 of clients (linear growth equals it). The machine is shared: the load average is printed.
+
+``--shipped`` runs the shipped Flow and pFedVEM specs (specs/flow-*.yaml, specs/pfedvem-*.yaml)
+at a test size: their clients, model, partition and entries as shipped, their data replaced by
+random samples of the same shape and classes (an ``arrays`` file, `--samples` per client), one
+seed, 2 rounds of 1 local epoch (1 epoch for local and fine-tuning entries). For each it prints
+`pflpipe validate`'s disk estimate of the test-sized spec, the bytes the run wrote and its wall.
 """
 
 import argparse
@@ -191,6 +198,69 @@ def growth(small: dict, large: dict) -> None:
         row(f"MLflow {key}", small["mlflow"][key], large["mlflow"][key])
 
 
+def shipped_variant(path: Path, work: Path, samples: int) -> Path:
+    """Write the test-sized variant of a shipped spec (and its random data) into `work`."""
+    import numpy as np
+    import yaml
+
+    from pflpipe.spec.dataset import n_classes_of
+    from pflpipe.spec.loader import read_spec
+    from pflpipe.spec.spec import IMAGE_SHAPES
+
+    spec = read_spec(path)
+    data = yaml.safe_load(path.read_text())
+    shape, classes = IMAGE_SHAPES[spec.dataset.name], n_classes_of(spec.dataset)
+    n = spec.partition.n_clients * samples
+    generator = np.random.default_rng(0)
+    work.mkdir(parents=True, exist_ok=True)
+    np.savez(work / "data.npz", x=generator.normal(size=(n, *shape)).astype(np.float32),
+             y=np.arange(n) % classes)
+    data["experiment"] |= {"seeds": [0], "output_dir": "results"}
+    data["dataset"] = {"name": "arrays", "root": str(work), "path": "data.npz",
+                       "n_classes": classes}
+    data["partition"].pop("samples_per_client", None)
+    data["federation"] |= {"rounds": 2, "local_epochs": 1}
+    data["federation"].pop("full_eval_every", None)
+    for entry in data.get("personalization", []):
+        for key in ("rounds", "local_epochs", "personal_epochs", "head_epochs"):
+            entry.pop(key, None)
+        if entry["name"] in ("local", "fedavg_ft"):
+            entry["epochs"] = 1
+    data["tracking"] = {"uri": f"sqlite:///{work}/mlflow.db"}
+    data.pop("resources", None)
+    data.get("engine", {}).pop("device", None)
+    (work / "spec.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return work / "spec.yaml"
+
+
+def shipped(work: Path, samples: int) -> None:
+    """Run each shipped Flow and pFedVEM spec's test-sized variant; print estimate and bytes."""
+    root = Path(__file__).resolve().parent.parent / "specs"
+    pflpipe = str(Path(sys.executable).with_name("pflpipe"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    for path in sorted([*root.glob("flow-*.yaml"), *root.glob("pfedvem-*.yaml")]):
+        if "digits" in path.name:
+            continue   # bundled data: the shipped spec runs as it is
+        folder = work / path.stem
+        spec = shipped_variant(path, folder, samples)
+        checked = subprocess.run([pflpipe, "validate", str(spec)], env=env, capture_output=True,
+                                 text=True)
+        disk = [line.strip() for line in checked.stdout.splitlines() if "disk " in line]
+        start, before = time.monotonic(), os.getloadavg()[0]
+        done = subprocess.run([pflpipe, "run", "spec.yaml", "--fresh"], cwd=folder, env=env,
+                              capture_output=True, text=True)
+        wall = time.monotonic() - start
+        seen: set = set()
+        written = (distinct_bytes(folder / "results", seen)
+                   + distinct_bytes(folder / "mlartifacts", seen)
+                   + sum(p.stat().st_size for p in folder.glob("mlflow.db*")))
+        status = "ok" if done.returncode == 0 else f"exit {done.returncode}"
+        print(f"{path.name}: {status} in {wall:.0f} s (load {before:.1f}); "
+              f"{disk[0] if disk else 'no estimate'}; written {written / MB:.1f} MB")
+        if done.returncode:
+            print(done.stderr[-2000:])
+
+
 def main() -> int:
     """Run every size, print each, then the growth between the two largest."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -198,8 +268,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--work", type=Path, help="where the runs go (default: a temporary dir)")
     parser.add_argument("--no-tracking", action="store_true", help="run with tracking off")
+    parser.add_argument("--shipped", action="store_true",
+                        help="run the shipped Flow and pFedVEM specs at a test size instead")
+    parser.add_argument("--samples", type=int, default=20,
+                        help="--shipped: random samples per client")
     args = parser.parse_args()
     work = (args.work or Path(tempfile.mkdtemp(prefix="pflpipe-scale-"))).absolute()
+    if args.shipped:
+        shipped(work, args.samples)
+        return 0
     print(f"scale: {work}; {args.rounds} rounds, tracking "
           f"{'off' if args.no_tracking else 'on'}; {os.cpu_count()} CPUs")
     measured = []

@@ -235,6 +235,13 @@ def seed_folder(seed: int) -> str:
     return f"seed-{seed}"
 
 
+# ---- an algorithm's MLflow run (`pflpipe.stages.progress.log_clients`) -------------------
+#: A row per client (its final values), a row per client and round (its history), and the name
+#: of the artifact of every client's state_dict (``models/clients.pt``).
+CLIENTS_TABLE, CLIENT_HISTORY_TABLE, CLIENT_MODELS = (
+    "clients/final.json", "clients/history.json", "clients")
+
+
 def link_file(source: Path, target: Path) -> Path:
     """Make `target` a hard link to `source` (a copy on another file system); return `target`.
 

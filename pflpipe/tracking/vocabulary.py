@@ -30,6 +30,7 @@ import math
 from collections.abc import Iterable, Iterator
 
 from pflpipe.engine.records import COMPUTE, DIAGNOSTIC_PREFIX
+from pflpipe.layout import CLIENT_HISTORY_TABLE, CLIENT_MODELS, CLIENTS_TABLE  # noqa: F401
 
 #: results.csv's `selection` column → the prefix of the final values.
 SELECTIONS = {"best_val": "best", "last_round": "last"}
@@ -41,10 +42,7 @@ SCOPES = ("global",)
 #: Prefixes of a compute count's metrics: per round (``compute.samples``), a client's total over
 #: its rounds (``compute.total.samples``), the sum of those over an algorithm's clients.
 COMPUTE_PREFIX, TOTAL_PREFIX, ALL_PREFIX = "compute.", "compute.total.", "compute.all_clients."
-#: An algorithm's run: a row per client (its final values), a row per client and round (its
-#: history), and the name of the file of every client's state_dict (``models/clients.pt``).
-CLIENTS_TABLE, CLIENT_HISTORY_TABLE, CLIENT_MODELS = (
-    "clients/final.json", "clients/history.json", "clients")
+
 
 
 def metric(split: str, measure: str, scope: str = "") -> str:
