@@ -17,10 +17,11 @@ model weights (the per-client model files) and the partition's size; MLflow's ru
 rows. Then the growth from the second largest size to the largest as ratios, against the ratio
 of clients (linear growth equals it). The machine is shared: the load average is printed.
 
-``--shipped`` runs the shipped Flow and pFedVEM specs (specs/flow-*.yaml, specs/pfedvem-*.yaml)
-at a test size: their clients, model, partition and entries as shipped, their data replaced by
-random samples of the same shape and classes (an ``arrays`` file, `--samples` per client), one
-seed, 2 rounds of 1 local epoch (1 epoch for local and fine-tuning entries). For each it prints
+``--shipped`` runs the shipped Flow and pFedVEM specs of CIFAR and Fashion-MNIST (`SHIPPED`;
+the digits ones run as shipped) at a test size: their clients, model, partition and entries as
+shipped, their data replaced by random samples of the same shape and classes (an ``arrays`` file, `--samples` per client), one
+seed, 2 rounds of 1 local epoch (1 epoch for local and fine-tuning entries, a local entry added
+where the spec has none). For each it prints
 `pflpipe validate`'s disk estimate of the test-sized spec, the bytes the run wrote and its wall.
 """
 
@@ -66,6 +67,8 @@ tracking: {{enabled: {tracking}, uri: "sqlite:///{work}/mlflow.db"}}
 TASK = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - \w+ - (?:Executing task '([\w-]+)'|"
                   r"Task '([\w-]+)' finished)", re.M)
 MB = 1e6
+#: The shipped specs of many clients whose data is not bundled (--shipped).
+SHIPPED = ["flow-cifar10-dir01", "pfedvem-cifar10", "pfedvem-cifar100", "pfedvem-fmnist"]
 
 
 def stage_walls(pipeline_log: Path) -> dict[str, float]:
@@ -226,6 +229,8 @@ def shipped_variant(path: Path, work: Path, samples: int) -> Path:
             entry.pop(key, None)
         if entry["name"] in ("local", "fedavg_ft"):
             entry["epochs"] = 1
+    if not any(entry["name"] == "local" for entry in data.get("personalization", [])):
+        data["personalization"].append({"name": "local", "epochs": 1})   # the baseline's
     data["tracking"] = {"uri": f"sqlite:///{work}/mlflow.db"}
     data.pop("resources", None)
     data.get("engine", {}).pop("device", None)
@@ -233,14 +238,13 @@ def shipped_variant(path: Path, work: Path, samples: int) -> Path:
     return work / "spec.yaml"
 
 
-def shipped(work: Path, samples: int) -> None:
+def shipped(work: Path, samples: int, names: list[str]) -> None:
     """Run each shipped Flow and pFedVEM spec's test-sized variant; print estimate and bytes."""
     root = Path(__file__).resolve().parent.parent / "specs"
     pflpipe = str(Path(sys.executable).with_name("pflpipe"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    for path in sorted([*root.glob("flow-*.yaml"), *root.glob("pfedvem-*.yaml")]):
-        if "digits" in path.name:
-            continue   # bundled data: the shipped spec runs as it is
+    for name in names:
+        path = root / f"{name}.yaml"
         folder = work / path.stem
         spec = shipped_variant(path, folder, samples)
         checked = subprocess.run([pflpipe, "validate", str(spec)], env=env, capture_output=True,
@@ -272,10 +276,11 @@ def main() -> int:
                         help="run the shipped Flow and pFedVEM specs at a test size instead")
     parser.add_argument("--samples", type=int, default=20,
                         help="--shipped: random samples per client")
+    parser.add_argument("--specs", nargs="+", default=SHIPPED, help="--shipped: which specs")
     args = parser.parse_args()
     work = (args.work or Path(tempfile.mkdtemp(prefix="pflpipe-scale-"))).absolute()
     if args.shipped:
-        shipped(work, args.samples)
+        shipped(work, args.samples, args.specs)
         return 0
     print(f"scale: {work}; {args.rounds} rounds, tracking "
           f"{'off' if args.no_tracking else 'on'}; {os.cpu_count()} CPUs")
