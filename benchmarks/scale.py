@@ -19,10 +19,10 @@ of clients (linear growth equals it). The machine is shared: the load average is
 
 ``--shipped`` runs the shipped Flow and pFedVEM specs of CIFAR and Fashion-MNIST (`SHIPPED`;
 the digits ones run as shipped) at a test size: their clients, model, partition and entries as
-shipped, their data replaced by random samples of the same shape and classes (an ``arrays`` file, `--samples` per client), one
-seed, 2 rounds of 1 local epoch (1 epoch for local and fine-tuning entries, a local entry added
-where the spec has none). For each it prints
-`pflpipe validate`'s disk estimate of the test-sized spec, the bytes the run wrote and its wall.
+shipped, their data replaced by random samples of the same shape and classes (an ``arrays``
+file, `--samples` per client), one seed, 2 rounds of 1 local epoch (1 epoch for local and
+fine-tuning entries, a local entry added where the spec has none). For each it prints `pflpipe
+validate`'s disk estimate of the test-sized spec, the bytes the run wrote and its wall.
 """
 
 import argparse
