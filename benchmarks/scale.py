@@ -254,7 +254,7 @@ def variant_estimate(path: Path, variant: Path, samples: int):
     need = estimate(parse_spec(yaml.safe_dump(data)))
     shape = IMAGE_SHAPES[data["dataset"]["name"]]
     partition = data["partition"]["n_clients"] * samples * (math.prod(shape) * 4 + SAMPLE_OVERHEAD)
-    return DiskEstimate(partition, need.results, need.checkpoints, need.tracking)
+    return DiskEstimate(partition, need.results, need.checkpoints, need.tracking, need.fixed)
 
 
 def shipped(work: Path, samples: int, names: list[str]) -> None:

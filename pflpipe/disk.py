@@ -13,7 +13,8 @@ Per seed, with P the bytes of one copy of the model's parameters (float32) and C
   global model per warm-start round;
 - MLflow (a local sqlite store, tracking on): the clients' models once more (one file per model,
   `tracking.log_models`) and their per-client tables (a row per client and round it is scored
-  in: every round, or with ``eval_clients: sampled`` its share of the rounds and the full ones).
+  in: every round, or with ``eval_clients: sampled`` its share of the rounds and the full ones);
+- the report, the logs and an MLflow database's own tables: `FIXED`.
 
 Measured on the synthetic dataset (benchmarks/scale.py) the estimate is within 10 % of what a
 run writes; it is an estimate, not a bound.
@@ -33,6 +34,9 @@ CHECKPOINT_COPIES = 4
 SAMPLE_OVERHEAD = 16
 #: Bytes of one client's row of one round in MLflow's history table (a dozen numbers as JSON).
 TABLE_ROW = 300
+#: What a run writes whatever its size: the report and its figures, the logs, an MLflow
+#: database's own tables (benchmarks/scale.py at 10 clients).
+FIXED = 8_000_000
 
 
 class DiskSpaceError(PflpipeError):
@@ -49,22 +53,26 @@ class DiskEstimate:
     results: int
     checkpoints: int
     tracking: int
+    fixed: int = FIXED
 
     @property
     def total(self) -> int:
         """Every part's bytes (an unknown partition counts 0)."""
-        return (self.partition or 0) + self.results + self.checkpoints + self.tracking
+        return ((self.partition or 0) + self.results + self.checkpoints + self.tracking
+                + self.fixed)
 
     def describe(self) -> str:
         """One line: the total, then each part.
 
-        >>> DiskEstimate(2_000_000, 3_500_000, 10**9, 0).describe()
-        'about 1.0 GB (partition 2.0 MB, results 3.5 MB, checkpoints 1.0 GB, MLflow 0 B)'
+        >>> DiskEstimate(2_000_000, 3_500_000, 10**9, 0, 4_000_000).describe()
+        'about 1.0 GB (partition 2.0 MB, results 3.5 MB, checkpoints 1.0 GB, MLflow 0 B, \
+report and logs 4.0 MB)'
         """
         partition = (size(self.partition) if self.partition is not None
                      else "not counted: read from the data")
         return (f"about {size(self.total)} (partition {partition}, results {size(self.results)}, "
-                f"checkpoints {size(self.checkpoints)}, MLflow {size(self.tracking)})")
+                f"checkpoints {size(self.checkpoints)}, MLflow {size(self.tracking)}, "
+                f"report and logs {size(self.fixed)})")
 
 
 def size(n_bytes: float) -> str:
