@@ -55,7 +55,8 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
             template = _template(spec, seed, partition_dir)
             template.load_state_dict(_load(best))
             run.log_model(template, "fedavg-global")
-        models = {path.stem: _load(path) for path in layout.client_model_files(results_dir)}
+        models = ({path.stem: _load(path) for path in layout.client_model_files(results_dir)}
+                  if spec.tracking.log_models else {})
         log_clients(run, results, history, extra, models or None)
 
 
