@@ -16,8 +16,9 @@ Per seed, with P the bytes of one copy of the model's parameters (float32) and C
   in: every round, or with ``eval_clients: sampled`` its share of the rounds and the full ones);
 - the report, the logs and an MLflow database's own tables: `FIXED`.
 
-Measured on the synthetic dataset (benchmarks/scale.py) the estimate is within 10 % of what a
-run writes; it is an estimate, not a bound.
+Against what runs wrote (benchmarks/scale.py: the synthetic dataset at 10, 100 and 1,000 clients,
+the shipped Flow and pFedVEM specs at a test size) the estimate was 4 % below to 11 % above; it
+is an estimate, not a bound.
 """
 
 import math
