@@ -6,10 +6,14 @@ weights (issue 50), so a run's disk grew with the square of its clients.
 """
 
 import io
+import math
 
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pflpipe import layout
+from pflpipe.data.files import own_storage
 from pflpipe.engine import checkpoint
 from pflpipe.stages.results import client_models, write_results
 from pflpipe.storage.local import LocalStore
@@ -80,3 +84,14 @@ def test_checkpoint_keeps_a_whole_stacked_tensor_as_it_is():
     saved = _load(io.BytesIO(checkpoint.dump({"a": stacked, "b": stacked})))
     assert saved["a"].data_ptr() == saved["b"].data_ptr()  # one storage, written once
     assert torch.equal(saved["a"], stacked)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=4), st.integers(0, 6), st.data())
+def test_own_storage_keeps_the_values_and_only_the_tensors_bytes(shape, clients, data):
+    stacked = torch.arange(float((clients + 1) * math.prod(shape))).reshape(clients + 1, *shape)
+    client = data.draw(st.integers(0, clients))
+    view = stacked[client].transpose(0, -1) if len(shape) > 1 else stacked[client]
+    owned = own_storage(view)
+    assert torch.equal(owned, view)
+    assert owned.untyped_storage().nbytes() == owned.numel() * owned.element_size()
