@@ -33,7 +33,9 @@ A **results root** (``pflpipe run``): ``runs/<time>-<run>/``, ``latest``, ``logs
 """
 
 import json
+import os
 import re
+import shutil
 from pathlib import Path
 
 from pflpipe.errors import DataError
@@ -250,6 +252,33 @@ REPORT_FOLDER = "report"
 def point_folder(label: str) -> str:
     """A sweep point's folder in a published run (``points/alpha=0.1``)."""
     return f"{POINTS}/{re.sub(r'[^A-Za-z0-9=,.()_+-]+', '_', label)}"
+# ---- an algorithm's MLflow run (`pflpipe.stages.progress.log_clients`) -------------------
+#: A row per client (its final values), a row per client and round (its history), and the name
+#: of the artifact of every client's state_dict (``models/clients.pt``).
+CLIENTS_TABLE, CLIENT_HISTORY_TABLE, CLIENT_MODELS = (
+    "clients/final.json", "clients/history.json", "clients")
+
+
+def link_file(source: Path, target: Path) -> Path:
+    """Make `target` a hard link to `source` (a copy on another file system); return `target`.
+
+    Finished outputs are shared this way, never copied twice on one disk: a published run's
+    files and kfp.local's task outputs, a collected seed and its models' results directories,
+    a reused partition. A finished output is never written again (a rerun's tasks write new
+    folders), so neither name sees the other change; a user who edits a published file in place
+    edits kfp's cached copy too (docs/results.md).
+    """
+    Path(target).unlink(missing_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:  # another file system, or links not allowed
+        shutil.copy2(source, target)
+    return Path(target)
+
+
+def link_tree(source: Path, target: Path) -> Path:
+    """`shutil.copytree` of `source` to `target` (may exist) with every file a `link_file`."""
+    return Path(shutil.copytree(source, target, copy_function=link_file, dirs_exist_ok=True))
 
 
 # ---- an export directory (`pflpipe split --export`) ----------------------------------------

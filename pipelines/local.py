@@ -4,7 +4,7 @@ By default every task runs as a Python subprocess of the current interpreter (Su
 `use_venv=False`), so the project and its dependencies must be installed here; nothing is
 installed at run time. Given a DockerRunner (`pflpipe.pipelines.containers`), every task runs in
 its stage's image instead. kfp.local
-keeps every task's outputs under `pipeline_root`; `publish` copies the report and each seed's
+keeps every task's outputs under `pipeline_root`; `publish` hard-links the report and each seed's
 results into a folder of their own per run (``runs/<time>-<MLflow run>/``) and points
 ``latest`` at it, so a rerun never overwrites what an earlier run published.
 """
@@ -13,7 +13,6 @@ import builtins
 import contextlib
 import logging
 import os
-import shutil
 import sys
 import uuid
 import warnings
@@ -31,6 +30,7 @@ from pflpipe.layout import (
     PIPELINE_LOG,
     REPORT_FOLDER,
     RUNS,
+    link_tree,
     point_folder,
     seed_folder,
 )
@@ -128,7 +128,11 @@ def _report(report) -> tuple[Path, dict[int, Path]]:
 
 
 def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, dict[str, Path]]:
-    """Copy the report and each seed's results into a new ``results_dir/runs/<name>/``.
+    """Link the report and each seed's results into a new ``results_dir/runs/<name>/``.
+
+    Every file there is a hard link to kfp.local's output under the pipeline root (a copy when
+    the two are on different file systems, `layout.link_tree`): one copy on disk, and the
+    pipeline root keeps what kfp's cache points at.
 
     The folder is named by the time and the run (``20261123-140512-1a2b3c4d``: the MLflow run,
     else the run's own id); earlier runs' folders are kept, and ``results_dir/latest`` is
@@ -152,7 +156,7 @@ def publish(run: LocalRun, results_dir: Path, run_id: str = "") -> tuple[Path, d
                                                               sorted(seeds.items())}}.items()}
     out = {}
     for key, source in copies.items():
-        out[key] = Path(shutil.copytree(source, folder / key))
+        out[key] = link_tree(source, folder / key)
     link = results_dir / f".{LATEST}.tmp"
     link.unlink(missing_ok=True)
     link.symlink_to(folder.relative_to(results_dir), target_is_directory=True)

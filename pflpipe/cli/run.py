@@ -110,6 +110,7 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
     """
     import logging
 
+    from pflpipe.disk import check_free_space
     from pflpipe.pipelines.local import StageFailed, publish, run_local
     from pflpipe.storage import check_store
     from pflpipe.tracking import open_parent_run, record_failure
@@ -126,6 +127,7 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
 
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
     check_store(spec.storage)  # a silent or missing store fails here, before any stage runs
+    check_free_space(spec, results_dir)  # a run that cannot fit fails before it writes
     containers = None
     if runner == "docker":
         from pflpipe.pipelines.containers import prepare

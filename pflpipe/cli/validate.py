@@ -168,6 +168,11 @@ def plan(spec, found=None) -> str:
     if spec.engine.workers > 1:
         lines.append(f"  engine              warm_start_fedavg, train_local and personalize as "
                      f"{spec.engine.workers} workers, each a shard of the clients")
+    from pflpipe.disk import estimate
+
+    if (need := estimate(spec)) is not None:
+        lines.append(f"  disk                {need.describe()} in "
+                     f"{spec.experiment.results_dir}/ (`pflpipe run` checks its free space)")
     return "\n".join(lines)
 
 

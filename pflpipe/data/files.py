@@ -22,6 +22,33 @@ _READ_ERRORS = Exception
 _GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
 
 
+def own_storage(tensor):
+    """`tensor` detached on the CPU, holding its own elements only (a copy when it is a view).
+
+    torch.save writes a view's whole storage: a client's slice of the engine's stacked
+    [C, ...] tensors would carry every client's weights, and C such files C² of them.
+
+    >>> import torch
+    >>> stacked = torch.zeros(100, 60)
+    >>> own_storage(stacked[3]).untyped_storage().nbytes()
+    240
+    >>> own_storage(stacked) is stacked
+    True
+    """
+    import torch
+
+    tensor = tensor.detach().cpu()
+    if tensor.untyped_storage().nbytes() > tensor.numel() * tensor.element_size():
+        return tensor.clone(memory_format=torch.contiguous_format)
+    return tensor
+
+
+def own_state(state_dict: dict) -> dict:
+    """A state_dict (or a dict of them) whose tensors hold their own elements only."""
+    return {key: own_state(value) if isinstance(value, dict) else own_storage(value)
+            for key, value in state_dict.items()}
+
+
 def read_arrays(path: Path) -> dict[str, np.ndarray]:
     """Read the arrays of an .npz file or of a .pt dict of tensors (numbers, lists) by name."""
     path = Path(path)

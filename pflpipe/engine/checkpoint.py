@@ -15,7 +15,7 @@ import logging
 import torch
 from torch import Tensor
 
-from pflpipe.data.files import load_tensors
+from pflpipe.data.files import load_tensors, own_storage
 from pflpipe.engine.optim import MOMENTS
 from pflpipe.errors import DataError, DivergenceError
 from pflpipe.layout import (
@@ -124,9 +124,9 @@ def load(store: Store, key: str, device: torch.device):
 
 
 def to_cpu(obj):
-    """`obj` with every tensor (in dicts and lists) detached and on the CPU."""
+    """`obj` with every tensor (in dicts and lists) detached, on the CPU and its own storage."""
     if isinstance(obj, Tensor):
-        return obj.detach().cpu()
+        return own_storage(obj)
     if isinstance(obj, dict):
         return {k: to_cpu(v) for k, v in obj.items()}
     if isinstance(obj, list):

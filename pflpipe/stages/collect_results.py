@@ -67,7 +67,7 @@ class CollectedResults:
 def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
         partition_dir: Path | None = None, checkpoints_dir: Path | None = None,
         tracker: Tracker = NULL_TRACKER) -> CollectedResults:
-    """Copy each directory to `out_dir/<model>/`, write the concatenated results.csv; track.
+    """Link each directory into `out_dir/<model>/` (`layout.link_tree`), write the results; track.
 
     The client shards of a model (`engine.shards`) are merged into `out_dir/<model>/` first.
     `tracker` is the parent run: each model gets its runs under it (see `track_results`).
@@ -85,7 +85,7 @@ def run(spec, seed: int, results_dirs: list[Path], out_dir: Path, *,
             raise DataError(f"two results directories hold model {model!r} for seed {seed} "
                             f"(the second is {directory}); every model is trained once per seed")
         if directory != out / model:
-            shutil.copytree(directory, out / model, dirs_exist_ok=True)
+            layout.link_tree(directory, out / model)
         rows += table
         models.append(model)
     with (out / RESULTS).open("w", newline="") as handle:

@@ -7,15 +7,13 @@ inspected, with the same content hash.
 """
 
 import logging
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from pflpipe import markdown
 from pflpipe.errors import DataError
 from pflpipe.events import notice, warning
-from pflpipe.layout import MANIFEST_JSON
+from pflpipe.layout import MANIFEST_JSON, link_file
 from pflpipe.tracking import NULL_TRACKER, Tracker
 
 log = logging.getLogger(__name__)
@@ -175,16 +173,8 @@ def _reuse(plan, section: dict, source: Path, out_dir: Path) -> dict | None:
     names = [f"clients/{entry['file']}" for entry in manifest["clients"]] + [HEATMAP, MANIFEST]
     for name in names:  # the manifest last: a directory with a manifest is complete
         if (source / name).is_file():
-            _link(source / name, out_dir / name)
+            link_file(source / name, out_dir / name)
     return manifest
-
-
-def _link(source: Path, target: Path) -> None:
-    target.unlink(missing_ok=True)
-    try:
-        os.link(source, target)
-    except OSError:  # another file system, or links not allowed
-        shutil.copy2(source, target)
 
 
 def format_classes(classes: tuple[int, ...] | None, limit: int = 12) -> str:

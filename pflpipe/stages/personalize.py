@@ -79,7 +79,7 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     with _naming([label]):
         result = common.federate(spec, recipe, _recipe, args,
                                  common.round_progress(recipe.plan.rounds) if progress else None)
-    return _write(spec, seed, label, recipe, result, Path(results_dir), tracker, stage, shard,
+    return _write(spec, seed, label, recipe, result, Path(results_dir), tracker, shard,
                   tuning_dir)
 
 
@@ -126,15 +126,13 @@ def run_variants(runs: list[tuple], seeds: list[int], partition_dirs: list[Path]
                          [r.store for r in recipes])
     with _naming([label for _, label in runs]):
         results = iter(zip(recipes, federation.run_members(), strict=True))
-    return [[_write(spec, seed, label, *next(results), Path(out), tracker, stage, None,
-                    tuning_dir)
+    return [[_write(spec, seed, label, *next(results), Path(out), tracker, None, tuning_dir)
              for seed, out in zip(seeds, outs, strict=True)]
             for (spec, label), outs in zip(runs, results_dirs, strict=True)]
 
 
 def _write(spec, seed: int, label: str, recipe: Recipe, result, results_dir: Path,
-           tracker: Tracker, stage: str, shard: int | None, tuning_dir: Path | None
-           ) -> PersonalizeResult:
+           tracker: Tracker, shard: int | None, tuning_dir: Path | None) -> PersonalizeResult:
     """Write a seed's results directory from its federation's result; track it."""
     entry, plan, data = spec.algorithm(label), recipe.plan, recipe.data
     model = entry.display_name
@@ -157,7 +155,7 @@ def _write(spec, seed: int, label: str, recipe: Recipe, result, results_dir: Pat
     tracker.log_metrics({"best_val.test_accuracy": summary.best_val_test_accuracy,
                          "last_round.test_accuracy": summary.last_round_test_accuracy,
                          **_global_means(results)})
-    common.log_clients(tracker, stage, model, results, history,
+    common.log_clients(tracker, results, history,
                        models=models if spec.tracking.log_models else None)
     return summary
 

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from pflpipe import layout
+from pflpipe.data.files import own_state
 from pflpipe.distill import GridConfig, choose_rounds, run_grid
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.evaluate import evaluate
@@ -84,7 +85,7 @@ def run(spec, client_file: Path, partition_dir: Path, checkpoints_dir: Path, out
         "round": rounds[row], "criterion": spec.teachers.criterion,
         "val_loss_by_round": dict(zip(rounds, scores["val"][0].tolist(), strict=True))}, indent=2))
     common.write_csv(out / layout.GRID_CSV, GRID_FIELDS, grid.grid)
-    torch.save({k: v[0].cpu() for k, v in grid.params.items()}, out / layout.MODEL_PT)
+    torch.save(own_state({k: v[0] for k, v in grid.params.items()}), out / layout.MODEL_PT)
     (out / layout.SUMMARY_MD).write_text(result.to_markdown())
     return result
 

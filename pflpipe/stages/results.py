@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from pflpipe import layout
+from pflpipe.data.files import own_state
 from pflpipe.engine.data import FederatedData
 from pflpipe.engine.records import COMPUTE, diagnostic_columns
 from pflpipe.engine.tree import Group, Tree
@@ -35,7 +36,7 @@ def write_results(out_dir: Path, results: list[dict], history: list[dict],
     for name, state_dict in (models or {}).items():
         path = layout.model_file(out_dir, name)
         path.parent.mkdir(exist_ok=True)
-        torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, path)
+        torch.save(own_state(state_dict), path)
     (out_dir / SUMMARY_MD).write_text(summary)
 
 

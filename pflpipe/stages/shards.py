@@ -59,7 +59,7 @@ def merge(shard_dirs: list[Path], out_dir: Path) -> DistillResult | PersonalizeR
         elif path.name == layout.MODELS:
             for _, directory in shards:
                 for model in sorted((directory / layout.MODELS).iterdir()):
-                    shutil.copyfile(model, out / layout.MODELS / model.name)
+                    layout.link_file(model, out / layout.MODELS / model.name)
         elif path.name not in RECOMPUTED:
             shutil.copyfile(path, out / path.name)
     summary = _summary([record["summary"] for record, _ in shards], out)

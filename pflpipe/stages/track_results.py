@@ -5,9 +5,9 @@ change their inputs and so defeat the cache), so the pipeline's last task, `eval
 logs each of them into the pipeline's parent run from every seed's collected directory
 (`collect_results.track`; the per-seed `collect_results` tasks track nothing, so that they import
 neither mlflow nor torch). Under the parent, each algorithm gets a run named
-after it (``fedper``; ``fedper · seed 1`` with several seeds), and under that a run per client
-(``fedper · client 3``) holding the metrics of `pflpipe.tracking.vocabulary`, its settings and its
-model.
+after it (``fedper``; ``fedper · seed 1`` with several seeds) holding its settings, the mean
+over clients of the metrics of `pflpipe.tracking.vocabulary`, its clients' tables and models
+(`pflpipe.stages.progress.log_clients`); fedavg's best global model is an MLflow model.
 """
 
 import io
@@ -31,7 +31,7 @@ PERSFL_ARTIFACTS = {layout.LAMBDA_T_PNG: "figures", layout.TEACHER_ROUNDS_PNG: "
 
 def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_dir: Path
                 ) -> None:
-    """Log one results directory: a run for its model (settings, means), a run per client."""
+    """Log one results directory: a run for its model (settings, means, clients' tables)."""
     if tracker is NULL_TRACKER:
         return
     results_dir = Path(results_dir)
@@ -41,7 +41,6 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
     stage = STAGES.get(model, "personalize")
     several = len(spec.experiment.seeds) > 1
     tags = {"stage": stage, "algorithm": model, "seed": str(seed)}
-    template = _template(spec, seed, partition_dir)
     extra = None
     with tracker.child(vocabulary.run_name(model, seed=seed if several else None), tags) as run:
         run.log_params({"seed": seed, **_settings(spec, model, results_dir)})
@@ -53,11 +52,12 @@ def track_model(tracker: Tracker, spec, seed: int, results_dir: Path, partition_
                     run.log_artifact(results_dir / name, folder)
         best = layout.model_file(results_dir, layout.GLOBAL_BEST_VAL)
         if model == "fedavg" and best.is_file():
+            template = _template(spec, seed, partition_dir)
             template.load_state_dict(_load(best))
             run.log_model(template, "fedavg-global")
-        models = {path.stem: _load(path) for path in layout.client_model_files(results_dir)}
-        log_clients(run, stage, model, results, history, extra, models or None,
-                    seed=seed if several else None, template=template)
+        models = ({path.stem: _load(path) for path in layout.client_model_files(results_dir)}
+                  if spec.tracking.log_models else {})
+        log_clients(run, results, history, extra, models or None)
 
 
 def _settings(spec, model: str, results_dir: Path | None = None) -> dict:

@@ -55,6 +55,9 @@ class Tracker:
         """Whether run `run_id` exists (not deleted) in this run's store and experiment."""
         return False
 
+    def log_table(self, rows: list[dict[str, Any]], artifact_file: str) -> None:
+        """Upload rows as an MLflow table (a JSON artifact the UI shows and compares)."""
+
     def log_model(self, module: Any, name: str) -> str | None:
         """Log a torch module as an MLflow model of this run; return its id (None: not logged)."""
         return None

@@ -1,12 +1,12 @@
-"""The MLflow tracker: a parent run per pipeline run, child runs per stage, algorithm and client.
+"""The MLflow tracker: a parent run per pipeline run, child runs per stage and algorithm.
 
 Built on ``mlflow.MlflowClient`` with explicit run ids (no fluent global state, so the
 ``MLFLOW_RUN_ID`` variable that KFP's MLflow plugin injects cannot hijack a run). mlflow is imported
 inside functions only, so ``import pflpipe.tracking`` stays light.
 
 The entry points that create these trackers live in `pflpipe.tracking.runs`; a stage only sees
-the `Tracker` interface: ``tracker.child("client-3", {"client_id": "3"})`` per client,
-``log_history`` for per-round metrics, ``log_model`` for models.
+the `Tracker` interface: ``tracker.child("fedper", {"algorithm": "fedper"})`` per algorithm,
+``log_batch`` for metrics, ``log_table`` for per-client tables, ``log_model`` for models.
 """
 
 import json
@@ -187,11 +187,19 @@ class MlflowTracker(Tracker):
             return
         import torch
 
+        from pflpipe.data.files import own_state
+
         relative = Path("models") / f"{name}.pt"
         with tempfile.TemporaryDirectory() as tmp:
             file = Path(tmp) / relative.name
-            torch.save(state_dict, file)
+            torch.save(own_state(state_dict), file)
             self.log_artifact(file, relative.parent.as_posix())
+
+    def log_table(self, rows: list[dict[str, Any]], artifact_file: str) -> None:
+        """Upload `rows` as an MLflow table (the Evaluation view compares runs' tables)."""
+        columns = list(dict.fromkeys(key for row in rows for key in row))
+        data = {column: [row.get(column) for row in rows] for column in columns}
+        self._call("log_table", self.client.log_table, self.run_id, data, artifact_file)
 
     def log_model(self, module: Any, name: str) -> str | None:
         """Log `module` as an MLflow model (flavor pytorch) of this run; return its id.

@@ -16,9 +16,12 @@ its history column's name (``diag.tau``); at the end a client's totals over its 
 ``compute.total.samples`` ..., and in an algorithm's run also their sum over its clients,
 ``compute.all_clients.samples`` ...
 
-A client run holds its own values; an algorithm's run holds the unweighted mean over its clients
-(the report's "AA"), so selecting the algorithm runs in the chart view or in Compare puts every
-algorithm on one chart. An algorithm that also scores a second model of each client (e.g. the
+An algorithm's run holds the unweighted mean over its clients (the report's "AA"), so selecting
+the algorithm runs in the chart view or in Compare puts every algorithm on one chart; each
+client's own values are rows of the run's two tables (`CLIENTS_TABLE`, `CLIENT_HISTORY_TABLE`:
+MLflow tables, which the Evaluation view of selected runs compares side by side), and its model
+is an entry of one file, ``models/clients.pt`` (no run per client: at 1,000 clients that was
+4,000 runs). An algorithm that also scores a second model of each client (e.g. the
 global model next to the personalized one) prefixes its names with the model's scope:
 ``global.test_accuracy`` per round, ``best.global.test_accuracy`` at the end.
 """
@@ -27,6 +30,7 @@ import math
 from collections.abc import Iterable, Iterator
 
 from pflpipe.engine.records import COMPUTE, DIAGNOSTIC_PREFIX
+from pflpipe.layout import CLIENT_HISTORY_TABLE, CLIENT_MODELS, CLIENTS_TABLE  # noqa: F401
 
 #: results.csv's `selection` column → the prefix of the final values.
 SELECTIONS = {"best_val": "best", "last_round": "last"}
@@ -38,6 +42,7 @@ SCOPES = ("global",)
 #: Prefixes of a compute count's metrics: per round (``compute.samples``), a client's total over
 #: its rounds (``compute.total.samples``), the sum of those over an algorithm's clients.
 COMPUTE_PREFIX, TOTAL_PREFIX, ALL_PREFIX = "compute.", "compute.total.", "compute.all_clients."
+
 
 
 def metric(split: str, measure: str, scope: str = "") -> str:
@@ -151,14 +156,10 @@ def mean_over_clients(per_client: Iterable[dict], step_key: str | None = None) -
     return out
 
 
-def run_name(model: str, client: int | str | None = None, seed: int | None = None) -> str:
-    """The run name of an algorithm, or of one of its clients; the seed when there are several.
+def run_name(model: str, seed: int | None = None) -> str:
+    """The run name of an algorithm; the seed when there are several.
 
-    The client comes first: the runs table cuts long names, and a client run sits under its
-    algorithm's run anyway.
-
-    >>> run_name("fedper", 3), run_name("fedper", seed=1), run_name("fedper", 3, seed=1)
-    ('client 3 · fedper', 'fedper · seed 1', 'client 3 · fedper · seed 1')
+    >>> run_name("fedper"), run_name("fedper", seed=1)
+    ('fedper', 'fedper · seed 1')
     """
-    parts = ([f"client {client}"] if client is not None else []) + [model]
-    return " · ".join(parts + ([f"seed {seed}"] if seed is not None else []))
+    return model if seed is None else f"{model} · seed {seed}"

@@ -87,28 +87,28 @@ def test_mlflow_runs_carry_compute_per_algorithm_and_per_client(run):
     _, work, parent = run
     client = MlflowClient(f"sqlite:///{work}/mlflow.db")
     runs = client.search_runs([parent.experiment_id])
-    algorithm = {r.data.tags.get("algorithm"): r for r in runs
-                 if "client_id" not in r.data.tags and r.data.tags.get("algorithm")}
-    clients = [r for r in runs if r.data.tags.get("algorithm") == "pfedvem"
-               and "client_id" in r.data.tags]
+    algorithm = {r.data.tags.get("algorithm"): r for r in runs if r.data.tags.get("algorithm")}
     assert set(MODELS) <= set(algorithm)
-    assert len(clients) == 10
     results = common.read_csv(work / "collected" / "results.csv")
     total = sum(int(r["samples"]) for r in results if r["model"] == "pfedvem"
                 and r["selection"] == "best_val" and r["split"] == "test" and not r["scope"])
     assert algorithm["pfedvem"].data.metrics["compute.all_clients.samples"] == total
     assert algorithm["pfedvem"].data.metrics["compute.total.samples"] == total / 10
-    assert all(r.data.metrics["compute.total.samples"] > 0 for r in clients)
-    history = client.get_metric_history(clients[0].info.run_id, "compute.samples")
-    assert [m.step for m in history] == [1, 2]
-    assert "diag.tau" in clients[0].data.metrics
+    # each client's values are rows of its algorithm's run's tables
+    from client_tables import client_history, client_table
+
+    pfedvem = algorithm["pfedvem"].info.run_id
+    final = client_table(client, pfedvem)
+    assert [row["client"] for row in final] == list(range(10))
+    assert all(row["compute.total.samples"] > 0 for row in final)
+    assert [r for r, _ in client_history(client, pfedvem, 0, "compute.samples")] == [1, 2]
+    assert client_history(client, pfedvem, 0, "diag.tau")
     adapted = sum(int(r["adaptation_samples"]) for r in results if r["model"] == "per_fedavg"
                   and r["selection"] == "best_val" and r["split"] == "test" and not r["scope"])
     assert algorithm["per_fedavg"].data.metrics["compute.all_clients.adaptation_samples"] == adapted
-    (per_fedavg,) = [r for r in runs if r.data.tags.get("algorithm") == "per_fedavg"
-                     and r.data.tags.get("client_id") == "0"]
-    steps = client.get_metric_history(per_fedavg.info.run_id, "compute.adaptation_steps")
-    assert sorted((m.step, m.value) for m in steps) == [(0, 1.0), (1, 1.0), (2, 1.0)]
+    steps = client_history(client, algorithm["per_fedavg"].info.run_id, 0,
+                           "compute.adaptation_steps")
+    assert steps == [(0, 1.0), (1, 1.0), (2, 1.0)]
 
 
 def test_report_shows_compute_per_model_and_warns_of_pfedvem_against_pfedme(run):

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from client_tables import client_history
 from mlflow import MlflowClient
 from torch import nn
 
@@ -392,21 +393,20 @@ def test_history_mlflow_and_report_show_flows_routing_per_layer(digits_ds3, tmp_
     history = [r for r in common.read_csv(tmp_path / "flow" / "history.csv")
                if r["split"] == "train"]
     runs = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_runs([parent.experiment_id])
-    clients = [r for r in runs if r.data.tags.get("algorithm") == "flow"
-               and "client_id" in r.data.tags]
+    (flow,) = [r for r in runs if r.data.tags.get("algorithm") == "flow"]
     markdown = (tmp_path / "report" / "report.md").read_text()
 
     # Assert: history.csv has each routed layer's mean π_g and share routed to global for
-    # every client in both rounds, each in [0, 1]; each client's MLflow run logged them per
+    # every client in both rounds, each in [0, 1]; flow's MLflow run tables them per client and
     # round; the report plots them and tables their last round
     assert sorted((int(r["round"]), int(r["client"])) for r in history) == [
         (rnd, c) for rnd in (1, 2) for c in range(10)]
     assert all(0.0 <= float(r[c]) <= 1.0 for r in history for c in columns)
-    assert len(clients) == 10
     mlflow = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     for column in columns:
-        steps = mlflow.get_metric_history(clients[0].info.run_id, column)
-        assert [m.step for m in steps] == [1, 2], column
+        for client in range(10):
+            steps = client_history(mlflow, flow.info.run_id, client, column)
+            assert [r for r, _ in steps] == [1, 2], column
     assert (tmp_path / "report" / "figures" / "diagnostics_flow.png").is_file()
     for column in columns:
         assert f"| flow | {column.removeprefix('diag.')} | 2 |" in markdown

@@ -14,6 +14,7 @@ from pathlib import Path
 import mlflow
 import pytest
 import yaml
+from client_tables import client_history
 from kfp import compiler, dsl
 
 from pflpipe.components._image import PFLPIPE_IMAGE
@@ -259,38 +260,42 @@ def test_evaluate_fairness_logs_the_cached_warm_start_with_round_histories(chain
                                  f"tags.mlflow.parentRunId = '{chain['parent'].run_id}' and "
                                  "tags.stage = 'warm_start_fedavg'")
     assert warm.data.params["rounds"] == "3" and warm.data.metrics["last.round"] == 3
-    clients = client.search_runs([chain["parent"].experiment_id],
-                                 f"tags.mlflow.parentRunId = '{warm.info.run_id}'")
-    assert sorted(r.info.run_name for r in clients) == [f"client {c} · fedavg"
-                                                        for c in range(N_CLIENTS)]
-    history = client.get_metric_history(clients[0].info.run_id, "val_accuracy")
-    assert sorted(m.step for m in history) == [0, 1, 2, 3]
+    # no run per client: every client's history is a row per round of the run's table
+    assert client.search_runs([chain["parent"].experiment_id],
+                              f"tags.mlflow.parentRunId = '{warm.info.run_id}'") == []
+    per_client = [client_history(client, warm.info.run_id, c, "test_accuracy")
+                  for c in range(N_CLIENTS)]
+    assert [[r for r, _ in h] for h in per_client] == [[0, 1, 2, 3]] * N_CLIENTS
     # the algorithm's run holds the mean over its clients at every round
     means = client.get_metric_history(warm.info.run_id, "test_accuracy")
-    per_client = [client.get_metric_history(r.info.run_id, "test_accuracy") for r in clients]
     assert [m.step for m in means] == [0, 1, 2, 3]
-    assert means[-1].value == pytest.approx(sum(h[-1].value for h in per_client) / N_CLIENTS)
+    assert means[-1].value == pytest.approx(sum(h[-1][1] for h in per_client) / N_CLIENTS)
 
 
-def test_evaluate_fairness_logs_each_clients_own_weights_as_an_mlflow_model(chain):
-    # Each client's logged model holds that client's weights; fedavg's the best global one.
+def test_evaluate_fairness_logs_every_clients_own_weights_in_one_file_per_model(chain, tmp_path):
+    # models/clients.pt holds each client's weights by name; fedavg's best global model is an
+    # MLflow model
     import torch
     from mlflow.entities import LoggedModelStatus
 
     client = mlflow.MlflowClient(chain["parent"].tracking_uri)
-    models = client.search_logged_models([chain["parent"].experiment_id])
-    by_name = {m.name: m for m in models}
-    expected = {f"{model}-client-{c}": chain["seed0"] / model / "models" / f"client_{c:04d}.pt"
-                for model in ("local", "fedper", "persfl") for c in range(N_CLIENTS)}
-    expected["fedavg-global"] = chain["seed0"] / "fedavg" / "models" / "global_best_val.pt"
-    assert set(by_name) == set(expected) and len(models) == len(expected)
-    for name in ("fedper-client-2", "persfl-client-0", "fedavg-global"):
-        loaded = mlflow.pytorch.load_model(by_name[name].artifact_location)
-        state = torch.load(expected[name], weights_only=True)
-        own = {k: v for k, v in state.items() if "/" not in k}
-        assert loaded.state_dict().keys() == own.keys()
-        assert all(torch.equal(loaded.state_dict()[k], v) for k, v in own.items()), name
-        assert by_name[name].status == LoggedModelStatus.READY
+    runs = {r.info.run_name: r for r in client.search_runs(
+        [chain["parent"].experiment_id], f"tags.mlflow.parentRunId = '{chain['parent'].run_id}'")}
+    for model in ("local", "fedper", "persfl"):
+        path = client.download_artifacts(runs[model].info.run_id, "models/clients.pt",
+                                         str(tmp_path / model))
+        logged = torch.load(path, weights_only=True)
+        assert sorted(logged) == [f"client_{c:04d}" for c in range(N_CLIENTS)]
+        for name, state in logged.items():
+            saved = torch.load(chain["seed0"] / model / "models" / f"{name}.pt", weights_only=True)
+            assert state.keys() == saved.keys()
+            assert all(torch.equal(state[k], v) for k, v in saved.items()), (model, name)
+    (model,) = client.search_logged_models([chain["parent"].experiment_id])
+    assert (model.name, model.status) == ("fedavg-global", LoggedModelStatus.READY)
+    loaded = mlflow.pytorch.load_model(model.artifact_location)
+    state = torch.load(chain["seed0"] / "fedavg" / "models" / "global_best_val.pt",
+                       weights_only=True)
+    assert all(torch.equal(loaded.state_dict()[k], v) for k, v in state.items())
 
 
 @pytest.mark.parametrize("component", COMPONENTS, ids=lambda c: c.name)

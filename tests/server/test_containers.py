@@ -336,11 +336,8 @@ def test_the_mlflow_runs_are_complete_and_tracked_with_the_credentials(quickstar
     assert mlflow.get_run(killed_id).info.status == "KILLED"
     assert parent.info.status == "FINISHED"
     assert sorted(algorithms) == sorted(MODELS)
-    for name, run in algorithms.items():
-        clients = under[run.info.run_id]
-        assert sorted(c.info.run_name for c in clients) == sorted(
-            f"client {c} · {name}" for c in range(N_CLIENTS))
-        assert {c.info.status for c in [run, *clients]} == {"FINISHED"}
+    for run in algorithms.values():   # no run per client: its clients are table rows
+        assert run.info.run_id not in under and run.info.status == "FINISHED"
     assert proxy.denied == []   # every request of every task carried the credentials
     params = [value for run in runs for value in run.data.params.values()]
     assert not [value for value in params if PASSWORD in value or AWS_SECRET in value]

@@ -22,10 +22,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from client_tables import client_history, client_table
 from mlflow import MlflowClient
 
 import pflpipe
 from pflpipe.engine.records import ADAPTATION
+from pflpipe.tracking.vocabulary import CLIENT_HISTORY_TABLE
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "specs" / "persfl-digits.yaml"
@@ -253,18 +255,17 @@ def test_the_report_opens_its_links_when_copied_or_uploaded(quickstart, server_r
         assert f"report/{target}" in listed, target
 
 
-def test_server_holds_a_run_per_algorithm_and_under_it_per_client(server_runs):
-    _, _, parents, runs = server_runs
+def test_server_holds_a_run_per_algorithm_with_its_clients_in_tables(server_runs):
+    client, _, parents, runs = server_runs
     algorithms = {r.info.run_name: r for r in runs
                   if r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id}
     assert {name: r.data.tags["stage"] for name, r in algorithms.items()} == {
         "fedavg": "warm_start_fedavg", "local": "train_local", "persfl": "distill_grid_search",
         "fedper": "personalize"}
+    assert len(runs) == len(algorithms)  # no run per client
     for name, run in algorithms.items():
-        clients = [r for r in runs if r.data.tags["mlflow.parentRunId"] == run.info.run_id]
-        assert sorted(r.info.run_name for r in clients) == sorted(
-            f"client {c} · {name}" for c in range(N_CLIENTS)), name
-        assert {r.data.tags["client_id"] for r in clients} == {str(c) for c in range(N_CLIENTS)}
+        rows = client_table(client, run.info.run_id)
+        assert [row["client"] for row in rows] == list(range(N_CLIENTS)), name
     assert all(r.info.status == "FINISHED" for r in runs)
 
 
@@ -279,17 +280,19 @@ def test_every_algorithm_logs_the_same_metric_vocabulary(server_runs):
     training = ("steps", "samples", "bytes_sent", "bytes_received")
     counted = ({f"compute.{n}" for n in training}
                | {f"compute.total.{n}" for n in (*training, *ADAPTATION)})
+    extras = {"client", "round", "teacher_round", "lam", "temperature"}  # PersFL's choice
     for algorithm in MODELS:   # none with a global model (GA) beside FedAvg's own
-        (run,) = [r for r in runs if r.data.tags.get("algorithm") == algorithm
-                  and r.data.tags.get("client_id") == "3"]
-        assert set(run.data.metrics) == per_round | final | counted, algorithm
-        assert run.data.metrics["compute.total.adaptation_samples"] == 0, algorithm
-        history = client.get_metric_history(run.info.run_id, "test_accuracy")
-        assert len(history) > 5 and len({m.step for m in history}) == len(history), algorithm
-        assert all(0 <= m.value <= 1 for m in history)
+        (run,) = [r for r in runs if r.info.run_name == algorithm]
+        (row,) = [r for r in client_table(client, run.info.run_id) if r["client"] == 3]
+        history = [r for r in client_table(client, run.info.run_id, CLIENT_HISTORY_TABLE)
+                   if r["client"] == 3]
+        names = {k for r in [row, *history] for k, v in r.items() if v is not None} - extras
+        assert names == per_round | final | counted, algorithm
+        assert row["compute.total.adaptation_samples"] == 0, algorithm
+        tests = [r["test_accuracy"] for r in history if r.get("test_accuracy") is not None]
+        assert len(tests) > 5 and all(0 <= value <= 1 for value in tests), algorithm
         # the algorithm's own run holds the mean over its clients, per round
-        (mean_run,) = [r for r in runs if r.info.run_name == algorithm]
-        assert per_round | final <= set(mean_run.data.metrics), algorithm
+        assert per_round | final <= set(run.data.metrics), algorithm
 
 
 def test_global_model_is_scored_in_results_mlflow_and_report(quickstart, server_runs):
@@ -303,15 +306,16 @@ def test_global_model_is_scored_in_results_mlflow_and_report(quickstart, server_
     assert sorted(ga) == sorted(pa) == list(range(N_CLIENTS))
     runs = client.search_runs([experiment.experiment_id],
                               f"tags.root_run_id = '{second.mlflow_run_id}'", max_results=5000)
-    (run,) = [r for r in runs if r.data.tags.get("algorithm") == "fedavg_ft"
-              and r.data.tags.get("client_id") == "3"]
-    assert run.data.metrics["best.global.test_accuracy"] == pytest.approx(ga[3])
+    (run,) = [r for r in runs if r.info.run_name == "fedavg_ft"]
+    (row,) = [r for r in client_table(client, run.info.run_id) if r["client"] == 3]
+    assert row["best.global.test_accuracy"] == pytest.approx(ga[3])
     # it logs its GA in the vocabulary of its PA, prefixed global.
     scores = ("val_loss", "val_accuracy", "test_loss", "test_accuracy")
+    history = client_history(client, run.info.run_id, 3, "global.val_accuracy")
+    names = set(row) | set(client_table(client, run.info.run_id, CLIENT_HISTORY_TABLE)[0])
     assert {f"global.{m}" for m in scores} | {f"{s}.global.{m}" for s in ("best", "last")
-                                              for m in scores} <= set(run.data.metrics)
-    assert len(client.get_metric_history(run.info.run_id, "global.val_accuracy")) == (
-        ADDED["epochs"] + 1)   # rounds 0, 1, 2
+                                              for m in scores} <= names
+    assert len(history) == ADDED["epochs"] + 1   # rounds 0, 1, 2
     report = json.loads((results / "latest" / "report" / "report.json").read_text())
     comparisons = report["splits"]["test"]["generalization"]
     share = 100 * sum(pa[c] > ga[c] for c in pa) / N_CLIENTS
@@ -321,39 +325,44 @@ def test_global_model_is_scored_in_results_mlflow_and_report(quickstart, server_
         assert comparisons[model]["GA"] is None and comparisons[model]["PA"] is not None
 
 
-def test_persfl_client_runs_carry_teacher_lambda_t_and_per_epoch_curves(server_runs):
+def test_persfl_client_rows_carry_teacher_lambda_t_and_per_epoch_curves(server_runs):
     client, _, _, runs = server_runs
-    distilled = [r for r in runs if r.data.tags.get("algorithm") == "persfl"
-                 and "client_id" in r.data.tags]
+    (run,) = [r for r in runs if r.info.run_name == "persfl"]
+    distilled = client_table(client, run.info.run_id)
     assert len(distilled) == N_CLIENTS
-    for run in distilled:
-        assert 1 <= int(run.data.params["teacher_round"]) <= 40
-        assert 0 <= float(run.data.params["lam"]) <= 1
-        assert float(run.data.params["temperature"]) > 0
-    history = client.get_metric_history(distilled[0].info.run_id, "val_accuracy")
-    assert sorted(m.step for m in history) == list(range(11))  # the teacher, then 10 epochs
+    for row in distilled:
+        assert 1 <= int(row["teacher_round"]) <= 40
+        assert 0 <= float(row["lam"]) <= 1
+        assert float(row["temperature"]) > 0
+    history = client_history(client, run.info.run_id, 0, "val_accuracy")
+    assert [r for r, _ in history] == list(range(11))  # the teacher, then 10 epochs
 
 
-def test_client_models_are_mlflow_models_of_their_runs(server_runs, quickstart, tmp_path,
-                                                       mlflow_server, monkeypatch):
+def test_client_models_are_one_file_of_their_algorithms_run(server_runs, quickstart, tmp_path,
+                                                              mlflow_server, monkeypatch):
     import mlflow.pytorch
     import torch
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)  # where models:/ URIs resolve
     client, _, _, runs = server_runs
     results, *_ = quickstart
-    (run,) = [r for r in runs if r.data.tags.get("algorithm") == "fedper"
-              and r.data.tags.get("client_id") == "3"]
-    (output,) = run.outputs.model_outputs
+    (run,) = [r for r in runs if r.info.run_name == "fedper"]
+    path = client.download_artifacts(run.info.run_id, "models/clients.pt", str(tmp_path))
 
-    model = mlflow.pytorch.load_model(f"models:/{output.model_id}", dst_path=str(tmp_path))
+    logged = torch.load(path, weights_only=True)
 
     first_run = sorted((results / "runs").iterdir())[0]
+    assert sorted(logged) == [f"client_{c:04d}" for c in range(N_CLIENTS)]
     saved = torch.load(first_run / "seed-0" / "fedper" / "models" / "client_0003.pt",
                        weights_only=True)
-    assert all(torch.equal(model.state_dict()[k], v) for k, v in saved.items())
-    logged = client.get_logged_model(output.model_id)
-    assert logged.name == "fedper-client-3" and logged.source_run_id == run.info.run_id
+    assert all(torch.equal(logged["client_0003"][k], v) for k, v in saved.items())
+    # fedavg's best global model is an MLflow model of its run
+    (fedavg,) = [r for r in runs if r.info.run_name == "fedavg"]
+    (output,) = fedavg.outputs.model_outputs
+    model = mlflow.pytorch.load_model(f"models:/{output.model_id}", dst_path=str(tmp_path))
+    best = torch.load(first_run / "seed-0" / "fedavg" / "models" / "global_best_val.pt",
+                      weights_only=True)
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in best.items())
 
 
 STAGE = re.compile(r"^\s+([✓↺✗])\s+(\S.*?)(?:\s{2,}|$)")
@@ -442,8 +451,8 @@ NAME_CELL = "[col-id='attributes.`Run Name`']"
 EXPAND = "button[data-component-id$='runnamecellrenderer.tsx_46']"
 
 
-def test_mlflow_ui_lists_the_parent_and_its_client_runs_with_metrics(quickstart, browser):
-    """Open the link `pflpipe run` printed; expand the parent and an algorithm; show metrics."""
+def test_mlflow_ui_lists_the_parent_and_its_algorithm_runs_with_metrics(quickstart, browser):
+    """Open the link `pflpipe run` printed; expand the parent; show the algorithms' metrics."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
@@ -465,22 +474,19 @@ def test_mlflow_ui_lists_the_parent_and_its_client_runs_with_metrics(quickstart,
                      "persfl-digits · fedavg+persfl+fedper+fedavg_ft · seed 0")
     wait.until(lambda _: {first, latest} <= set(names()))
     expand(latest)
-    wait.until(lambda _: "fedper" in names())
-    expand("fedper")
-    clients = [f"client {c} · fedper" for c in range(N_CLIENTS)]
-    wait.until(lambda _: set(clients) <= set(names()))
-    assert {"fedavg", "local", "persfl", "fedavg_ft"} <= set(names())
-    # each client run's model is in the Models column
+    algorithms = ["fedavg", "local", "persfl", "fedper", "fedavg_ft"]
+    wait.until(lambda _: set(algorithms) <= set(names()))
+    # fedavg's best global model is in the Models column (the clients' are in one artifact)
     models = "[col-id='attributes.`Models`']"
-    wait.until(lambda _: all(_column(browser, By, f"{NAME_CELL} a span", models).get(c, "")
-                             == f"fedper-client-{c.split()[1]}" for c in clients))
+    wait.until(lambda _: _column(browser, By, f"{NAME_CELL} a span", models).get("fedavg", "")
+               == "fedavg-global")
 
     _show_column(browser, wait, "best.test_accuracy", By, Keys)
     cells = "[col-id='metrics.`best.test_accuracy`']"
     wait.until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, f".ag-row {cells}")) > 1)
     shown = _column(browser, By, f"{NAME_CELL} a span", cells)
-    for client in clients:
-        assert 0.5 <= float(shown[client]) <= 1.0, (client, shown.get(client))
+    for algorithm in algorithms:   # the mean over its clients
+        assert 0.5 <= float(shown[algorithm]) <= 1.0, (algorithm, shown.get(algorithm))
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(ARTIFACTS / "mlflow-runs.png"))
 

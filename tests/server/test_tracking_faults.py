@@ -20,7 +20,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from client_tables import client_history, client_table
 from mlflow import MlflowClient
+
+from pflpipe.tracking.vocabulary import CLIENT_HISTORY_TABLE, CLIENTS_TABLE
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -156,26 +159,30 @@ def test_regression_run_reports_negative_mse_per_client(killed_then_rerun):
 
 
 def test_regression_runs_log_the_mse_as_loss_and_no_accuracy(killed_then_rerun):
-    """Client and algorithm runs of a regression hold test_loss (the MSE), never a NaN accuracy;
-    the report names its score −MSE."""
+    """Algorithm runs and their client tables of a regression hold test_loss (the MSE), never a
+    NaN accuracy; the report names its score −MSE."""
     work, client, experiment, _, _ = killed_then_rerun
     rows = list(csv.DictReader((work / "results" / "latest" / f"seed-{SEED}" / "results.csv")
                                .open()))
     [parent] = [r for r in _runs(client, experiment) if r.info.status == "FINISHED"]
     runs = client.search_runs([parent.info.experiment_id],
                               f"tags.root_run_id = '{parent.info.run_id}'")
-    clients = [r for r in runs if r.data.tags.get("client_id")]
+    algorithms = [r for r in runs if r.data.tags.get("algorithm")]
 
-    assert len(clients) == 3 * 4
+    assert len(algorithms) == 3
     for run in runs:
         assert not [name for name in run.data.metrics if "accuracy" in name], run.info.run_name
-    fedper_0 = next(r for r in clients if r.info.run_name == "client 0 · fedper")
+    fedper = next(r for r in algorithms if r.info.run_name == "fedper")
+    for table in (CLIENTS_TABLE, CLIENT_HISTORY_TABLE):
+        assert not [k for k in client_table(client, fedper.info.run_id, table)[0]
+                    if "accuracy" in k], table
+    (fedper_0,) = [r for r in client_table(client, fedper.info.run_id) if r["client"] == 0]
     mse = next(float(r["loss"]) for r in rows if (r["model"], r["client"], r["split"],
                                                   r["selection"], r["scope"])
                == ("fedper", "0", "test", "best_val", ""))
-    assert fedper_0.data.metrics["best.test_loss"] == pytest.approx(mse, rel=1e-6)
-    history = client.get_metric_history(fedper_0.info.run_id, "test_loss")
-    assert [m.step for m in history] == [0, 1, 2]  # round 0: the warm start it begins from
+    assert fedper_0["best.test_loss"] == pytest.approx(mse, rel=1e-6)
+    history = client_history(client, fedper.info.run_id, 0, "test_loss")
+    assert [r for r, _ in history] == [0, 1, 2]  # round 0: the warm start it begins from
     text = (work / "results" / "latest" / "report" / "report.md").read_text()
     assert "### Per-client −MSE" in text and "| Avg −MSE |" in text
 

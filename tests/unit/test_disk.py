@@ -1,0 +1,69 @@
+"""The disk a full run needs: `validate` prints it, `run` refuses a results folder too small."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pflpipe.disk import estimate
+from pflpipe.spec import parse_spec
+
+#: 10 synthetic clients of exp(0 + 0²/2) + 50 = 51 samples; the default MLP 60 → 100 → 10.
+SPEC = """\
+experiment: {name: disk, output_dir: results, seeds: [0, 1]}
+dataset: {name: synthetic, mean_samples: 1.0e-9, sigma_samples: 0}
+partition: {strategy: natural, n_clients: 10}
+federation: {rounds: 5}
+personalization:
+  - {name: fedper}
+"""
+MODEL = 4 * (60 * 100 + 100 + 100 * 10 + 10)   # 28,440 bytes
+
+
+def test_estimate_adds_partition_results_checkpoints_and_mlflow_per_seed():
+    need = estimate(parse_spec(SPEC))
+    # per seed: 510 samples of 60 float32 features, a label and an index
+    assert need.partition == 2 * 510 * (60 * 4 + 16)
+    # local and fedper hold a model per client, fedavg two global models
+    assert need.results == 2 * (2 * 10 * MODEL + 2 * MODEL)
+    # three training stages, 4 copies per client each, and a global model per warm-start round
+    assert need.checkpoints == 2 * (3 * 4 * 10 + 5) * MODEL
+    # MLflow: the clients' models once more, and a 300-byte row per client and round 0..5
+    assert need.tracking == 2 * (2 * 10 * MODEL + 2 * 10 * 6 * 300)
+    assert need.total == (need.partition + need.results + need.checkpoints + need.tracking
+                          + 8_000_000)   # the report, logs, MLflow's own tables
+
+
+def test_estimate_counts_no_local_checkpoints_or_models_where_none_are_written():
+    spec = parse_spec(SPEC.replace("federation:", "tracking: {log_models: false}\nfederation:")
+                      + "storage: {kind: s3, bucket: pfl-bucket}\n")
+    need = estimate(spec)
+    assert need.checkpoints == 0 and need.tracking == 2 * 2 * 10 * 6 * 300
+
+
+def pflpipe(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    return subprocess.run([str(Path(sys.executable).with_name("pflpipe")), *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_validate_prints_the_disk_a_run_needs(tmp_path):
+    (tmp_path / "spec.yaml").write_text(SPEC)
+    done = pflpipe("validate", "spec.yaml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    total = estimate(parse_spec(SPEC)).total
+    assert f"  disk                about {total / 1e6:.1f} MB (partition" in done.stdout
+    assert "in results/ (`pflpipe run` checks its free space)" in done.stdout
+
+
+def test_run_refuses_a_results_folder_with_too_little_space_before_writing(tmp_path):
+    # exp(40) ≈ 2.4e17 samples per client: no disk holds the partition
+    (tmp_path / "spec.yaml").write_text(SPEC.replace("mean_samples: 1.0e-9", "mean_samples: 40"))
+    done = pflpipe("run", "spec.yaml", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: experiment.output_dir: the results folder results is "
+                                  "on a file system with ")
+    assert " free; a full run of this spec needs about " in done.stderr
+    assert "give --results a folder on a larger disk" in done.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "mlflow.db").exists()
