@@ -205,11 +205,12 @@ def test_run_refuses_a_custom_model_the_image_cannot_import_before_any_task(imag
 
 
 def test_a_custom_model_an_image_built_from_the_image_holds_passes_the_check(
-        image, client, tmp_path):
+        image, client, tmp_path, monkeypatch):
     """The fix docs/images.md gives: an image FROM the pflpipe image with the module in it."""
     from pflpipe.errors import SpecError
     from pflpipe.pipelines.containers import prepare
 
+    monkeypatch.chdir(tmp_path)   # the spec's relative paths (sqlite:///mlflow.db) are here
     spec_file = _custom_model_spec(tmp_path, image)
     derived = f"{image}-usermodels"
     context = tmp_path / "context"
