@@ -184,16 +184,21 @@ def _custom_model_spec(work: Path, image: str) -> Path:
     return spec
 
 
-def test_run_refuses_a_custom_model_the_image_cannot_import_before_any_task(image, tmp_path):
+@pytest.mark.corpus
+def test_run_refuses_a_custom_model_the_image_cannot_import_before_any_task(image, tmp_path,
+                                                                            hostile):
     """Importable on the host, not in the image (its tasks keep the working directory off
     sys.path): refused with the field, the image and the fix; no MLflow run, no kfp folder."""
     _custom_model_spec(tmp_path, image)
 
+    started = time.monotonic()
     done = _finish(_start([str(Path(sys.executable).with_name("pflpipe")), "run", "spec.yaml",
                            "--runner", "docker"], tmp_path,
                           {"PYTHONPATH": str(tmp_path), "MLFLOW_TRACKING_URI": ""}))
 
-    assert done.returncode == 2, done.stderr
+    hostile(done.returncode, done.stderr, time.monotonic() - started, expected=2,
+            fragments=("model.path", repr(image), "resources.image", f"FROM {image}"),
+            never=("Traceback", "unexpected", "on PYTHONPATH?"))
     assert done.stderr == (
         f"model.path: 'usermodels:Net' cannot be imported in image {image!r} (resources.image), "
         "where the tasks run: cannot import module 'usermodels' (No module named 'usermodels'); "
