@@ -120,6 +120,67 @@ def check_images(client, spec) -> dict[str, str]:
     return found
 
 
+#: Run in a stage's image by `check_custom_model`: imports the model as a task does (exit 3: no).
+_IMPORT_MODEL = """\
+import sys
+from pflpipe.errors import SpecError
+from pflpipe.models.check import resolve_custom
+try:
+    resolve_custom(sys.argv[1])
+except SpecError as err:
+    print(err)
+    raise SystemExit(3)
+"""
+
+
+def check_custom_model(client, spec, runner) -> None:
+    """Refuse a custom model (`model.path`) that a stage's image cannot import.
+
+    One short container per image, run as the tasks run (the runner's mounts, working
+    directory, user and environment): a module importable here but not in the image would
+    otherwise fail the first task that builds the model.
+
+    Raises:
+        SpecError: naming `model.path`, the image and its field, what failed and the fix.
+        EngineError: the engine refused to run the container.
+
+    """
+    import docker
+
+    if spec.model.architecture != "custom":
+        return
+    path = spec.model.path
+    run_args = dict(runner.container_run_args)
+    # the results directory may not exist yet (a fresh run makes it); nothing is created here
+    run_args["mounts"] = [mount for mount in run_args.get("mounts", [])
+                          if Path(mount["Source"]).exists()]
+    problems = []
+    for image, fields in stage_images(spec).items():
+        output: list[str] = []
+        try:
+            code = run_container(client, image, ["python3", "-c", _IMPORT_MODEL, path], {},
+                                 echo=output.append, **run_args)
+        except docker.errors.DockerException as err:
+            raise EngineError(f"the container engine failed to run image {image!r} to check "
+                              f"model.path: {err}") from None
+        if code == 0:
+            continue
+        lines = [line.strip() for line in output[1:] if line.strip()]
+        said = lines[-1] if lines else f"exit code {code}"
+        if code == 3:   # resolve_custom's message less its field and its advice for the host
+            said = said.removeprefix("model.path: ").removesuffix(
+                "; is it installed, or on PYTHONPATH?")
+        else:
+            said = f"its Python failed ({said})"
+        problems.append(
+            f"model.path: {path!r} cannot be imported in image {image!r} ({', '.join(fields)}), "
+            f"where the tasks run: {said}; build an image FROM {image} that installs the "
+            "module (e.g. COPY it in and pip install it, or set PYTHONPATH to its folder), "
+            f"name it in {fields[0]}, then run again (docs/images.md)")
+    if problems:
+        raise SpecError(problems)
+
+
 @dataclass(frozen=True)
 class Containers:
     """A run's DockerRunner, what it mounts and the images it runs (for the run's header)."""
@@ -140,8 +201,9 @@ def prepare(spec, results_dir: str | Path, cwd: Path | None = None) -> Container
     """Check that the tasks of `spec` can run in containers; return the runner.
 
     Raises:
-        SpecError: a path the tasks touch lies outside what the runner mounts, or an image is
-            missing (each line names its field and the fix).
+        SpecError: a path the tasks touch lies outside what the runner mounts, an image is
+            missing, or a stage's image cannot import the custom model (each line names its
+            field and the fix).
         EngineError: no container engine answers.
 
     """
@@ -157,6 +219,7 @@ def prepare(spec, results_dir: str | Path, cwd: Path | None = None) -> Container
     client = engine()
     images = check_images(client, spec)
     runner = docker_runner(sharing.mounts, cwd, client)
+    check_custom_model(client, spec, runner)
     return Containers(runner, sharing.mounts, images,
                       os.environ.get("DOCKER_HOST", "Docker's default socket"))
 
@@ -182,16 +245,17 @@ def docker_runner(mounts: tuple[Path, ...], workdir: Path, client=None):
         labels={LABEL: uuid.uuid4().hex}, **user)
 
 
-def run_container(client, image: str, command: list[str], volumes: dict, **run_args) -> int:
+def run_container(client, image: str, command: list[str], volumes: dict, echo=print,
+                  **run_args) -> int:
     """Run one task's container to its end; return its exit code, then remove it.
 
     Stands in for `kfp.local.docker_task_handler.run_docker_container`: no auto-removal (the exit
     code is read from a container that still exists), no pull, and the container is removed
-    whatever happens here (an interrupted run stops it).
+    whatever happens here (an interrupted run stops it). Each line of its output goes to `echo`.
     """
     container = client.containers.run(image=image, command=command, detach=True, stdout=True,
                                        stderr=True, volumes=volumes, **run_args)
-    print(f"container {container.short_id} of image {image}")
+    echo(f"container {container.short_id} of image {image}")
     try:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         pending = ""
@@ -199,9 +263,9 @@ def run_container(client, image: str, command: list[str], volumes: dict, **run_a
             pending += decoder.decode(chunk)
             *lines, pending = pending.split("\n")
             for line in lines:
-                print(line)
+                echo(line)
         if tail := pending + decoder.decode(b"", final=True):
-            print(tail)
+            echo(tail)
         return int(container.wait()["StatusCode"])
     finally:
         with contextlib.suppress(Exception):

@@ -161,6 +161,89 @@ def test_run_refuses_an_image_the_engine_does_not_hold(engine, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]
 
 
+# --- a custom model (model.path) is checked against the image before any task -------------------
+
+#: A user's model module: importable on the host (PYTHONPATH), in no image unless one adds it.
+MODEL_MODULE = """\
+from torch import nn
+
+
+class Net(nn.Sequential):
+    head_prefixes = ("1.",)
+
+    def __init__(self, in_shape, n_classes):
+        super().__init__(nn.Flatten(), nn.Linear(64, n_classes))
+"""
+
+
+def _custom_model_spec(work: Path, image: str) -> Path:
+    (work / "usermodels.py").write_text(MODEL_MODULE)
+    spec = work / "spec.yaml"
+    spec.write_text(QUICKSTART.read_text() + "model:\n  architecture: custom\n"
+                    f"  path: usermodels:Net\nresources:\n  image: {image}\n")
+    return spec
+
+
+@pytest.mark.corpus
+def test_run_refuses_a_custom_model_the_image_cannot_import_before_any_task(image, tmp_path,
+                                                                            hostile):
+    """Importable on the host, not in the image (its tasks keep the working directory off
+    sys.path): refused with the field, the image and the fix; no MLflow run, no kfp folder."""
+    _custom_model_spec(tmp_path, image)
+
+    started = time.monotonic()
+    done = _finish(_start([str(Path(sys.executable).with_name("pflpipe")), "run", "spec.yaml",
+                           "--runner", "docker"], tmp_path,
+                          {"PYTHONPATH": str(tmp_path), "MLFLOW_TRACKING_URI": ""}))
+
+    hostile(done.returncode, done.stderr, time.monotonic() - started, expected=2,
+            fragments=("model.path", repr(image), "resources.image", f"FROM {image}"),
+            never=("Traceback", "unexpected", "on PYTHONPATH?"))
+    assert done.stderr == (
+        f"model.path: 'usermodels:Net' cannot be imported in image {image!r} (resources.image), "
+        "where the tasks run: cannot import module 'usermodels' (No module named 'usermodels'); "
+        "build an image FROM "
+        f"{image} that installs the module (e.g. COPY it in and pip install it, or set "
+        "PYTHONPATH to its folder), name it in resources.image, then run again "
+        "(docs/images.md)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml", "usermodels.py"]
+
+
+def test_a_custom_model_an_image_built_from_the_image_holds_passes_the_check(
+        image, client, tmp_path, monkeypatch):
+    """The fix docs/images.md gives: an image FROM the pflpipe image with the module in it."""
+    from pflpipe.errors import SpecError
+    from pflpipe.pipelines.containers import prepare
+
+    monkeypatch.chdir(tmp_path)   # the spec's relative paths (sqlite:///mlflow.db) are here
+    spec_file = _custom_model_spec(tmp_path, image)
+    derived = f"{image}-usermodels"
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "usermodels.py").write_text(MODEL_MODULE)
+    (context / "Containerfile").write_text(
+        f"FROM {image}\nCOPY usermodels.py /opt/models/\nENV PYTHONPATH=/opt/models\n")
+    subprocess.run([builder(), "build", "--network", "host",
+                    *(["--pull=never"] if builder() == "podman" else []), "-t", derived,
+                    str(context)], check=True, capture_output=True)
+    try:
+        spec = parse_spec(spec_file.read_text())
+        with pytest.raises(SpecError, match="cannot be imported in image"):
+            prepare(spec, tmp_path / "results", tmp_path)
+        ours = spec.model_copy(update={"resources": spec.resources.model_copy(
+            update={"image": derived})})
+
+        containers = prepare(ours, tmp_path / "results", tmp_path)
+
+        assert list(containers.images) == [derived]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [
+            "context", "spec.yaml", "usermodels.py"]
+        token = containers.runner.container_run_args["labels"][LABEL]
+        assert client.containers.list(all=True, filters={"label": f"{LABEL}={token}"}) == []
+    finally:
+        client.images.remove(derived, force=True)
+
+
 # --- the quickstart in containers, killed, resumed, and against the subprocess runner ------------
 
 class _AuthProxy(http.server.BaseHTTPRequestHandler):
