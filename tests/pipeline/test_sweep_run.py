@@ -91,7 +91,7 @@ def test_mlflow_holds_a_child_run_per_point_with_its_overrides_and_splits(table)
     manifests = [json.loads((d / layout.PARTITION / layout.MANIFEST_JSON).read_text())
                  for _, d in sorted(sweep.points[LABELS[0]].seed_dirs.items())]
     assert [(i.dataset.name, i.dataset.digest) for i in ds1.inputs.dataset_inputs] == [
-        (f"digits-ds1(n_clients=3,classes_per_client=4)-seed{m['seed']}", m["content_hash"][:16])
+        (f"digits-ds1(classes_per_client=4,n_clients=3)-seed{m['seed']}", m["content_hash"][:16])
         for m in manifests]
     below = {r.info.run_name for r in runs
              if r.data.tags.get("mlflow.parentRunId") == ds1.info.run_id}
