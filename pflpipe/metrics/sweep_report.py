@@ -71,14 +71,19 @@ def separated(point: PointReport) -> str:
     >>> separated(PointReport("a", {}, {"verdicts": {"best": {"leader": "x", "winner": "x",
     ...     "pairs": [pair]}}}, "."))
     'x best; x ahead of y (p_holm 0.01)'
+    >>> separated(PointReport("a", {}, {"verdicts": {"best": {"leader": None, "top": [],
+    ...     "reason": "the table holds no personalized model, only the baselines"}}}, "."))
+    'no verdict (the table holds no personalized model, only the baselines)'
     """
     verdict = point.report.get("verdicts", {}).get("best") or {}
+    if not (verdict.get("winner") or verdict.get("top") or verdict.get("leader")):
+        return f"no verdict ({verdict.get('reason') or 'one model'})"
     pairs = verdict.get("pairs", [])
     ahead = [f"{p['ahead']} ahead of {p['b'] if p['ahead'] == p['a'] else p['a']} "
              f"(p_holm {p['p_holm']:.2g})" for p in pairs if p.get("resolved")]
     head = (f"{verdict['winner']} best" if verdict.get("winner") else
-            f"{' and '.join(verdict.get('top') or [verdict.get('leader') or '?'])} not separated")
-    return "; ".join([head, *ahead]) if pairs or verdict else "no verdict (one model)"
+            f"{' and '.join(verdict.get('top') or [verdict['leader']])} not separated")
+    return "; ".join([head, *ahead])
 
 
 def numeric_setting(points: Sequence[PointReport]) -> str | None:

@@ -23,6 +23,7 @@ from typing import Any
 from pflpipe import __version__
 from pflpipe.errors import TrackingError
 from pflpipe.spec.sections import tracking_scheme, tracking_uri_problem
+from pflpipe.spec.sweep import combinations
 from pflpipe.tracking.base import NULL_TRACKER, Tracker
 from pflpipe.tracking.mlflow import ROOT_TAG, MlflowTracker
 from pflpipe.tracking.scrub import scrub_text
@@ -204,7 +205,9 @@ class ParentRun:
 def parent_run_name(spec) -> str:
     """Name the parent run by the spec and what it holds.
 
-    E.g. ``persfl-digits · fedavg+persfl+fedper · seeds 0-2`` (the local baseline always runs).
+    E.g. ``persfl-digits · fedavg+persfl+fedper · seeds 0-2`` (the local baseline always runs);
+    a sweep's says what it sweeps: ``sweep-ui · sweep of partition.alpha (2 points) · fedavg ·
+    seed 0``.
     """
     models = "+".join(["fedavg", *(e.display_name for e in spec.personalization
                                    if e.name != "local")])
@@ -215,7 +218,11 @@ def parent_run_name(spec) -> str:
         which = f"seeds {seeds[0]}-{seeds[-1]}"
     else:
         which = "seeds " + ",".join(map(str, seeds))
-    return f"{spec.experiment.name} · {models} · {which}"
+    swept = ""
+    if spec.sweep:
+        count = len(combinations(spec.sweep))
+        swept = f" · sweep of {', '.join(spec.sweep)} ({count} point{'s' * (count > 1)})"
+    return f"{spec.experiment.name}{swept} · {models} · {which}"
 
 
 def describe(spec) -> str:

@@ -83,13 +83,16 @@ def test_mlflow_holds_a_child_run_per_point_with_its_overrides_and_splits(table)
     by_point = {r.data.tags.get("sweep.point"): r for r in children.values()}
 
     assert set(by_point) == set(LABELS)
+    assert client.get_run(sweep.mlflow_run_id).info.run_name == (
+        "table-small · sweep of partition (2 points) · fedavg+fedper · seeds 0-1")
     ds1 = by_point[LABELS[0]]
     assert json.loads(ds1.data.params["sweep.partition"]) == {
         "strategy": "ds1", "n_clients": 3, "classes_per_client": 4}
     manifests = [json.loads((d / layout.PARTITION / layout.MANIFEST_JSON).read_text())
                  for _, d in sorted(sweep.points[LABELS[0]].seed_dirs.items())]
     assert [(i.dataset.name, i.dataset.digest) for i in ds1.inputs.dataset_inputs] == [
-        (f"digits-ds1-seed{m['seed']}", m["content_hash"][:16]) for m in manifests]
+        (f"digits-ds1(classes_per_client=4,n_clients=3)-seed{m['seed']}", m["content_hash"][:16])
+        for m in manifests]
     below = {r.info.run_name for r in runs
              if r.data.tags.get("mlflow.parentRunId") == ds1.info.run_id}
     assert {"fedavg · seed 0", "fedper · seed 1"} <= below

@@ -15,7 +15,7 @@ from pflpipe.tracking import (
     resolve_tracking_uri,
 )
 from pflpipe.tracking.mlflow import MlflowTracker
-from pflpipe.tracking.runs import flatten
+from pflpipe.tracking.runs import flatten, parent_run_name
 from pflpipe.tracking.scrub import credential_values, is_credential_key, scrub_mapping, scrub_text
 
 BASE = """\
@@ -178,6 +178,17 @@ def test_flatten_spec_gives_dotted_keys():
     assert params["experiment.seeds"] == "[0]"
     assert params["personalization.0.name"] == "persfl"
     assert params["evaluation.baselines.global"] == "fedavg"
+
+def test_parent_run_name_says_models_seeds_and_what_a_sweep_sweeps():
+    base = BASE.replace("name: unit-tracking", "name: t")
+    plain = parse_spec(base.replace("name: t", "name: t\n  seeds: [0, 1, 2]", 1)
+                       + "personalization: [{name: fedper}, {name: local}]\n")
+    sweep = parse_spec(base.replace("name: t", "name: t\n  seeds: [3]", 1)
+                       + "sweep: {partition.n_clients: [2, 3, 4], federation.rounds: [1, 2]}\n")
+
+    assert parent_run_name(plain) == "t · fedavg+fedper · seeds 0-2"
+    assert parent_run_name(sweep) == (
+        "t · sweep of partition.n_clients, federation.rounds (6 points) · fedavg+persfl · seed 3")
 
 
 @pytest.mark.parametrize(("key", "is_credential"), [
