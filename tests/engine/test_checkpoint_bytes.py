@@ -108,7 +108,7 @@ def test_any_mix_of_sources_resumes_exactly(n_clients, data):
 
 SPEC = """\
 experiment: {{name: bytes, output_dir: {out}}}
-dataset: {{name: synthetic}}
+dataset: {{name: synthetic, mean_samples: 2.0, sigma_samples: 0.5, min_samples: 20}}
 partition: {{strategy: natural, n_clients: {n}}}
 federation: {{rounds: 3, client_fraction: 0.5, eval_clients: sampled}}
 personalization:
