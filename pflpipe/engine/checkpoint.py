@@ -130,8 +130,13 @@ def _references(snap: dict) -> dict:
     return out
 
 
-def _reference(tensor: Tensor, key: str, global_params: dict, sources: list) -> dict:
-    """`tensor` [C, ...] as a `REF` record: each row's first bit-equal source, or the row."""
+def _reference(tensor: Tensor, key: str, global_params: dict, sources: list) -> dict | Tensor:
+    """`tensor` [C, ...] as a `REF` record: each row's first bit-equal source, or the row.
+
+    An empty or unstacked (0-d) tensor is written as it is.
+    """
+    if tensor.dim() == 0 or tensor.numel() == 0:
+        return tensor
     n = len(tensor)
     candidates = [(["global", key], global_params[key].unsqueeze(0))] if (
         key in global_params and global_params[key].shape == tensor.shape[1:]
@@ -161,6 +166,7 @@ def _dereference(snap: dict) -> None:
 
 
 def _rebuilt(record: dict, snap: dict) -> Tensor:
+    """The tensor a `REF` record stands for; its sources in `snap` are already rebuilt."""
     pick, rows = record["pick"], record["rows"]
     out = rows.new_empty((len(pick), *rows.shape[1:]))
     out[pick < 0] = rows
