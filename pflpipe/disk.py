@@ -19,8 +19,9 @@ Per seed, with P the bytes of one copy of the model's parameters (float32) and C
 
 Against what runs wrote (benchmarks/scale.py: the synthetic dataset at 10, 100 and 1,000 clients,
 the shipped Flow and pFedVEM specs at a test size) the estimate was 4 % below to 11 % above
-before the checkpoints wrote references; since, 6 % above at 10 synthetic clients and 36 % above
-at 100 (`CHECKPOINT_COPIES` is an upper count). It is an estimate, not a bound.
+before the checkpoints wrote references; since, 6 % above at 10 synthetic clients, 36 % above
+at 100 and 58 % above at 1,000 (`CHECKPOINT_COPIES` is an upper count). It is an estimate, not
+a bound.
 """
 
 import math
