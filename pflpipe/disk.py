@@ -9,16 +9,19 @@ Per seed, with P the bytes of one copy of the model's parameters (float32) and C
 - the results: C × P per model with per-client weights (local, each personalization entry) and
   FedAvg's two global models;
 - the checkpoints (a local store only): `CHECKPOINT_COPIES` × C × P per training stage (its last
-  state holds each client's model, best model and last model, Ditto's personal ones too) and a
-  global model per warm-start round;
+  state holds each client's model, best model and last model, Ditto's personal ones too; a best
+  or last model equal to one already in the file is a reference, so most runs write fewer) and
+  a global model per warm-start round;
 - MLflow (a local sqlite store, tracking on): the clients' models once more (one file per model,
   `tracking.log_models`) and their per-client tables (a row per client and round it is scored
   in: every round, or with ``eval_clients: sampled`` its share of the rounds and the full ones);
 - the report, the logs and an MLflow database's own tables: `FIXED`.
 
 Against what runs wrote (benchmarks/scale.py: the synthetic dataset at 10, 100 and 1,000 clients,
-the shipped Flow and pFedVEM specs at a test size) the estimate was 4 % below to 11 % above; it
-is an estimate, not a bound.
+the shipped Flow and pFedVEM specs at a test size) the estimate was 4 % below to 11 % above
+before the checkpoints wrote references; since, 6 % above at 10 synthetic clients, 36 % above
+at 100 and 58 % above at 1,000 (`CHECKPOINT_COPIES` is an upper count). It is an estimate, not
+a bound.
 """
 
 import math
@@ -29,7 +32,9 @@ from pathlib import Path
 from pflpipe.errors import PflpipeError
 
 #: Copies of a client's model in a training stage's last checkpoint state (model, best, last,
-#: and a kept group such as Ditto's personal model).
+#: and a kept group such as Ditto's personal model), at most: a best or last model equal to one
+#: already in the file is written as a reference (`checkpoint.SHARED`); benchmarks/scale.py's
+#: synthetic runs write about 1.5 per stage.
 CHECKPOINT_COPIES = 4
 #: Bytes of a sample beyond its features: its label and its index (int64 each).
 SAMPLE_OVERHEAD = 16

@@ -6,6 +6,11 @@ checkpoint) and, written last, ``progress.json``; older state files (and older r
 unless every round is kept) are deleted. The rows go in chunks, each written once, so a
 checkpoint costs the same in round 100 as in round 1 (rewriting every row each round made the
 checkpoints of a 100-round run most of its time); the state file names the chunks it continues.
+
+A client's last and best-val models (`SHARED`) are mostly tensors already in the file: its state
+(a local model), the round's global model (FedAvg scores it), or its last model (best at the last
+round). The state file writes such a client's row as a reference (`REF`): a client costs one copy
+of its weights per kept group, not three or four. `resume` rebuilds them bit for bit.
 """
 
 import io
@@ -32,6 +37,13 @@ from pflpipe.storage.base import Store
 log = logging.getLogger(__name__)
 #: The snapshot's record of its rows' chunks: [[round, number of rows up to it], ...].
 CHUNKS = "row_chunks"
+#: The snapshot's per-client model trees written as references, in order (each may name those
+#: before it, the state and the global model).
+SHARED = ("last_model", "best_model")
+#: A tensor of a `SHARED` tree as written: {REF: [source, ...], "pick": [C] index of the source
+#: each client's row equals (-1: in "rows"), "rows": the rows no source holds}; a source is
+#: ["global", key] (the global model's tensor, every client's row) or [tree, group, key].
+REF = "same_as"
 
 
 def save(store: Store, snap: dict, round_idx: int, fingerprint: str,
@@ -45,8 +57,8 @@ def save(store: Store, snap: dict, round_idx: int, fingerprint: str,
     store.put_bytes(rows_key(round_idx), dump(rows[start:]))
     snap[CHUNKS] = chunks = [*chunks, [round_idx, len(rows)]]
     store.put_bytes(round_key(round_idx), dump(snap["global"]))
-    store.put_bytes(state_key(round_idx),
-                    dump({k: v for k, v in snap.items() if k not in ("global", "rows")}))
+    state = {k: v for k, v in snap.items() if k not in ("global", "rows")}
+    store.put_bytes(state_key(round_idx), dump({**state, **_references(snap)}))
     mark(store, round_idx, snap["stopped"], fingerprint)
     kept = {rows_key(r) for r, _ in chunks}
     for key in store.list():
@@ -83,6 +95,7 @@ def resume(store: Store, fingerprint: str, device: torch.device) -> dict | None:
     round_idx = progress["rounds_completed"]
     snap = load(store, state_key(round_idx), device)
     snap["global"] = load(store, round_key(round_idx), device)
+    _dereference(snap)
     if "rows" not in snap:                     # (a state file of the older layout holds them)
         snap["rows"] = _rows(store, snap[CHUNKS], device)
     old = snap.pop("server_optimizer", None)   # written before the moments joined the server
@@ -101,6 +114,68 @@ def _rows(store: Store, chunks: list, device: torch.device) -> list[dict]:
             raise DataError(f"{store.uri}/{rows_key(round_idx)}: holds the rows up to {len(rows)}"
                             f", where the checkpoint expects {end}; move the checkpoints away")
     return rows
+
+
+def _references(snap: dict) -> dict:
+    """`snap`'s `SHARED` trees with each client row found in an earlier source as a reference."""
+    out = {}
+    for name in (n for n in SHARED if n in snap):
+        sources = [(["state", g, k], t) for g, group in snap.get("state", {}).items()
+                   for k, t in group.items()]
+        sources += [([earlier, g, k], t) for earlier in SHARED[:SHARED.index(name)]
+                    if earlier in snap for g, group in snap[earlier].items()
+                    for k, t in group.items()]
+        out[name] = {g: {k: _reference(t, k, snap["global"], sources) for k, t in group.items()}
+                     for g, group in snap[name].items()}
+    return out
+
+
+def _reference(tensor: Tensor, key: str, global_params: dict, sources: list) -> dict | Tensor:
+    """`tensor` [C, ...] as a `REF` record: each row's first bit-equal source, or the row.
+
+    An empty or unstacked (0-d) tensor is written as it is.
+    """
+    if tensor.dim() == 0 or tensor.numel() == 0:
+        return tensor
+    n = len(tensor)
+    candidates = [(["global", key], global_params[key].unsqueeze(0))] if (
+        key in global_params and global_params[key].shape == tensor.shape[1:]
+        and global_params[key].dtype == tensor.dtype) else []
+    candidates += [(path, t) for path, t in sources
+                   if t.shape == tensor.shape and t.dtype == tensor.dtype]
+    pick = torch.full((n,), -1, dtype=torch.int64, device=tensor.device)
+    bits = _bits(tensor, n)
+    for i, (_, source) in enumerate(candidates):
+        same = (_bits(source, len(source)) == bits).all(1)
+        pick[(pick < 0) & same] = i
+    return {REF: [path for path, _ in candidates], "pick": pick, "rows": tensor[pick < 0]}
+
+
+def _bits(tensor: Tensor, n: int) -> Tensor:
+    """`tensor`'s n rows as bytes (equal bytes: equal values, -0.0 and NaNs told apart)."""
+    return tensor.reshape(n, -1).contiguous().view(torch.uint8)
+
+
+def _dereference(snap: dict) -> None:
+    """Rebuild `snap`'s `SHARED` trees from the `REF` records `_references` wrote, in place."""
+    for name in (n for n in SHARED if n in snap):
+        for group in snap[name].values():
+            for k, record in group.items():
+                if isinstance(record, dict) and REF in record:
+                    group[k] = _rebuilt(record, snap)
+
+
+def _rebuilt(record: dict, snap: dict) -> Tensor:
+    """The tensor a `REF` record stands for; its sources in `snap` are already rebuilt."""
+    pick, rows = record["pick"], record["rows"]
+    out = rows.new_empty((len(pick), *rows.shape[1:]))
+    out[pick < 0] = rows
+    for i, path in enumerate(record[REF]):
+        source = (snap["global"][path[1]].unsqueeze(0) if path[0] == "global"
+                  else snap[path[0]][path[1]][path[2]])
+        chosen = pick == i
+        out[chosen] = source.expand_as(out)[chosen]
+    return out
 
 
 def progress_of(store: Store) -> dict | None:
