@@ -14,10 +14,7 @@ from pflpipe.components._image import PFLPIPE_IMAGE
 def evaluate_fairness(spec_json: str, tracking_uri: str, experiment: str, parent_run_id: str,
                       kfp_run_id: str, results: Input[list[Model]], report: Output[Artifact],
                       html: Output[HTML], summary: Output[Markdown], sweep_point: str = ""):
-    """Evaluate every seed's results; write the report and log it on the parent run.
-
-    `sweep_point` (a sweep's point, JSON): log into the point's child run of the parent.
-    """
+    """Evaluate every seed's results; write the report, log it (a sweep point's: its child run)."""
     import json
 
     from pflpipe import events

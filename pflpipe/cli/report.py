@@ -3,7 +3,6 @@
 from pathlib import Path
 
 from pflpipe.layout import (
-    FIGURES,
     PAIRWISE_CSV,
     POINT_JSON,
     POINTS,
@@ -74,6 +73,7 @@ def run(args) -> int:
 
 def _sweep(args) -> int:
     """Rebuild a published sweep's report (`pflpipe.metrics.sweep_report`) into --output."""
+    from pflpipe.cli.text import paragraphs
     from pflpipe.errors import DataError
     from pflpipe.metrics.sweep_report import read_sweep, write_sweep_report
     from pflpipe.overwrite import claim_dir
@@ -83,13 +83,12 @@ def _sweep(args) -> int:
     if not found:
         raise DataError(f"{run_dir / POINTS}: no {POINT_JSON} in any point's folder; give the "
                         "folder of a sweep's run (results/<name>/latest)")
-    claim = claim_dir(args.output, "pflpipe report", force=args.force,
-                      writes={REPORT_MD, REPORT_HTML, SWEEP_JSON, FIGURES}.__contains__)
+    claim = claim_dir(args.output, "pflpipe report", force=args.force)
     files = write_sweep_report(found, args.output, f"{run_dir.name}: sweep of {len(found)} "
                                "points")
     claim.record(files)
     for point in found:
-        print(f"{point.label}: {separated_line(point)}")
+        print(paragraphs(f"{point.label}: {separated_line(point)}"))
     print(f"report: {args.output / REPORT_HTML}  ({SWEEP_JSON}, {REPORT_MD})")
     return 0
 

@@ -13,7 +13,6 @@ above. `pflpipe.metrics.uncertainty` builds its gaps on these.
 import math
 
 import numpy as np
-from scipy import stats
 
 #: Up to this many clients the signed-rank null distribution is exact; beyond, its normal
 #: approximation (with continuity correction).
@@ -31,8 +30,10 @@ def signed_rank_cdf(n: int) -> np.ndarray:
     """
     top = n * (n + 1) // 2
     if n > EXACT_RANKS:
+        from scipy.special import ndtr  # the normal cdf (scipy.stats.norm.cdf's own)
+
         sd = math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
-        return stats.norm.cdf((np.arange(top + 1) + 0.5 - top / 2) / sd)
+        return ndtr((np.arange(top + 1) + 0.5 - top / 2) / sd)
     mass = np.zeros(top + 1)
     mass[0] = 1.0
     for rank in range(1, n + 1):  # rank `rank` adds to T⁺ with probability 1/2
