@@ -8,6 +8,7 @@ calls. kfp itself is imported by `pflpipe.pipelines`, inside the handler.
 """
 
 import errno
+import functools
 import os
 import shutil
 import sys
@@ -327,7 +328,7 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
     from rich.markup import escape
 
     from pflpipe import layout
-    from pflpipe.cli.text import paragraphs, wrap
+    from pflpipe.cli.text import paragraphs
 
     report = copies["report"]
     if (report / layout.SWEEP_JSON).is_file():
@@ -335,9 +336,7 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
     facts = json.loads((report / layout.REPORT_JSON).read_text(encoding="utf-8"))
     answer = facts.get("answer", "")
 
-    def say(text: str) -> None:
-        for line in wrap(text, SUMMARY_INDENT):
-            console.print(escape(line))
+    say = functools.partial(_say, console)
 
     console.print(f"\n[bold green]done[/] in {seconds:.0f} s")
     say(f"  results  {run_dir}/  (also {results_dir / layout.LATEST}/)")
@@ -362,21 +361,26 @@ def _summary(console, run_dir: Path, copies: dict[str, Path], parent, results_di
         console.print(f"\n{escape(paragraphs(answer))}")
 
 
+def _say(console, text: str) -> None:
+    """Print `text` wrapped at 160 characters, continued under the summary's column."""
+    from rich.markup import escape
+
+    from pflpipe.cli.text import wrap
+
+    for line in wrap(text, SUMMARY_INDENT):
+        console.print(escape(line))
+
+
 def _sweep_summary(console, run_dir: Path, report: Path, parent, results_dir: Path,
                    seconds: float) -> None:
     """The closing lines of a sweep: where its report is, and per point what the data say."""
     import json
 
-    from rich.markup import escape
-
     from pflpipe import layout
-    from pflpipe.cli.text import wrap
 
     facts = json.loads((report / layout.SWEEP_JSON).read_text(encoding="utf-8"))
 
-    def say(text: str) -> None:
-        for line in wrap(text, SUMMARY_INDENT):
-            console.print(escape(line))
+    say = functools.partial(_say, console)
 
     console.print(f"\n[bold green]done[/] in {seconds:.0f} s: {len(facts['points'])} points")
     say(f"  results  {run_dir}/  (also {results_dir / layout.LATEST}/)")
