@@ -81,7 +81,12 @@ def test_per_fedavg_batched_equals_sequential_after_3_rounds_on_ds3(digits_ds3, 
 
     batched, sequential = on_both_trainers(algorithm)
 
-    assert differences(batched, sequential) == {}
+    # HF's central difference (plus − minus) / 2δ, times α, multiplies a rounding difference of
+    # the two gradients by α / 2δ = 25 (δ 1e-3): the batched and the sequential trainer sum in
+    # another order (with 1 torch thread they end 1.7e-4 apart), so HF is held to 25 × 1e-5.
+    amplified = 1 + (algorithm.params.alpha or algorithm.lr) / (2 * algorithm.params.delta)
+    atol = 1e-5 * (amplified if variant == "hessian_free" else 1)
+    assert differences(batched, sequential, atol=atol) == {}
 
 
 def test_per_fedavg_alpha_and_beta_default_to_the_entrys_lr():
