@@ -21,9 +21,10 @@ on validation (the spec's distillation.selection_split).
 --threads (default 1) sets torch's CPU threads; --workdir keeps the stages' outputs. Text below
 the notes marker of an existing --out file is kept when the report is regenerated.
 
-Algorithms run with their defaults from pflpipe/spec/algorithms/<name>.py, which take lr, batch
-size, local epochs and rounds from the federation section. `fedavg_2r` is a control: FedAvg run for
-twice the rounds, the budget a federated personalization entry gets on top of its warm start.
+Algorithms run with their defaults from pflpipe/spec/algorithms/<name>_params.py, which take lr,
+batch size, local epochs and rounds from the federation section. `fedavg_2r` is a control: FedAvg
+run for twice the rounds, the budget a federated personalization entry gets on top of its warm
+start.
 """
 
 import argparse

@@ -24,8 +24,9 @@ from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.trainer import BatchedTrainer
 from pflpipe.spec import parse_spec
-from pflpipe.stages import common, partition_data
-from pflpipe.storage.local import LocalStore
+from pflpipe.stages import partition_data
+from pflpipe.storage.local_dir import LocalStore
+from pflpipe.training import stage_setup
 
 SPEC = Path(__file__).resolve().parents[1] / "specs" / "persfl-digits.yaml"
 
@@ -36,7 +37,7 @@ def run(args: argparse.Namespace, root: Path, with_store: bool) -> tuple[float, 
         "tracking.enabled": False, "engine.threads": 1, "partition.n_clients": args.clients,
         "personalization": [{"name": args.algorithm}]})
     partition_data.run(spec, 0, root / "partition")
-    s = common.setup(spec, 0, root / "partition")
+    s = stage_setup.setup(spec, 0, root / "partition")
     fed = spec.federation
     plan = Plan(rounds=args.rounds, local_epochs=1, batch_size=fed.batch_size, lr=fed.lr, seed=0,
                 optimizer=OptimizerConfig.from_spec(fed), eval_every=1)

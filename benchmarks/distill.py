@@ -16,7 +16,8 @@ import torch
 from pflpipe.distill import GridConfig, run_grid
 from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
 from pflpipe.spec import parse_spec
-from pflpipe.stages import common, partition_data
+from pflpipe.stages import partition_data
+from pflpipe.training import stage_setup
 
 SPEC = """\
 experiment: {name: bench-distill}
@@ -35,7 +36,7 @@ def main() -> None:
     spec = parse_spec(SPEC % args.device)
     with tempfile.TemporaryDirectory() as tmp:
         partition_data.run(spec, 0, Path(tmp) / "partition")
-        s = common.setup(spec, 0, Path(tmp) / "partition")
+        s = stage_setup.setup(spec, 0, Path(tmp) / "partition")
     torch.manual_seed(0)
     teachers = {k: v.unsqueeze(0).repeat(10, *[1] * v.dim()) + 0.05 * torch.randn(
         10, *v.shape, device=v.device) for k, v in s.init.items()}

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from pflpipe.engine import blowup
 from pflpipe.spec import read_spec
-from pflpipe.stages import common, partition_data
+from pflpipe.stages import partition_data
+from pflpipe.training import stage_setup
 
 
 def margins(history: list[dict], counts: list[int], majority: list[int], factor: float):
@@ -71,7 +72,7 @@ def main() -> None:
     for seed_dir in sorted(args.run_dir.glob("seed-*")):
         seed = int(seed_dir.name.split("-")[1])
         partition_data.run(spec, seed, work / f"p{seed}")
-        data = common.setup(spec, seed, work / f"p{seed}").data
+        data = stage_setup.setup(spec, seed, work / f"p{seed}").data
         history = [row for path in sorted(seed_dir.glob("*/history.csv"))
                    for row in csv.DictReader(open(path))]
         split = data.split("val" if any(r["split"] == "val" for r in history) else "test")

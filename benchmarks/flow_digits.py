@@ -29,6 +29,7 @@ import torch
 import yaml
 from results_tables import cells_of, interval  # a sibling script (benchmarks/ is on sys.path)
 
+from pflpipe import layout
 from pflpipe.algorithms import build
 from pflpipe.algorithms.flow import routing_shares
 from pflpipe.data.files import load_tensors
@@ -36,7 +37,8 @@ from pflpipe.engine.trainer import Context
 from pflpipe.metrics import table_from_records
 from pflpipe.metrics.generalization import compare
 from pflpipe.spec import Spec
-from pflpipe.stages import common, partition_data, personalize, train_local, warm_start_fedavg
+from pflpipe.stages import partition_data, personalize, train_local, warm_start_fedavg
+from pflpipe.training import csv_tables, stage_setup
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "specs" / "flow-digits.yaml"
@@ -79,14 +81,14 @@ def run_seed(spec: Spec, seed: int, root: Path, seconds: dict[str, float]) -> li
         timed(label, lambda label=label: personalize.run(spec, seed, label, partition,
                                                          checkpoints, out / label))
     return [row for directory in sorted(out.iterdir()) if (directory / "results.csv").is_file()
-            for row in common.read_csv(directory / "results.csv")]
+            for row in csv_tables.read_csv(directory / "results.csv")]
 
 
 def routing(spec: Spec, seed: int, root: Path, split: str) -> dict[str, dict[str, list[float]]]:
     """Per Flow entry: mean π_g and share routed to global per layer, over all clients' `split`
     instances."""
     out = root / f"seed-{seed}"
-    s = common.setup(spec, seed, out / "partition")
+    s = stage_setup.setup(spec, seed, out / "partition")
     shares = {}
     for entry in spec.personalization:
         if entry.name != "flow":
@@ -98,7 +100,7 @@ def routing(spec: Spec, seed: int, root: Path, split: str) -> dict[str, dict[str
         ctx = Context(s.ctx.model, s.ctx.task, router)
         pis = []
         for client in range(test.n_clients):
-            name = f"{common.client_file(client)}.pt"
+            name = f"{layout.client_file(client)}.pt"
             flat = load_tensors(out / entry.display_name / "models" / name, "a client model")
             model = {"router": {k.split("/", 1)[1]: v for k, v in flat.items()
                                 if k.startswith("router/")}}

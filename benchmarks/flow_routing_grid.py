@@ -50,7 +50,8 @@ from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.trainer import BatchedTrainer
 from pflpipe.spec import parse_spec
 from pflpipe.spec.algorithms import FlowParams
-from pflpipe.stages import common, partition_data
+from pflpipe.stages import partition_data
+from pflpipe.training import stage_setup
 
 
 def shares(federation: Federation, result, split) -> dict[str, list[float]]:
@@ -254,7 +255,7 @@ def main() -> None:
             f"tracking: {{enabled: false}}\nengine: {{threads: 1}}\n"
             f"storage: {{kind: local, path: {root / 'store'}}}\n")
         partition_data.run(spec, seed, root / f"partition-{seed}")
-        s = common.setup(spec, seed, root / f"partition-{seed}")
+        s = stage_setup.setup(spec, seed, root / f"partition-{seed}")
         for lam, momentum in itertools.product(args.lam, args.momentum):
             print(json.dumps(run_point(s, seed, args, lam, momentum)), flush=True)
 

@@ -37,7 +37,8 @@ def pflpipe_run(spec_path: Path, work: Path) -> tuple[dict, float]:
     """Split, export and run pflpipe's warm start; return {(round, client): accuracy}, seconds."""
     from pflpipe.cli import main
     from pflpipe.spec import read_spec
-    from pflpipe.stages import common, warm_start_fedavg
+    from pflpipe.stages import warm_start_fedavg
+    from pflpipe.training import csv_tables
 
     if main(["split", str(spec_path), "-o", str(work / "partition"), "--rows", "0",
              "--export", "flower", str(work / "flower"), "--force"]) != 0:
@@ -47,7 +48,7 @@ def pflpipe_run(spec_path: Path, work: Path) -> tuple[dict, float]:
     warm_start_fedavg.run(spec, spec.experiment.seeds[0], work / "partition", work / "ck",
                           work / "fedavg")
     seconds = time.perf_counter() - start
-    rows = common.read_csv(work / "fedavg" / "history.csv")
+    rows = csv_tables.read_csv(work / "fedavg" / "history.csv")
     return ({(int(r["round"]), int(r["client"])): float(r["accuracy"]) for r in rows
              if r["split"] == "test"}, seconds)
 

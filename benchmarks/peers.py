@@ -38,7 +38,8 @@ from pflpipe.engine.compiled import CompiledTrainer
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
 from pflpipe.spec import parse_spec, read_spec
-from pflpipe.stages import common, partition_data
+from pflpipe.stages import partition_data
+from pflpipe.training import stage_setup
 
 SPEC = """\
 experiment: {{name: bench-peers}}
@@ -62,7 +63,7 @@ def synthetic_spec(root: Path, clients: int, rounds: int):
 
 def pflpipe_seconds_per_round(spec, partition_dir: Path, rounds: int, trainer) -> float:
     """Seconds per FedAvg round on the engine: (R + 1 rounds − 1 round) / R."""
-    s = common.setup(spec, spec.experiment.seeds[0], partition_dir)
+    s = stage_setup.setup(spec, spec.experiment.seeds[0], partition_dir)
     fed = spec.federation
     algorithm = FedAvg(None, head=frozenset(), lr=fed.lr, local_epochs=1)
 

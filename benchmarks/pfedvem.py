@@ -38,8 +38,9 @@ from pflpipe.engine.federation import Federation, Plan
 from pflpipe.errors import DivergenceError
 from pflpipe.markdown import replace_section
 from pflpipe.spec import Spec, read_spec
-from pflpipe.stages import common, partition_data
+from pflpipe.stages import partition_data
 from pflpipe.stages.personalize import stream_of
+from pflpipe.training import stage_setup
 
 REPO = Path(__file__).resolve().parent.parent
 BEGIN = "<!-- benchmarks/pfedvem.py: begin -->"
@@ -89,7 +90,7 @@ def run_model(spec: Spec, s, label: str, seed: int) -> dict[str, float] | str:
     if label == "fedavg":
         algorithm = FedAvg(None, head=s.head, lr=fed.lr, local_epochs=fed.local_epochs)
         plan = Plan(rounds=fed.rounds, local_epochs=fed.local_epochs, batch_size=fed.batch_size,
-                    lr=fed.lr, seed=seed, optimizer=common.optimizer(spec),
+                    lr=fed.lr, seed=seed, optimizer=stage_setup.optimizer(spec),
                     client_fraction=fed.client_fraction, stream=0)
     else:
         entry = spec.algorithm(label)
@@ -97,7 +98,7 @@ def run_model(spec: Spec, s, label: str, seed: int) -> dict[str, float] | str:
         rounds = entry.rounds_of(fed)
         plan = Plan(rounds=rounds.rounds, local_epochs=rounds.local_epochs,
                     batch_size=entry.batch_size or fed.batch_size, lr=algorithm.lr, seed=seed,
-                    optimizer=common.optimizer(spec), client_fraction=rounds.client_fraction,
+                    optimizer=stage_setup.optimizer(spec), client_fraction=rounds.client_fraction,
                     eval_every=entry.eval_every, stream=stream_of(label),
                     score_global=algorithm.has_global_model)
     try:
@@ -219,7 +220,7 @@ def run_seed(spec: Spec, seed: int, root: Path, labels: list[str], threads: int
     """Partition for `seed`, then run every model: their scores and seconds."""
     torch.set_num_threads(threads)
     partition_data.run(spec, seed, root / f"partition-{seed}")
-    s = common.setup(spec, seed, root / f"partition-{seed}")
+    s = stage_setup.setup(spec, seed, root / f"partition-{seed}")
     scores, seconds = {}, {}
     for label in labels:
         cached = root / f"seed-{seed}" / f"{label}.json"

@@ -33,10 +33,10 @@ import numpy as np
 from pflpipe import layout
 from pflpipe.markdown import replace_section
 from pflpipe.metrics.pairwise import compare_cells, top_with
-from pflpipe.metrics.pairwise_report import UNMEASURED, pairs_markdown
-from pflpipe.metrics.pairwise_report import describe as describe_gap
-from pflpipe.metrics.table import client_key
+from pflpipe.metrics.results_table import client_key
 from pflpipe.metrics.uncertainty import mean_interval
+from pflpipe.report.pairwise_section import UNMEASURED, pairs_markdown
+from pflpipe.report.pairwise_section import describe as describe_gap
 from pflpipe.spec import read_spec
 
 REPO = Path(__file__).resolve().parent.parent

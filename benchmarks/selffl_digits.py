@@ -32,7 +32,8 @@ import torch
 import yaml
 
 from pflpipe.spec import Spec
-from pflpipe.stages import common, partition_data, personalize, warm_start_fedavg
+from pflpipe.stages import partition_data, personalize, warm_start_fedavg
+from pflpipe.training import csv_tables
 
 REPO = Path(__file__).resolve().parent.parent
 SPEC = REPO / "specs" / "selffl-digits.yaml"
@@ -64,7 +65,7 @@ def load(rounds: int, only: list[str] | None, root: Path) -> Spec:
 
 def local_steps(directory: Path) -> list[int]:
     """ℓ_m of every client-round where Eqn. 8 applied (history.csv's diag.local_steps)."""
-    rows = common.read_csv(directory / "history.csv")
+    rows = csv_tables.read_csv(directory / "history.csv")
     return [int(float(row["diag.local_steps"])) for row in rows
             if row["split"] == "train" and row.get("diag.local_steps", "nan") not in ("", "nan")]
 
@@ -74,7 +75,7 @@ def curve(directory: Path, scope: str = "") -> dict[int, float]:
 
     A model without a global scope (FedAvg's stage scores only its global model) gives its own.
     """
-    rows = common.read_csv(directory / "history.csv")
+    rows = csv_tables.read_csv(directory / "history.csv")
     if not any(row["scope"] == scope for row in rows):
         scope = ""
     per_round = defaultdict(list)
@@ -86,7 +87,7 @@ def curve(directory: Path, scope: str = "") -> dict[int, float]:
 
 def best_val(directory: Path) -> float:
     """Mean client test accuracy at each client's best-validation round (personalized)."""
-    rows = [r for r in common.read_csv(directory / "results.csv")
+    rows = [r for r in csv_tables.read_csv(directory / "results.csv")
             if r["selection"] == "best_val" and r["scope"] == "" and r["split"] == "test"]
     return statistics.fmean(float(r["accuracy"]) for r in rows)
 

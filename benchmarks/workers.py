@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from pflpipe.spec import parse_spec
-from pflpipe.stages import common, partition_data, warm_start_fedavg
+from pflpipe.stages import partition_data, warm_start_fedavg
+from pflpipe.training import csv_tables
 
 SPEC = """\
 experiment: {{name: workers-benchmark, output_dir: {root}/out}}
@@ -49,7 +50,7 @@ def differences(root: Path, workers: int) -> tuple[float, float]:
     """Largest |difference| to one process: global model entries, client test accuracy."""
     models = [torch.load(root / f"results-{w}" / "models" / "global.pt") for w in (1, workers)]
     model = max(float((models[0][k] - models[1][k]).abs().max()) for k in models[0])
-    rows = [common.read_csv(root / f"results-{w}" / "results.csv") for w in (1, workers)]
+    rows = [csv_tables.read_csv(root / f"results-{w}" / "results.csv") for w in (1, workers)]
     accuracy = max(abs(float(a["accuracy"]) - float(b["accuracy"]))
                    for a, b in zip(*rows, strict=True) if a["split"] == "test")
     return model, accuracy

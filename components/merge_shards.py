@@ -2,7 +2,7 @@
 
 The local baseline and PersFL's distillation grid run one task per client shard when the spec
 sets `engine.shards`; this task merges them into the directory the unsharded stage writes
-(`pflpipe.stages.shards`). It reads no spec and tracks nothing.
+(`pflpipe.stages.merge_shards`). It reads no spec and tracks nothing.
 """
 
 from kfp import dsl
@@ -19,7 +19,7 @@ def merge_shards(shards: Input[list[Model]], results: Output[Model], summary: Ou
     with events.stage("merge_shards"):
         from pathlib import Path
 
-        from pflpipe.stages import shards as stage
+        from pflpipe.stages import merge_shards as stage
 
-        result = stage.merge([Path(shard.path) for shard in shards], Path(results.path))
+        result = stage.run([Path(shard.path) for shard in shards], Path(results.path))
         Path(summary.path).write_text(result.to_markdown())

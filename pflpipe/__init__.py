@@ -4,7 +4,8 @@ From Python: ``pflpipe.run(spec, **overrides)``, ``pflpipe.load_spec(spec, **ove
 ``pflpipe.compile(spec, output)`` (see `pflpipe.api`; imported on first use).
 """
 
-__version__ = "0.1.0"
+from pflpipe.version import __version__
+
 __all__ = ["RunResult", "__version__", "compile", "load_spec", "run"]
 _API = ("RunResult", "compile", "load_spec", "run")
 

@@ -87,7 +87,7 @@ def load_spec(spec: "Spec | Mapping[str, Any] | str | Path", **overrides: Any) -
 def compile(spec: "Spec | str | Path", output: "str | Path | None" = None,  # noqa: A001
             **overrides: Any) -> Path:
     """Write the spec's KFP pipeline (IR YAML) to `output` (default ``<name>.yaml``)."""
-    from pflpipe.pipelines.compile import compile_pipeline
+    from pflpipe.pipelines.compiler import compile_pipeline
 
     resolved = load_spec(spec, **overrides)
     return compile_pipeline(resolved,
@@ -178,7 +178,7 @@ def run(spec: "Spec | str | Path", *, results: "str | Path | None" = None, resum
 
     from rich.console import Console
 
-    from pflpipe.cli.run import execute, with_results_dir, with_run_control
+    from pflpipe.cli.run_verb import execute, with_results_dir, with_run_control
 
     resolved = with_run_control(with_results_dir(load_spec(spec, **overrides),
                                                  Path(results) if results is not None else None))

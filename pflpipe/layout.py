@@ -45,7 +45,7 @@ from pflpipe.errors import DataError
 RESULTS_CSV, HISTORY_CSV, SUMMARY_MD = "results.csv", "history.csv", "summary.md"
 #: The folder of a results directory's state_dicts (one per client, and any global model).
 MODELS = "models"
-#: What a client shard's results directory says of itself (`pflpipe.stages.shards`).
+#: What a client shard's results directory says of itself (`pflpipe.stages.merge_shards`).
 SHARD_JSON = "shard.json"
 #: distill_grid_search: every (λ, T) tried per client, and the pair chosen per client.
 GRID_CSV, CHOSEN_CSV = "grid.csv", "chosen.csv"
@@ -190,12 +190,12 @@ PARTITION = PARTITIONS
 
 # ---- a report directory (evaluate_fairness) ---------------------------------------------
 REPORT_JSON, REPORT_MD, REPORT_HTML = "report.json", "report.md", "report.html"
-#: Every pair of models compared, per split and question (`pflpipe.metrics.pairwise_report`).
+#: Every pair of models compared, per split and question (`pflpipe.report.pairwise_section`).
 PAIRWISE_CSV = "pairwise.csv"
 #: The report's figures, and the copies of the tables it links (inside the report directory, so
 #: its links hold when the directory is copied or uploaded alone).
 FIGURES, REPORT_TABLES = "figures", "tables"
-#: The report cache of a rerun (`pflpipe.stages.report_cache`, in the stage's checkpoint store):
+#: The report cache of a rerun (`pflpipe.report.report_cache`, in the stage's checkpoint store):
 #: the figures drawn for a key, and the MLflow run that logged its seeds.
 CACHED_FIGURES_JSON, CACHED_LOGGED_JSON = "figures.json", "logged.json"
 
@@ -252,7 +252,7 @@ REPORT_FOLDER = "report"
 def point_folder(label: str) -> str:
     """A sweep point's folder in a published run (``points/alpha=0.1``)."""
     return f"{POINTS}/{re.sub(r'[^A-Za-z0-9=,.()_+-]+', '_', label)}"
-# ---- an algorithm's MLflow run (`pflpipe.stages.progress.log_clients`) -------------------
+# ---- an algorithm's MLflow run (`pflpipe.tracking.client_tables.log_clients`) -------------------
 #: A row per client (its final values), a row per client and round (its history), and the name
 #: of the artifact of every client's state_dict (``models/clients.pt``).
 CLIENTS_TABLE, CLIENT_HISTORY_TABLE, CLIENT_MODELS = (

@@ -27,17 +27,16 @@ results from its output as collect_results would: no task is started only to fin
 With a tuning section, a second one does the same before the tuning seeds loop: their warm
 starts, and every tuned entry's grid points × tuning seeds as members.
 With `engine.shards` = N, train_local and distill_grid_search are each a loop of N tasks, one per
-client shard, followed by merge_shards (`pflpipe.stages.shards`); a personalize entry whose clients
-train alone (fedavg_ft) is N items of the personalize loop, and collect_results merges them.
-A sweep (`build_sweep_pipeline`) runs every point's tasks in one seeds loop, each task once
-however many points share it, and an evaluate_fairness per point.
-Every task but collect_results and evaluate_fairness is cached on the spec settings it reads
-(`pflpipe.pipelines.cache`); evaluate_fairness, the one task that tracks, logs every seed into
-MLflow. Loop bodies receive only loop items (a personalize task's label, scoped spec and client
-shard), constants (the spec as JSON) and pipeline parameters (`resume`), never a parameter
-output of a task outside the loop:
-kfp.local replaces such a value with the loop item (docs/kfp-local.md). Artifacts cross loop
-boundaries unharmed.
+client shard, followed by merge_shards (`pflpipe.stages.merge_shards`); a personalize entry whose
+clients train alone (fedavg_ft) is N items of the personalize loop, and collect_results merges them.
+A sweep (`build_sweep_pipeline`) runs every point's tasks in one seeds loop, each task once however
+many points share it, and an evaluate_fairness per point. Every task but collect_results and
+evaluate_fairness is cached on the spec settings it reads (`pflpipe.pipelines.cache`);
+evaluate_fairness, the one task that tracks, logs every seed into MLflow. Loop bodies receive only
+loop items (a personalize task's label, scoped spec and client shard), constants (the spec as JSON)
+and pipeline parameters (`resume`), never a parameter output of a task outside the loop: kfp.local
+replaces such a value with the loop item (docs/kfp-local.md). Artifacts cross loop boundaries
+unharmed.
 """
 
 from kfp import dsl
@@ -120,7 +119,7 @@ def build_pipeline(spec: Spec):
     `tracking_uri`, `experiment` and `parent_run_id` (empty: `evaluate_fairness` opens a parent
     run when a tracking URI is known, else nothing is tracked), and `resume`: which checkpoints
     of an earlier run the training stages resume from (all, unfinished or none;
-    `pflpipe.stages.common.RESUME`). Its output is the report directory; a sweep's
+    `pflpipe.training.resumable_rounds.RESUME`). Its output is the report directory; a sweep's
     (`build_sweep_pipeline`) are each point's.
     """
     if spec.sweep:
@@ -351,7 +350,7 @@ def _sharded(spec: Spec, at_once: int, component, stage: str, inputs: dict):
     """The results of `stage`: one task, or one task per client shard and their merge.
 
     With `engine.shards` > 1, a ParallelFor over the shards, then `merge_shards`
-    (`pflpipe.stages.shards`).
+    (`pflpipe.stages.merge_shards`).
     """
     shards = spec.engine.shards
     if shards == 1:

@@ -1,4 +1,4 @@
-"""Read an algorithm run's per-client MLflow tables (`pflpipe.stages.progress.log_clients`).
+"""Read an algorithm run's per-client MLflow tables (`pflpipe.tracking.client_tables.log_clients`).
 
 `MlflowClient.load_table` searches the process's global tracking URI rather than the client's,
 so the tests read the table artifact themselves.

@@ -16,7 +16,7 @@ PRINT = builtins.print
 def _print_as_it_was():
     """Put back `builtins.print` after a test that ran kfp.local itself (not through `pflpipe run`,
     which does so): kfp.local swaps it per task, and a ParallelFor's tasks restore it out of order,
-    leaving later output of the session indented (pflpipe.pipelines.local._routed).
+    leaving later output of the session indented (pflpipe.pipelines.local_runner._routed).
     """
     yield
     builtins.print = PRINT

@@ -34,7 +34,7 @@ def broken(folder: Path) -> list[str]:
 #: An abbreviation of the report: two or more capitals (QoI, PUI, JI, CI), a set (U⁺), DS-n.
 ABBREVIATION = re.compile(r"(?<![\w/.\-])([A-Z][A-Za-z]*[A-Z][⁺⁻]?|[A-Z][⁺⁻]|DS-\d)"
                           r"(?![\w/\-]|\.\w)")
-#: The glossary section report.md closes with (`pflpipe.metrics.glossary`).
+#: The glossary section report.md closes with (`pflpipe.report.glossary`).
 GLOSSARY = "## Words and abbreviations"
 #: Words in capitals that are names of things (formats, tools, algorithms), not abbreviations
 #: of the report to define.

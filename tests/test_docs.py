@@ -3,7 +3,7 @@
 - no generated block (`<!-- pages: NAME begin/end -->`, benchmarks/pages.py) is empty;
 - every `pflpipe ...` command in a code block parses with the CLI's own parser, and every spec
   file it names exists and validates, with the command's `--set` overrides (nothing trains);
-- every abbreviation of the report (the metric registry and `pflpipe.metrics.glossary`) is
+- every abbreviation of the report (the metric registry and `pflpipe.report.glossary`) is
   defined in docs/reading-the-report.md, and a report's text uses no other;
 - the README is at most 120 lines and links every docs page exactly once; docs/index.md lists
   every page once.
@@ -17,10 +17,12 @@ import pytest
 from report_links import ABBREVIATION, NAMES, undefined_abbreviations
 
 from pflpipe.cli import build_parser, main
-from pflpipe.metrics import glossary, pairwise, stability
-from pflpipe.metrics.report import build_report, write_report
+from pflpipe.metrics import pairwise
+from pflpipe.metrics.results_table import table_from_records
 from pflpipe.metrics.summary import BEST_RULE, FAIREST_RULE
-from pflpipe.metrics.table import table_from_records
+from pflpipe.report import glossary
+from pflpipe.report import stability_section as stability
+from pflpipe.report.report_writer import build_report, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

@@ -26,10 +26,11 @@ from packaging.version import Version
 from pflpipe.components._image import PFLPIPE_IMAGE
 from pflpipe.spec import read_spec
 from pflpipe.spec.sections import Resources
+from pflpipe.version import __version__
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-VERSION = PYPROJECT["project"]["version"]
+VERSION = __version__  # pyproject.toml reads it from pflpipe/version.py
 VARIANTS = ("cpu", "cuda")
 DOCKERFILES = {variant: REPO / "images" / f"Dockerfile.{variant}" for variant in VARIANTS}
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"

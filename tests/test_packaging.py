@@ -107,7 +107,7 @@ CHILD = textwrap.dedent("""\
     import pflpipe.components
     import pflpipe.components.personalize
     import pflpipe.pipelines
-    from pflpipe.pipelines.compile import compile_pipeline
+    from pflpipe.pipelines.compiler import compile_pipeline
     from pflpipe.spec import read_spec
 
     components = sorted(m.name for m in pkgutil.iter_modules(pflpipe.components.__path__))

@@ -1,6 +1,6 @@
 """Personalization algorithms.
 
-Each module states only how its algorithm differs from FedAvg (`pflpipe.algorithms.base`) and
+Each module states only how its algorithm differs from FedAvg (`pflpipe.algorithms.algorithm`) and
 registers it under its params model's name; importing this package imports (and so registers)
 every module in it.
 """
@@ -8,7 +8,7 @@ every module in it.
 import importlib
 import pkgutil
 
-from pflpipe.algorithms.base import REGISTRY, Algorithm, Phase, Round, register
+from pflpipe.algorithms.algorithm import REGISTRY, Algorithm, Phase, Round, register
 from pflpipe.algorithms.fedavg import FedAvg
 from pflpipe.engine.optim import ServerOptimizerConfig
 

@@ -8,9 +8,9 @@ round's), and Algorithm 1 sets the global model to the round's aggregate, withou
 smoothing by the activity rate (`smoothing: false`).
 """
 
-from pflpipe.algorithms.base import register
+from pflpipe.algorithms.algorithm import register
 from pflpipe.algorithms.self_fl import SelfFL
-from pflpipe.spec.algorithms.actperfl import ActPerFLParams
+from pflpipe.spec.algorithms.actperfl_params import ActPerFLParams
 
 
 @register

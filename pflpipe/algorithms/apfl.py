@@ -8,8 +8,8 @@ inside the mixture), and — when adaptive — α a projected gradient step
 
 import torch
 
-from pflpipe.algorithms.base import Algorithm, Phase, register
-from pflpipe.spec.algorithms.apfl import ApflParams
+from pflpipe.algorithms.algorithm import Algorithm, Phase, register
+from pflpipe.spec.algorithms.apfl_params import ApflParams
 
 
 def _detached(params):

@@ -4,9 +4,9 @@ v is trained on task_loss(v) + λ/2 ‖v − w‖² with w the global model the 
 round. v is never sent; v is scored.
 """
 
-from pflpipe.algorithms.base import Algorithm, Phase, register
+from pflpipe.algorithms.algorithm import Algorithm, Phase, register
 from pflpipe.engine.tree import sq_dist
-from pflpipe.spec.algorithms.ditto import DittoParams
+from pflpipe.spec.algorithms.ditto_params import DittoParams
 
 
 @register

@@ -4,7 +4,7 @@ Clients train the global model on their data for E local epochs; the server aver
 weighted by n_k / n.
 """
 
-from pflpipe.algorithms.base import Algorithm
+from pflpipe.algorithms.algorithm import Algorithm
 
 
 class FedAvg(Algorithm):

@@ -5,8 +5,8 @@ local-only only in its starting point (the warm start's final global model), so 
 and one "round" is one fine-tuning epoch.
 """
 
-from pflpipe.algorithms.base import Algorithm, register
-from pflpipe.spec.algorithms.fedavg_ft import FedAvgFtParams
+from pflpipe.algorithms.algorithm import Algorithm, register
+from pflpipe.spec.algorithms.fedavg_ft_params import FedAvgFtParams
 
 
 @register

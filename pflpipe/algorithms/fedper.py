@@ -4,8 +4,8 @@ Base layers are federated as in FedAvg, the head (personalization layers) never 
 A client scores with the global base plus its own head.
 """
 
-from pflpipe.algorithms.base import Algorithm, register
-from pflpipe.spec.algorithms.fedper import FedPerParams
+from pflpipe.algorithms.algorithm import Algorithm, register
+from pflpipe.spec.algorithms.fedper_params import FedPerParams
 
 
 @register

@@ -4,9 +4,9 @@ The proximal term keeps local models near the global model w_global the client r
 server averages as FedAvg does.
 """
 
-from pflpipe.algorithms.base import Algorithm, register
+from pflpipe.algorithms.algorithm import Algorithm, register
 from pflpipe.engine.tree import sq_dist
-from pflpipe.spec.algorithms.fedprox import FedProxParams
+from pflpipe.spec.algorithms.fedprox_params import FedProxParams
 
 
 @register

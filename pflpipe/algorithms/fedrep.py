@@ -5,8 +5,8 @@ then the base for the local epochs with its new head frozen; only the base is av
 personalized model is the global base with the client's head.
 """
 
-from pflpipe.algorithms.base import Algorithm, Phase, register
-from pflpipe.spec.algorithms.fedrep import FedRepParams
+from pflpipe.algorithms.algorithm import Algorithm, Phase, register
+from pflpipe.spec.algorithms.fedrep_params import FedRepParams
 
 
 @register

@@ -25,9 +25,9 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from pflpipe.algorithms.base import Algorithm, Phase, register
+from pflpipe.algorithms.algorithm import Algorithm, Phase, register
 from pflpipe.engine.tree import weighted_mean
-from pflpipe.spec.algorithms.flow import FlowParams
+from pflpipe.spec.algorithms.flow_params import FlowParams
 
 EPS = 1e-6   # ε inside the regularizer's log (reference code)
 

@@ -5,8 +5,8 @@ The opposite split of FedPer: every client trains its whole model each round, bu
 the client. A client scores with its own representation and the global head.
 """
 
-from pflpipe.algorithms.base import Algorithm, register
-from pflpipe.spec.algorithms.lg_fedavg import LgFedAvgParams
+from pflpipe.algorithms.algorithm import Algorithm, register
+from pflpipe.spec.algorithms.lg_fedavg_params import LgFedAvgParams
 
 
 @register

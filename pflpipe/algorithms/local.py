@@ -4,8 +4,8 @@ One "round" is one epoch, so the engine's per-round evaluation picks each client
 validation split (the best epoch).
 """
 
-from pflpipe.algorithms.base import Algorithm, register
-from pflpipe.spec.algorithms.local import LocalParams
+from pflpipe.algorithms.algorithm import Algorithm, register
+from pflpipe.spec.algorithms.local_params import LocalParams
 
 
 @register

@@ -11,10 +11,10 @@ default to the entry's lr.
 
 import torch
 
-from pflpipe.algorithms.base import Algorithm, Phase, register
+from pflpipe.algorithms.algorithm import Algorithm, Phase, register
 from pflpipe.engine.protocol import task_objective
 from pflpipe.engine.trainer import sub_batch
-from pflpipe.spec.algorithms.per_fedavg import PerFedAvgParams
+from pflpipe.spec.algorithms.per_fedavg_params import PerFedAvgParams
 
 
 def _detached(params):

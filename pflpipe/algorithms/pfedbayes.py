@@ -20,8 +20,8 @@ model q_v's mean.
 """
 
 from pflpipe.algorithms import bayesian
-from pflpipe.algorithms.base import Algorithm, Phase, register
-from pflpipe.spec.algorithms.pfedbayes import PFedBayesParams
+from pflpipe.algorithms.algorithm import Algorithm, Phase, register
+from pflpipe.spec.algorithms.pfedbayes_params import PFedBayesParams
 
 
 @register

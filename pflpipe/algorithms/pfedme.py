@@ -12,9 +12,9 @@ gradient for an MLP: benchmarks/pfedme.py).
 
 import torch
 
-from pflpipe.algorithms.base import Algorithm, register
+from pflpipe.algorithms.algorithm import Algorithm, register
 from pflpipe.engine.tree import sq_dist
-from pflpipe.spec.algorithms.pfedme import PFedMeParams
+from pflpipe.spec.algorithms.pfedme_params import PFedMeParams
 
 
 @register

@@ -21,10 +21,10 @@ import torch
 from torch.nn import functional as F
 
 from pflpipe.algorithms import bayesian
-from pflpipe.algorithms.base import Algorithm, Phase, register
+from pflpipe.algorithms.algorithm import Algorithm, Phase, register
 from pflpipe.engine.tree import weighted_mean
 from pflpipe.errors import SpecError
-from pflpipe.spec.algorithms.pfedvem import PFedVemParams
+from pflpipe.spec.algorithms.pfedvem_params import PFedVemParams
 
 
 @register

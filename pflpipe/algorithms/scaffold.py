@@ -12,9 +12,9 @@ The server moves x ← x + η_g·(Σ_i (n_i/n)·y_i − x) and c ← c + (|S|/N)
 import torch
 from torch.func import grad_and_value
 
-from pflpipe.algorithms.base import Algorithm, register
+from pflpipe.algorithms.algorithm import Algorithm, register
 from pflpipe.engine.tree import weighted_mean
-from pflpipe.spec.algorithms.scaffold import ScaffoldParams
+from pflpipe.spec.algorithms.scaffold_params import ScaffoldParams
 
 
 def _norm(group):

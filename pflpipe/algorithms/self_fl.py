@@ -17,10 +17,10 @@ Algorithm 2 (`augmented`) takes both variances from local optima trained further
 
 import torch
 
-from pflpipe.algorithms.base import Algorithm, Phase, register
+from pflpipe.algorithms.algorithm import Algorithm, Phase, register
 from pflpipe.engine.tree import weighted_mean
 from pflpipe.engine.two_level import EPS, local_steps
-from pflpipe.spec.algorithms.self_fl import SelfFLParams
+from pflpipe.spec.algorithms.self_fl_params import SelfFLParams
 
 
 def _spread(group, mean):

@@ -12,8 +12,8 @@ import os
 import sys
 import traceback
 
-from pflpipe import __version__
 from pflpipe.errors import DataError, PflpipeError, SpecError
+from pflpipe.version import __version__
 
 VERBS = ("validate", "schema", "split", "report", "personalize_new", "run", "compile", "submit")
 
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="Show tracebacks of errors.")
     subparsers = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     for verb in VERBS:
-        importlib.import_module(f"pflpipe.cli.{verb}").register(subparsers)
+        importlib.import_module(f"pflpipe.cli.{verb}_verb").register(subparsers)
     for sub in subparsers.choices.values():  # `pflpipe VERB ... --debug` too
         sub.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                          help="Show tracebacks of errors.")

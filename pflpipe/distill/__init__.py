@@ -1,8 +1,8 @@
 """PersFL: per-client optimal teachers (stage 1) and λ/T grid-search distillation (stage 2).
 
 The names below are imported when first used (PEP 562), so ``pflpipe.distill.teachers`` and
-``pflpipe.distill.figures`` load without torch (select_teachers imports neither torch nor the
-engine: docs/performance.md, start-up).
+``pflpipe.distill.lambda_t_figure`` load without torch (select_teachers imports neither torch nor
+the engine: docs/performance.md, start-up).
 """
 
 import importlib

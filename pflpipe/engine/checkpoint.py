@@ -32,7 +32,7 @@ from pflpipe.layout import (
     rows_round_of,
     state_key,
 )
-from pflpipe.storage.base import Store
+from pflpipe.storage.store_protocol import Store
 
 log = logging.getLogger(__name__)
 #: The snapshot's record of its rows' chunks: [[round, number of rows up to it], ...].

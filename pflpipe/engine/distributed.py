@@ -60,7 +60,7 @@ from pflpipe.layout import (
     worker_task,
 )
 from pflpipe.storage import ENDPOINT_ENV, LocalStore, open_uri
-from pflpipe.storage.base import Store
+from pflpipe.storage.store_protocol import Store
 
 log = logging.getLogger(__name__)
 #: Seconds between the launcher's looks at its workers.

@@ -35,7 +35,7 @@ from pflpipe.engine.protocol import AlgorithmProtocol, Phase, Round, objective_n
 from pflpipe.engine.trainer import Context, Job
 from pflpipe.engine.tree import Group, Tree, assign, merge, renew, select, tree_map
 from pflpipe.errors import DivergenceError
-from pflpipe.storage.base import Store
+from pflpipe.storage.store_protocol import Store
 
 log = logging.getLogger(__name__)
 METRICS = ("round", "val_loss", "val_accuracy", "test_loss", "test_accuracy")

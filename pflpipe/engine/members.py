@@ -39,7 +39,7 @@ from pflpipe.engine.protocol import AlgorithmProtocol, Round, overridden
 from pflpipe.engine.repetitions import Repeated
 from pflpipe.engine.tree import Group, Tree, tree_map
 from pflpipe.errors import DataError
-from pflpipe.storage.base import Store
+from pflpipe.storage.store_protocol import Store
 
 #: The group `Repeated` adds to each client's state: the client's run.
 RUN_GROUP = "repetition"

@@ -135,8 +135,8 @@ def server_update(config: ServerOptimizerConfig, current: dict[str, Tensor],
                   ) -> tuple[dict[str, Tensor], dict[str, dict[str, Tensor]]]:
     """New values of the aggregated keys, and the server state with the moments (`MOMENTS`).
 
-    FedAvg's default server rule (`pflpipe.algorithms.base.Algorithm.server_step`) ends with it.
-    Only floating-point keys move by the rule; others (a batch counter) take the aggregate.
+    FedAvg's default server rule (`pflpipe.algorithms.algorithm.Algorithm.server_step`) ends with
+    it. Only floating-point keys move by the rule; others (a batch counter) take the aggregate.
 
     >>> config = ServerOptimizerConfig("fedadam", lr=0.1, beta1=0.5, beta2=0.5, tau=0.5)
     >>> new, server = server_update(config, {"w": torch.tensor([1.0])},

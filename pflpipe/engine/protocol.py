@@ -1,6 +1,7 @@
 """The hook protocol: what the engine calls on an algorithm, owned by the engine.
 
-An algorithm (`pflpipe.algorithms.base.Algorithm` holds FedAvg's answers) implements three roles:
+An algorithm (`pflpipe.algorithms.algorithm.Algorithm` holds FedAvg's answers) implements three
+roles:
 
 - `ClientRule`: how one client starts a round, trains and finishes it (vmapped over clients);
 - `ServerRule`: what the server sends, how it schedules and combines the round (one round at

@@ -6,7 +6,7 @@ chosen among the rounds it was scored in after round 0: the highest validation a
 best round is the last. Round 0 is the model the run started from (the warm start, or the
 initial model), which the algorithm did not train: it is the best round only of a run that
 trains no round, so no model is credited with a round it did not train (the report counts the
-clients that validated better there: `pflpipe.metrics.notes`). Early stopping watches the
+clients that validated better there: `pflpipe.report.report_notes`). Early stopping watches the
 sample-weighted mean validation loss over every client, on full sweeps only.
 """
 

@@ -4,8 +4,8 @@ GA is an algorithm's global model scored on each client's test split, PA its per
 (Flow's Tables 2/5); ``beats_global`` is the percentage of clients whose PA is strictly above
 their GA (Flow's Tables 3/7: "% of clients benefiting from personalization"; a tie does not
 benefit). GA rows are the results table's rows of scope ``global`` (see
-`pflpipe.metrics.table`). The global baseline (FedAvg) is one global model: its rows are its GA
-and it has no PA; the local baseline has no global model: PA only.
+`pflpipe.metrics.results_table`). The global baseline (FedAvg) is one global model: its rows are its
+GA and it has no PA; the local baseline has no global model: PA only.
 
 Per seed, GA and PA are the unweighted means over clients (as AA) and ``beats_global`` is taken
 over the clients scored under both; the report shows the mean ± std over seeds.
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pflpipe.metrics.base import Metric, fsum, register, require_values
-from pflpipe.metrics.table import GLOBAL_SCOPE, ResultsTable, Row, client_key, select_rows
+from pflpipe.metrics.metric_registry import Metric, fsum, register, require_values
+from pflpipe.metrics.results_table import GLOBAL_SCOPE, ResultsTable, Row, client_key, select_rows
 
 #: The three numbers of the comparison, in the order the report shows them.
 COLUMNS = ("GA", "PA", "beats_global")
@@ -115,21 +115,3 @@ def _comparison(model: str, pa: dict, ga: dict) -> Comparison:
     std = {n: math.sqrt(fsum((np.array(v) - mean[n]) ** 2) / (len(v) - 1)) if len(v) > 1
            else None for n, v in per_seed.items()}
     return Comparison(model, mean, std, len(clients))
-
-
-def blocks(comparisons: dict[str, Comparison], split: str, unit: str) -> list[tuple]:
-    """The report's blocks (`pflpipe.metrics.render`) of one split's comparison."""
-    from pflpipe.metrics.render import fmt
-
-    def cell(c: Comparison, name: str) -> str:
-        metric = "PUI" if name == "beats_global" else "AA"   # % of clients vs accuracy unit
-        text = fmt(c.mean[name], metric, unit)
-        return text if c.std[name] is None or c.mean[name] is None else \
-            f"{text} ± {fmt(c.std[name], metric, unit)}"
-
-    rows = [[model, *(cell(c, name) for name in COLUMNS)] for model, c in comparisons.items()]
-    return [("h3", "Generalized vs personalized accuracy (Flow Tables 5 and 7)"),
-            ("p", f"GA: the algorithm's global model on each client's {split} split; PA: the "
-                  "client's personalized model; both the unweighted mean over clients. "
-                  "PA > GA: % of clients whose PA is strictly above their GA."),
-            ("table", ["Model", "GA", "PA", "PA > GA (% clients)"], rows)]

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pflpipe.metrics.base import METRIC_REGISTRY
 from pflpipe.metrics.inversion import signed_rank_units
+from pflpipe.metrics.metric_registry import METRIC_REGISTRY
 from pflpipe.metrics.performance import quantum_of_improvement
 from pflpipe.metrics.resampled import replicates
+from pflpipe.metrics.results_table import ResultsTable, Scores, scores_by_seed, select_rows
 from pflpipe.metrics.summary import PATHS, Decision, SplitSummary, score
-from pflpipe.metrics.table import ResultsTable, Scores, scores_by_seed, select_rows
 from pflpipe.metrics.uncertainty import (
     ALPHA,
     CLIENTS,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pflpipe.metrics.base import (
+from pflpipe.metrics.metric_registry import (
     Metric,
     UndefinedMetricError,
     all_equal,

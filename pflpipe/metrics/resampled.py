@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pflpipe.metrics.base import METRIC_REGISTRY
+from pflpipe.metrics.metric_registry import METRIC_REGISTRY
 from pflpipe.metrics.summary import PATHS, score
 
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pflpipe.metrics.base import METRIC_REGISTRY, fsum
 from pflpipe.metrics.fairness import FAIRNESS
+from pflpipe.metrics.metric_registry import METRIC_REGISTRY, fsum
 from pflpipe.metrics.performance import ACCURACY, PERFORMANCE, quantum_of_improvement
-from pflpipe.metrics.table import (
+from pflpipe.metrics.results_table import (
     ResultsTable,
     Scores,
     client_key,

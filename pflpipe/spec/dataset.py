@@ -4,7 +4,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pflpipe.spec.base import Section
+from pflpipe.spec.strict_section import Section
 
 #: Number of classes of each named dataset (EMNIST depends on its split).
 N_CLASSES = {

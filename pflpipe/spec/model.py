@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from pflpipe.spec.base import Section
+from pflpipe.spec.strict_section import Section
 
 
 class _Model(Section):

@@ -5,7 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pflpipe.spec.base import Section
+from pflpipe.spec.strict_section import Section
 
 
 class Fractions(Section):

@@ -32,8 +32,8 @@ PREAMBLE = (
 
 def markdown_reference() -> str:
     """Markdown tables describing every section of the spec."""
-    from pflpipe.spec.base import MAX_COUNT
     from pflpipe.spec.loader import MAX_BYTES, MAX_DEPTH, MAX_VALUES
+    from pflpipe.spec.strict_section import MAX_COUNT
 
     out: list[str] = [PREAMBLE.format(max_count=MAX_COUNT, max_bytes=MAX_BYTES,
                                       max_depth=MAX_DEPTH, max_values=MAX_VALUES)]

@@ -1,10 +1,10 @@
 """Check, without importing torch, that an algorithm a spec names can run.
 
 An algorithm is two files (docs/adding-an-algorithm.md): its params model in
-``pflpipe/spec/algorithms/<name>.py`` and its class in ``pflpipe/algorithms/<name>.py``, decorated
-with ``@register``. `validate` reads the class's file as source (`ast`), so a missing file, a
-missing decorator or a class bound to another params model is refused where the user is, with
-the fix, instead of as a KeyError in the personalize task after the warm start. The class's
+``pflpipe/spec/algorithms/<name>_params.py`` and its class in ``pflpipe/algorithms/<name>.py``,
+decorated with ``@register``. `validate` reads the class's file as source (`ast`), so a missing
+file, a missing decorator or a class bound to another params model is refused where the user is,
+with the fix, instead of as a KeyError in the personalize task after the warm start. The class's
 hooks are checked against the engine's protocol (``pflpipe/engine/protocol.py``, read as source
 too): a hook or objective that cannot take the arguments the engine passes is refused with the
 signature to write.
@@ -46,7 +46,7 @@ def _class_problem(name: str, params: str) -> str | None:
                                                   node.decorator_list)]
     if not registered:
         return (f"algorithm {name!r} is not registered: decorate its class in {where} with "
-                "@register (from pflpipe.algorithms.base)")
+                "@register (from pflpipe.algorithms.algorithm)")
     bound = {_subscript(base) for node in registered for base in node.bases} - {None}
     if bound and params not in bound:
         return (f"algorithm {name!r}: the registered class in {where} is configured by "
@@ -59,7 +59,7 @@ def server_rule_problem(name: str, optimizer: str) -> str | None:
 
     The server optimizer is applied by FedAvg's `server_step`; an algorithm that writes its own
     (SCAFFOLD, Flow …) replaces it, so the optimizer would not apply (the algorithm's constructor
-    refuses it too, `pflpipe.algorithms.base.Algorithm`).
+    refuses it too, `pflpipe.algorithms.algorithm.Algorithm`).
     """
     path = ALGORITHMS / f"{name}.py"
     if not path.is_file() or not _defines(path, None, "server_step"):
@@ -94,7 +94,7 @@ def _source_of(tree: ast.Module, path: Path, name: str) -> Path | None:
         return path
     for node in tree.body:
         if (isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
-                "pflpipe.algorithms.") and node.module != "pflpipe.algorithms.base"
+                "pflpipe.algorithms.") and node.module != "pflpipe.algorithms.algorithm"
                 and any(alias.name == name for alias in node.names)):
             return ALGORITHMS / f"{node.module.rsplit('.', 1)[1]}.py"
     return None

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from pflpipe.layout import REPORT_HTML, REPORT_JSON, REPORT_MD
-from pflpipe.spec.base import MAX_LR, Section
+from pflpipe.spec.strict_section import MAX_LR, Section
 
 STAGES = (
     "partition_data", "warm_start_fedavg", "train_local", "personalize", "select_teachers",

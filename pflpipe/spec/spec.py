@@ -8,7 +8,6 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 from pflpipe.spec.algorithms import PERSONALIZE, LocalParams, PersFLParams, PersonalizationEntry
-from pflpipe.spec.base import Section
 from pflpipe.spec.dataset import (
     GROUPED,
     OWN_SPLITS,
@@ -31,6 +30,7 @@ from pflpipe.spec.sections import (
     Teachers,
     Tracking,
 )
+from pflpipe.spec.strict_section import Section
 from pflpipe.spec.sweep import checked_sweep, sweep_errors
 from pflpipe.spec.tuning import Tuning, tuning_errors, with_values
 

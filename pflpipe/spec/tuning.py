@@ -11,11 +11,14 @@ budget of its own, so a new method and its baselines are tuned alike.
 import difflib
 import itertools
 import json
+from pathlib import Path
 
 from pydantic import Field, ValidationError, field_validator
 
-from pflpipe.spec.base import Section
+from pflpipe.errors import DataError
+from pflpipe.layout import TUNING_JSON
 from pflpipe.spec.sections import checked_seeds
+from pflpipe.spec.strict_section import Section
 
 GridValue = bool | int | float | str
 #: Entry fields a grid may not vary: they name the entry, or the budget sets them.
@@ -182,3 +185,20 @@ def unequal_tuning(spec) -> str | None:
     tried = ", ".join(f"{label} {n}" for label, n in counts.items())
     return (f"Unequal tuning: the entries tried different numbers of settings ({tried}); an "
             "entry tuned over more settings had more chances on the validation split.")
+
+
+def read_tuning(tuning_dir: Path) -> dict:
+    """The content of a tuning.json (in a `tune` output or a tuned model's results)."""
+    path = Path(tuning_dir) / TUNING_JSON
+    if not path.is_file():
+        raise DataError(f"{tuning_dir} holds no {TUNING_JSON}; it is the output of the tune stage")
+    return json.loads(path.read_text())
+
+
+def apply_tuning(spec, label: str, tuning_dir: Path):
+    """Return `spec` with entry `label` at the setting `tune` chose for it."""
+    entries = read_tuning(tuning_dir)["entries"]
+    if label not in entries:
+        raise DataError(f"{label}: the tuning results hold no choice for this entry (they tune "
+                        f"{', '.join(entries) or 'nothing'})")
+    return replace_entry(spec, label, with_values(spec.algorithm(label), entries[label]["chosen"]))

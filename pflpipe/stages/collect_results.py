@@ -8,7 +8,7 @@ per seed. The output is itself a results directory (docs/contracts.md):
 results.csv       the rows of every input's results.csv
 collected.json    {"seed": 0, "models": ["fedavg", "local", ...]}
 <model>/          each input directory as it was (results.csv, history.csv, models/, ...), a
-                  model's client shards merged into one (`pflpipe.stages.shards`)
+                  model's client shards merged into one (`pflpipe.stages.merge_shards`)
 partition/        the partition's manifest.json and label heatmap (not its samples)
 sources.json      where the partition and the warm start's checkpoints are, and the hash of
                   the spec sections that made them (`Spec.warm_start_hash`)
@@ -16,7 +16,7 @@ sources.json      where the partition and the warm start's checkpoints are, and 
 ```
 
 The training stages are cached and take no MLflow run id, so `track` logs each of them into
-the pipeline's parent run (`pflpipe.stages.track_results`) and tags the parent with the
+the pipeline's parent run (`pflpipe.tracking.results_logging`) and tags the parent with the
 partition's content hash; in the pipeline `evaluate_fairness` calls it for every seed, and this
 stage's task tracks nothing.
 """
@@ -111,7 +111,7 @@ def track(spec, out_dir: Path, tracker: Tracker) -> None:
     """Log a collected seed into the parent run `tracker`: its partition hash, every model."""
     if tracker is NULL_TRACKER:
         return
-    from pflpipe.stages import track_results  # torch: only when there is a run to log into
+    from pflpipe.tracking import results_logging as track_results
 
     out = Path(out_dir)
     collected = json.loads((out / MANIFEST).read_text())
@@ -138,7 +138,7 @@ def _merge_shards(results_dirs: list[Path], out: Path) -> list[Path]:
     """`results_dirs` with each model's client shards merged into `out/<model>/`, in order.
 
     A personalize entry whose clients train alone runs as one task per client shard; its
-    directories hold `SHARD_JSON` (`pflpipe.stages.shards`).
+    directories hold `SHARD_JSON` (`pflpipe.stages.merge_shards`).
     """
     dirs: list[Path] = []
     parts: dict[str, list[Path]] = {}
@@ -152,10 +152,10 @@ def _merge_shards(results_dirs: list[Path], out: Path) -> list[Path]:
             dirs.append(out / model)
         parts[model].append(directory)
     if parts:
-        from pflpipe.stages import shards  # torch: only when there are shards to merge
+        from pflpipe.stages import merge_shards
 
         for model, shard_dirs in parts.items():
-            shards.merge(shard_dirs, out / model)
+            merge_shards.run(shard_dirs, out / model)
     return dirs
 
 

@@ -14,12 +14,13 @@ from pathlib import Path
 import torch
 
 from pflpipe import layout, markdown
+from pflpipe.beside import Beside
 from pflpipe.distill import GridConfig, GridResult, chosen_history, run_grid
-from pflpipe.distill.figures import lambda_t_figure
+from pflpipe.distill.lambda_t_figure import lambda_t_figure
 from pflpipe.events import notice
-from pflpipe.stages import common, track_results
-from pflpipe.stages.beside import Beside
 from pflpipe.tracking import NULL_TRACKER, Tracker
+from pflpipe.tracking import results_logging as track_results
+from pflpipe.training import csv_tables, results_files, resumable_rounds, score_rows, stage_setup
 
 STAGE = "distill_grid_search"
 #: Where (λ, T) is chosen when the partition has no validation split.
@@ -69,8 +70,8 @@ def run(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_di
     history.csv holds each client's chosen student per epoch (epoch 0: the teacher); the
     teachers' table and figure are copied from `teachers_dir`, so the results directory tells
     the whole of PersFL. With `shard` = k, only the k-th of `engine.shards` client shards
-    (`pflpipe.stages.shards` merges the shards' directories). The λ–T figure is drawn by a
-    forked process (`pflpipe.stages.beside`), which imports matplotlib while this one trains.
+    (`pflpipe.stages.merge_shards` merges the shards' directories). The λ–T figure is drawn by a
+    forked process (`pflpipe.beside`), which imports matplotlib while this one trains.
     """
     with Beside(lambda_t_figure, preload=("matplotlib.figure",), name="λ–T figure") as figure:
         summary = _distil(spec, seed, Path(partition_dir), Path(checkpoints_dir),
@@ -122,7 +123,7 @@ def run_members(spec, seeds: list[int], partition_dirs: list[Path], checkpoints_
 class _Inputs:
     """What a seed's grid starts from: its partition, teachers and settings."""
 
-    setup: object        # `common.Setup`
+    setup: object        # `stage_setup.Setup`
     teachers: list[dict]
     params: dict         # each client's teacher [C, ...]
     config: GridConfig
@@ -130,11 +131,11 @@ class _Inputs:
 
 def _inputs(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teachers_dir: Path,
             shard: int | None) -> _Inputs:
-    s = common.setup(spec, seed, partition_dir, shard)
+    s = stage_setup.setup(spec, seed, partition_dir, shard)
     dist = spec.distillation
     teachers = json.loads((Path(teachers_dir) / layout.TEACHERS_JSON).read_text())["teachers"]
     mine = teachers[s.data.first_client:s.data.first_client + s.data.n_clients]
-    rounds = {t["round"]: common.load_round(checkpoints_dir, t["round"], s.device)
+    rounds = {t["round"]: resumable_rounds.load_round(checkpoints_dir, t["round"], s.device)
               for t in mine}
     params = {k: torch.stack([rounds[t["round"]][k] for t in mine]) for k in s.init}
     selection_split = dist.selection_split
@@ -144,7 +145,7 @@ def _inputs(spec, seed: int, partition_dir: Path, checkpoints_dir: Path, teacher
         lambdas=tuple(dist.lambdas), temperatures=tuple(dist.temperatures), epochs=dist.epochs,
         batch_size=dist.batch_size or spec.federation.batch_size,
         lr=dist.lr or spec.federation.lr, objective=dist.objective,
-        selection_split=selection_split, optimizer=common.optimizer(spec), seed=seed)
+        selection_split=selection_split, optimizer=stage_setup.optimizer(spec), seed=seed)
     return _Inputs(s, teachers, params, config)
 
 
@@ -154,13 +155,13 @@ def _store(spec, seed: int, one: _Inputs, checkpoints_dir: Path):
     The teachers count by their round files' bytes (the warm start's output).
     """
     rounds = sorted({t["round"] for t in one.teachers})
-    digests = {r: hashlib.sha256(common.round_file(checkpoints_dir, r).read_bytes()).hexdigest()
+    digests = {r: hashlib.sha256(layout.round_file(checkpoints_dir, r).read_bytes()).hexdigest()
                for r in rounds}
-    return common.checkpoint_store(spec, STAGE, {
+    return resumable_rounds.checkpoint_store(spec, STAGE, {
         "seed": seed, "partition": one.setup.partition_hash, "teachers": one.teachers,
         "rounds": digests, "distillation": spec.distillation.model_dump(mode="json"),
         "federation": spec.federation.model_dump(mode="json"),
-        **common.engine_key(spec, one.setup)})[0]
+        **stage_setup.engine_key(spec, one.setup)})[0]
 
 
 def _kept(store) -> tuple[GridResult, list[dict]]:
@@ -201,17 +202,17 @@ def _write(spec, seed: int, one: _Inputs, grid: GridResult, history: list[dict],
                 "accuracy": c[f"{split}_accuracy"], "loss": c[f"{split}_loss"],
                 "n_samples": int(s.data.split(split).counts[c["client"] - s.data.first_client])}
                for selection in ("best_val", "last_round")
-               for split in common.scored_splits(s.data) for c in chosen]
+               for split in stage_setup.scored_splits(s.data) for c in chosen]
     summary = DistillResult(model, chosen, sum(c["test_accuracy"] for c in chosen) / len(chosen),
                             config.selection_split, s.has_validation)
-    models = common.client_models(grid.params, s.data.first_client)
-    history = common.history_rows(grid.epoch_compute(history, config.epochs,
+    models = results_files.client_models(grid.params, s.data.first_client)
+    history = score_rows.history_rows(grid.epoch_compute(history, config.epochs,
                                                      s.data.first_client), model, seed)
-    common.write_results(out, results, history, models, summary.to_markdown())
-    common.write_csv(out / layout.GRID_CSV, GRID_FIELDS, grid.grid)
-    common.write_csv(out / layout.CHOSEN_CSV, CHOSEN_FIELDS, list(chosen))
+    results_files.write_results(out, results, history, models, summary.to_markdown())
+    csv_tables.write_csv(out / layout.GRID_CSV, GRID_FIELDS, grid.grid)
+    csv_tables.write_csv(out / layout.CHOSEN_CSV, CHOSEN_FIELDS, list(chosen))
     for name in (layout.TEACHERS_CSV, FIGURES[1]):
         shutil.copyfile(Path(teachers_dir) / name, out / name)
     if shard is not None:
-        common.write_shard(out, s.data, summary)
+        results_files.write_shard(out, s.data, summary)
     return summary

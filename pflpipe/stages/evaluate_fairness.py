@@ -2,7 +2,7 @@
 
 Concatenates the `results.csv` of each results directory, evaluates it with the spec's
 `evaluation` settings (baselines, selection, metrics) and writes report.json, report.md,
-report.html and figures/*.png into the output directory (see `pflpipe.metrics.report`). A
+report.html and figures/*.png into the output directory (see `pflpipe.report.report_writer`). A
 results directory of `collect_results` (one seed) also gives the report its curves, pictures and
 links (`context`).
 """
@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pflpipe import layout
+from pflpipe.beside import Beside
+from pflpipe.compute import in_all
 from pflpipe.errors import DataError
 from pflpipe.events import notice, warning
-from pflpipe.stages import schedules
-from pflpipe.stages.beside import Beside
-from pflpipe.stages.tables import read_csv
 from pflpipe.storage import upload_results
 from pflpipe.tracking import NULL_TRACKER, Tracker
+from pflpipe.training.csv_tables import read_csv
 
 if TYPE_CHECKING:
-    from pflpipe.stages.report_cache import ReportCache
+    from pflpipe.report.report_cache import ReportCache
 
 log = logging.getLogger(__name__)
 RESULTS = layout.RESULTS_CSV
@@ -84,10 +84,10 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     `run_info` is shown first in the report (spec hash, MLflow run, ...). `alongside` (the
     pipeline's tracking of every seed) runs while another process draws the report
     (`_write_beside`); the report is then logged on `tracker`. `cache` keeps the figures for a
-    rerun on the same inputs and gives them back to it (`pflpipe.stages.report_cache`).
+    rerun on the same inputs and gives them back to it (`pflpipe.report.report_cache`).
     """
-    from pflpipe.metrics import read_table
-    from pflpipe.metrics.report import build_report
+    from pflpipe.report.report_writer import build_report
+    from pflpipe.report.results_reader import read_table
     from pflpipe.spec.dataset import task_of
 
     evaluation = spec.evaluation
@@ -111,7 +111,7 @@ def run(spec, results_dirs: list[Path], out_dir: Path, *, tracker: Tracker = NUL
     else:
         files = _write_beside(report, Path(out_dir), alongside, cache)
     log.info("evaluate_fairness: %s", report.answers())
-    from pflpipe.metrics.stability import said
+    from pflpipe.report.stability_section import said
 
     for found in report.stability.values():
         if (sentence := said(found, report.primary.split, report.unit)):
@@ -156,10 +156,10 @@ def run_in_pipeline(spec, results_dirs: list[Path], out_dir: Path, *, tracking_u
     uploaded and started in the KFP UI) and a tracking URI (the pipeline parameter, the spec's or
     $MLFLOW_TRACKING_URI), it opens the parent run (tagged ``kfp_run_id``) and finishes it.
     A sweep's point (`sweep_point`: its label and overrides as JSON) logs into a child run of
-    its own under that parent (`pflpipe.tracking.sweep.point_run`).
+    its own under that parent (`pflpipe.tracking.sweep_runs.point_run`).
     """
+    from pflpipe.report.report_cache import SEEDS_RUN_TAG, open_cache
     from pflpipe.stages import collect_results
-    from pflpipe.stages.report_cache import SEEDS_RUN_TAG, open_cache
     from pflpipe.tracking import open_parent_run, parent_tracker
 
     opened = None
@@ -203,7 +203,7 @@ def _point(tracker: Tracker, sweep_point: str, results_dirs: list[Path]):
     """The point's child run under `tracker` for a sweep's point, else `tracker` itself."""
     from contextlib import nullcontext
 
-    from pflpipe.tracking.sweep import point_run
+    from pflpipe.tracking.sweep_runs import point_run
 
     if not sweep_point:
         return nullcontext(tracker)
@@ -231,7 +231,7 @@ def _write_beside(report, out_dir: Path, alongside: Callable[[], None], cache=No
 
     Drawing the figures (matplotlib) and tracking the seeds (mlflow, torch) share nothing and
     take seconds each, and kfp.local runs this task alone: the second core would idle
-    (`pflpipe.stages.beside`). The child inherits the report and writes the same files; its
+    (`pflpipe.beside`). The child inherits the report and writes the same files; its
     failure is raised here once `alongside` is done.
     """
     with Beside(_draw, args=(report, out_dir, cache), name="evaluate_fairness figures") as drawing:
@@ -241,7 +241,7 @@ def _write_beside(report, out_dir: Path, alongside: Callable[[], None], cache=No
 
 def _draw(report, out_dir: Path, cache=None, kept=None):
     """Write the report with the `kept` figures, else drawn now (and kept in `cache`)."""
-    from pflpipe.metrics.report import draw_figures, write_report
+    from pflpipe.report.report_writer import draw_figures, write_report
 
     if kept is None:
         kept = draw_figures(report)
@@ -259,7 +259,7 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
     are the seeds the results tables hold (the spec's experiment.seeds when not given); a tuned
     entry is shown with the setting the tune stage chose, as kept beside its results.
     """
-    from pflpipe.metrics.report import ReportContext
+    from pflpipe.report.report_writer import ReportContext
 
     seeds = {_seed_of(d): d for d in results_dirs if _seed_of(d) is not None}
     history = tuple(row for directory in seeds.values() for model in _models(directory)
@@ -276,7 +276,7 @@ def context(spec, results_dirs: list[Path], run_info: dict[str, str],
     reported = list(spec.experiment.seeds if reported_seeds is None else reported_seeds)
     records = tuning_records(spec, results_dirs)
     n_clients, train_samples = _partitions(list(seeds.values()))
-    plan = schedules.plan(spec, records, train_samples)
+    plan = in_all.plan(spec, records, train_samples)
     info = {"experiment": spec.experiment.name, "spec hash": spec.content_hash(), **run_info,
             "data": f"{spec.dataset.name}, {spec.partition.strategy}, "
                     f"{n_clients or spec.partition.n_clients} clients",
@@ -312,7 +312,7 @@ def tuning_records(spec, results_dirs: list[Path]) -> dict[str, dict]:
     A `collect_results` directory keeps it in the entry's folder, a personalize stage's results
     directory at its top. The first seed's record is taken: every seed ran the same choice.
     """
-    from pflpipe.stages.tune import read
+    from pflpipe.spec.tuning import read_tuning
 
     if spec.tuning is None:
         return {}
@@ -322,7 +322,7 @@ def tuning_records(spec, results_dirs: list[Path]) -> dict[str, dict]:
                 else [directory])
         for folder in kept:
             if (folder / layout.TUNING_JSON).is_file():
-                record = read(folder)
+                record = read_tuning(folder)
                 for label in record["entries"]:
                     if spec.tuning.find(label):
                         found.setdefault(label, record)
@@ -365,7 +365,7 @@ def rounds_line(spec, records: dict[str, dict] | None = None) -> str:
 
     A model started from the warm start names its warm-start rounds (``fedper 30 + 30
     warm-start rounds``); a tuned entry counts with the setting chosen for it (`records`,
-    `tuning_records`, see `pflpipe.stages.schedules.plan`).
+    `tuning_records`, see `pflpipe.compute.in_all.plan`).
 
     >>> from pflpipe.spec import Spec
     >>> rounds_line(Spec.model_validate({
@@ -373,7 +373,7 @@ def rounds_line(spec, records: dict[str, dict] | None = None) -> str:
     ...     "partition": {"strategy": "ds1", "n_clients": 2}, "personalization": []}))
     'fedavg 20 rounds'
     """
-    from pflpipe.stages.schedules import plan
+    from pflpipe.compute.in_all import plan
 
     return ", ".join(plan(spec, records).described.values())
 
@@ -397,7 +397,7 @@ def tracked_metrics(report) -> dict[str, float]:
     (``persfl.test.AA.ci_low``, ``.ci_high``) and every pair of models compared
     (``pairwise.test.persfl_vs_fedper.AA.p_holm``, ...: `pairwise_report.tracked_metrics`).
     """
-    from pflpipe.metrics import pairwise_report
+    from pflpipe.report import pairwise_section as pairwise_report
 
     metrics: dict[str, float] = {}
     for split, summary in report.splits.items():

@@ -11,16 +11,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from pflpipe import layout
+from pflpipe import events, layout
 from pflpipe.algorithms import build
 from pflpipe.data.files import load_tensors
 from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import Plan
 from pflpipe.errors import DataError, DivergenceError
-from pflpipe.metrics import notes
-from pflpipe.metrics.table import GLOBAL_SCOPE
-from pflpipe.stages import common, tune
-from pflpipe.tracking import NULL_TRACKER, Tracker
+from pflpipe.metrics.results_table import GLOBAL_SCOPE
+from pflpipe.report import report_notes as notes
+from pflpipe.spec.tuning import apply_tuning
+from pflpipe.stages import tune
+from pflpipe.tracking import NULL_TRACKER, Tracker, client_tables
+from pflpipe.training import results_files, resumable_rounds, score_rows, stage_setup
 
 log = logging.getLogger(__name__)
 STAGE = "personalize"
@@ -58,14 +60,14 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     """Run the personalization entry called `label`; write its results directory.
 
     With `progress`, a progress event per round (`pflpipe.events`, for `pflpipe run`).
-    `resume` says which of an earlier run's checkpoints to resume from (`common.RESUME`).
+    `resume` says which of an earlier run's checkpoints to resume from (`resumable_rounds.RESUME`).
     With `shard` = k, only the clients of the k-th of `engine.shards` client shards train (an
-    entry whose clients train alone: `pflpipe.stages.shards` merges the shards' directories).
+    entry whose clients train alone: `pflpipe.stages.merge_shards` merges the shards' directories).
     With `tuning_dir` (the `tune` stage's output), the entry runs at the setting chosen for it
     there, exactly as a spec giving that setting would run it, and keeps the tuning record.
     """
     if tuning_dir is not None:
-        spec = tune.apply(spec, label, tuning_dir)
+        spec = apply_tuning(spec, label, tuning_dir)
     entry = spec.algorithm(label)
     if shard is not None and not entry.clients_train_alone:
         raise DataError(f"{label}: {entry.name}'s clients communicate, so it cannot run as a "
@@ -75,10 +77,10 @@ def run(spec, seed: int, label: str, partition_dir: Path, checkpoints_dir: Path 
     args = (spec, seed, label, Path(partition_dir), _starting_file(entry, checkpoints_dir),
             stage, shard)
     recipe = _recipe(*args)
-    common.use_checkpoints(recipe.store, resume, recipe.plan.rounds)
+    resumable_rounds.use_checkpoints(recipe.store, resume, recipe.plan.rounds)
     with _naming([label]):
-        result = common.federate(spec, recipe, _recipe, args,
-                                 common.round_progress(recipe.plan.rounds) if progress else None)
+        result = resumable_rounds.federate(spec, recipe, _recipe, args,
+                                 events.round_progress(recipe.plan.rounds) if progress else None)
     return _write(spec, seed, label, recipe, result, Path(results_dir), tracker, shard,
                   tuning_dir)
 
@@ -93,7 +95,7 @@ def run_members(spec, seeds: list[int], label: str, partition_dirs: list[Path],
     The directories are each seed's, in the order of `seeds` (`pflpipe.engine.members`).
     """
     if tuning_dir is not None:
-        spec = tune.apply(spec, label, tuning_dir)
+        spec = apply_tuning(spec, label, tuning_dir)
     return run_variants([(spec, label)], seeds, partition_dirs, checkpoints_dirs,
                         [results_dirs], tracker=tracker, stage=stage, progress=progress,
                         resume=resume, tuning_dir=tuning_dir)[0]
@@ -117,12 +119,12 @@ def run_variants(runs: list[tuple], seeds: list[int], partition_dirs: list[Path]
         stage)
         for spec, label in runs for j, (seed, p) in enumerate(zip(seeds, partition_dirs,
                                                                    strict=True))]
-    store, key = common.checkpoint_store(runs[0][0], stage, {
+    store, key = resumable_rounds.checkpoint_store(runs[0][0], stage, {
         "members": [r.fingerprint for r in recipes]})
     rounds = recipes[0].plan.rounds
-    common.use_checkpoints(store, resume, rounds)
+    resumable_rounds.use_checkpoints(store, resume, rounds)
     federation = combine(recipes, [r.plan.seed for r in recipes], store, key,
-                         common.round_progress(rounds) if progress else None,
+                         events.round_progress(rounds) if progress else None,
                          [r.store for r in recipes])
     with _naming([label for _, label in runs]):
         results = iter(zip(recipes, federation.run_members(), strict=True))
@@ -136,17 +138,17 @@ def _write(spec, seed: int, label: str, recipe: Recipe, result, results_dir: Pat
     """Write a seed's results directory from its federation's result; track it."""
     entry, plan, data = spec.algorithm(label), recipe.plan, recipe.data
     model = entry.display_name
-    results = common.federation_rows(result, model, seed, data)
-    history = common.history_rows(common.scored_rows(result.rows, data), model, seed)
+    results = score_rows.federation_rows(result, model, seed, data)
+    history = score_rows.history_rows(score_rows.scored_rows(result.rows, data), model, seed)
     summary = PersonalizeResult(model, result.rounds_completed,
-                                common.mean_test_accuracy(results, "best_val"),
-                                common.mean_test_accuracy(results, "last_round"),
-                                common.has_validation(data),
+                                score_rows.mean_test_accuracy(results, "best_val"),
+                                score_rows.mean_test_accuracy(results, "last_round"),
+                                stage_setup.has_validation(data),
                                 notes.started_better(history).get((model, seed), (0, 0)))
-    models = common.client_models(result.best_model, data.first_client)
-    common.write_results(Path(results_dir), results, history, models, summary.to_markdown())
+    models = results_files.client_models(result.best_model, data.first_client)
+    results_files.write_results(Path(results_dir), results, history, models, summary.to_markdown())
     if shard is not None:
-        common.write_shard(Path(results_dir), data, summary)
+        results_files.write_shard(Path(results_dir), data, summary)
     if tuning_dir is not None:
         tune.keep_record(tuning_dir, label, results_dir)
     tracker.log_params({"algorithm": entry.name, "seed": seed, "rounds": plan.rounds,
@@ -155,7 +157,7 @@ def _write(spec, seed: int, label: str, recipe: Recipe, result, results_dir: Pat
     tracker.log_metrics({"best_val.test_accuracy": summary.best_val_test_accuracy,
                          "last_round.test_accuracy": summary.last_round_test_accuracy,
                          **_global_means(results)})
-    common.log_clients(tracker, results, history,
+    client_tables.log_clients(tracker, results, history,
                        models=models if spec.tracking.log_models else None)
     return summary
 
@@ -177,7 +179,7 @@ def _recipe(spec, seed: int, label: str, partition_dir: Path, start: Path | None
     Its workers build it again from the same arguments.
     """
     entry = spec.algorithm(label)
-    s = common.setup(spec, seed, partition_dir, shard)
+    s = stage_setup.setup(spec, seed, partition_dir, shard)
     init = s.init if start is None else load_tensors(
         start, f"the warm start's state_dict {start.name}", map_location=s.device)
     fed = spec.federation
@@ -186,13 +188,13 @@ def _recipe(spec, seed: int, label: str, partition_dir: Path, start: Path | None
     plan = Plan(
         rounds=rounds.rounds, local_epochs=rounds.local_epochs,
         batch_size=entry.batch_size or fed.batch_size, lr=algorithm.lr, seed=seed,
-        client_fraction=rounds.client_fraction, **common.plan_settings(spec),
+        client_fraction=rounds.client_fraction, **stage_setup.plan_settings(spec),
         eval_every=entry.eval_every, stream=stream_of(label), best_on_val=s.has_validation,
         score_global=algorithm.has_global_model)
-    store, key = common.checkpoint_store(spec, stage, {
+    store, key = resumable_rounds.checkpoint_store(spec, stage, {
         "seed": seed, "partition": s.partition_hash, "entry": entry.model_dump(mode="json"),
         "plan": repr(plan), "server_optimizer": repr(algorithm.server_optimizer),
-        "init": _digest(init), **common.engine_key(spec, s),
+        "init": _digest(init), **stage_setup.engine_key(spec, s),
         **({} if shard is None else {"clients": [s.data.first_client, s.data.n_clients]})})
     return Recipe(algorithm, s.ctx, s.data, s.trainer, plan, store, key, init)
 
@@ -245,7 +247,7 @@ def _global_means(results: list[dict]) -> dict[str, float]:
         return {}
     out = {}
     for selection in ("best_val", "last_round"):
-        pa, ga = (common.client_test_accuracies(results, selection, scope)
+        pa, ga = (score_rows.client_test_accuracies(results, selection, scope)
                   for scope in ("", GLOBAL_SCOPE))
         out[f"{selection}.global.test_accuracy"] = sum(ga) / len(ga)
         out[f"{selection}.beats_global"] = BEATS_GLOBAL(personalization_gain(pa, ga))

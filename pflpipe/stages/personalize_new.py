@@ -18,8 +18,8 @@ from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.evaluate import evaluate
 from pflpipe.errors import DataError
 from pflpipe.spec.partition import Fractions
-from pflpipe.stages import common
 from pflpipe.stages.distill_grid_search import GRID_FIELDS
+from pflpipe.training import csv_tables, resumable_rounds, stage_setup
 
 
 @dataclass(frozen=True)
@@ -55,10 +55,10 @@ class NewcomerResult:
 def run(spec, client_file: Path, partition_dir: Path, checkpoints_dir: Path, out_dir: Path,
         seed: int = 0) -> NewcomerResult:
     """Choose the newcomer's teacher and distil it over the spec's grid; write `out_dir`."""
-    s = common.setup(spec, seed, partition_dir)
+    s = stage_setup.setup(spec, seed, partition_dir)
     data = _client_data(spec, Path(client_file), partition_dir, seed).to(s.device)
     rounds = _rounds(Path(checkpoints_dir))
-    stacked = [common.load_round(checkpoints_dir, r, s.device) for r in rounds]
+    stacked = [resumable_rounds.load_round(checkpoints_dir, r, s.device) for r in rounds]
     params = {k: torch.stack([p[k] for p in stacked]) for k in s.init}
     zeros = torch.zeros(len(rounds), dtype=torch.long, device=s.device)
     scores = {split: evaluate(s.ctx, lambda st, sh, x, c: c.forward(st["model"], x),
@@ -74,7 +74,7 @@ def run(spec, client_file: Path, partition_dir: Path, checkpoints_dir: Path, out
                         epochs=dist.epochs,
                         batch_size=dist.batch_size or spec.federation.batch_size,
                         lr=dist.lr or spec.federation.lr, objective=dist.objective,
-                        selection_split=dist.selection_split, optimizer=common.optimizer(spec),
+                        selection_split=dist.selection_split, optimizer=stage_setup.optimizer(spec),
                         seed=seed)
     grid = run_grid(s.ctx, s.trainer, data, {k: v[row:row + 1] for k, v in params.items()}, config)
     result = NewcomerResult(rounds[row], grid.chosen[0], float(scores["test"][1][row]),
@@ -84,7 +84,7 @@ def run(spec, client_file: Path, partition_dir: Path, checkpoints_dir: Path, out
     (out / layout.TEACHER_JSON).write_text(json.dumps({
         "round": rounds[row], "criterion": spec.teachers.criterion,
         "val_loss_by_round": dict(zip(rounds, scores["val"][0].tolist(), strict=True))}, indent=2))
-    common.write_csv(out / layout.GRID_CSV, GRID_FIELDS, grid.grid)
+    csv_tables.write_csv(out / layout.GRID_CSV, GRID_FIELDS, grid.grid)
     torch.save(own_state({k: v[0] for k, v in grid.params.items()}), out / layout.MODEL_PT)
     (out / layout.SUMMARY_MD).write_text(result.to_markdown())
     return result

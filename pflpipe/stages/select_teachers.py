@@ -10,8 +10,8 @@ from pathlib import Path
 
 from pflpipe import layout, markdown
 from pflpipe.errors import DataError
-from pflpipe.stages.tables import read_csv, write_csv
 from pflpipe.tracking import NULL_TRACKER, Tracker
+from pflpipe.training.csv_tables import read_csv, write_csv
 
 FIELDS = ("client", "round", "val_loss", "val_accuracy")
 
@@ -45,7 +45,7 @@ def run(spec, checkpoints_dir: Path, teachers_dir: Path, *, tracker: Tracker = N
     """
     import numpy as np
 
-    from pflpipe.distill.figures import teacher_rounds_figure
+    from pflpipe.distill.lambda_t_figure import teacher_rounds_figure
     from pflpipe.distill.teachers import choose_rounds
 
     loss, accuracy, rounds = _matrices(Path(checkpoints_dir))

@@ -15,7 +15,8 @@ def run(spec, seed: int, partition_dir: Path, results_dir: Path, *,
         resume: str = "all", shard: int | None = None) -> personalize.PersonalizeResult:
     """Train the local baseline; write its results directory (model name `local`).
 
-    With `shard` = k, only the k-th of `engine.shards` client shards (`pflpipe.stages.shards`).
+    With `shard` = k, only the k-th of `engine.shards` client shards
+    (`pflpipe.stages.merge_shards`).
     """
     return personalize.run(spec, seed, spec.local_params.display_name, partition_dir, None,
                            results_dir, tracker=tracker, stage="train_local", progress=progress,

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pflpipe.errors import DataError, DivergenceError
-from pflpipe.layout import POINT_JSON, RESULTS_CSV, TUNING_JSON  # noqa: F401 (tune.X for callers)
-from pflpipe.spec.tuning import replace_entry, with_values
+from pflpipe.layout import POINT_JSON, TUNING_JSON
+from pflpipe.spec.tuning import read_tuning
 
 
 @dataclass(frozen=True)
@@ -139,26 +139,9 @@ def seed_of(dirs: list[Path]) -> int | None:
     return next(iter(seeds)) if len(seeds) == 1 else None
 
 
-def read(tuning_dir: Path) -> dict:
-    """The content of a tuning.json (in a `tune` output or a tuned model's results)."""
-    path = Path(tuning_dir) / TUNING_JSON
-    if not path.is_file():
-        raise DataError(f"{tuning_dir} holds no {TUNING_JSON}; it is the output of the tune stage")
-    return json.loads(path.read_text())
-
-
-def apply(spec, label: str, tuning_dir: Path):
-    """Return `spec` with entry `label` at the setting `tune` chose for it."""
-    entries = read(tuning_dir)["entries"]
-    if label not in entries:
-        raise DataError(f"{label}: the tuning results hold no choice for this entry (they tune "
-                        f"{', '.join(entries) or 'nothing'})")
-    return replace_entry(spec, label, with_values(spec.algorithm(label), entries[label]["chosen"]))
-
-
 def keep_record(tuning_dir: Path, label: str, results_dir: Path) -> None:
     """Write tuning.json holding only entry `label` (its grid, scores, choice) to its results."""
-    whole = read(tuning_dir)
+    whole = read_tuning(tuning_dir)
     (Path(results_dir) / TUNING_JSON).write_text(json.dumps({
         **whole, "records": [r for r in whole["records"] if r["entry"] == label],
         "entries": {label: whole["entries"][label]}}, indent=2) + "\n")

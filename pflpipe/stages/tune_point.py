@@ -12,10 +12,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pflpipe import layout
 from pflpipe.errors import DataError, DivergenceError
 from pflpipe.events import warning
 from pflpipe.stages import personalize, tune
-from pflpipe.stages.tables import read_csv
+from pflpipe.training.csv_tables import read_csv
 
 STAGE = "tune_point"
 
@@ -72,7 +73,7 @@ def run_members(points: list[tuple], seeds: list[int], partition_dirs: list[Path
 
 def _score(spec, seed: int, label: str, values: dict, out_dir: Path) -> PointScore:
     """The point's score from its results; written to ``point.json`` beside them."""
-    rows = read_csv(out_dir / tune.RESULTS_CSV)
+    rows = read_csv(out_dir / layout.RESULTS_CSV)
     return _write(PointScore(label, seed, dict(values), tune.validation_score(spec, rows)),
                   out_dir)
 
@@ -88,7 +89,7 @@ def _failed(seed: int, label: str, values: dict, out_dir: Path, err: DivergenceE
 
 def _write(result: PointScore, out_dir: Path) -> PointScore:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / tune.POINT_JSON).write_text(json.dumps(
+    (out_dir / layout.POINT_JSON).write_text(json.dumps(
         {"entry": result.entry, "seed": result.seed, "values": result.values,
          "score": result.score, **({"diverged": result.diverged} if result.diverged else {})})
         + "\n")

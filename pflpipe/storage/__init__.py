@@ -9,8 +9,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from pflpipe.storage.base import Store, download_dir, upload_dir
-from pflpipe.storage.local import LocalStore
+from pflpipe.storage.local_dir import LocalStore
+from pflpipe.storage.store_protocol import Store, download_dir, upload_dir
 
 
 def open_store(storage_spec, default_root: str | Path) -> Store:

@@ -4,7 +4,6 @@ Only this package imports mlflow, and only inside functions, so importing it sta
 receive a `Tracker`; the CLI and the components use the entry points of `pflpipe.tracking.runs`.
 """
 
-from pflpipe.tracking.base import NULL_TRACKER, Tracker
 from pflpipe.tracking.runs import (
     ParentRun,
     child_run,
@@ -14,6 +13,7 @@ from pflpipe.tracking.runs import (
     record_failure,
     resolve_tracking_uri,
 )
+from pflpipe.tracking.tracker import NULL_TRACKER, Tracker
 
 __all__ = [
     "NULL_TRACKER", "ParentRun", "Tracker", "child_run", "finish_parent", "open_parent_run",

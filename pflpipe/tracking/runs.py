@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pflpipe import __version__
 from pflpipe.errors import TrackingError
 from pflpipe.spec.sections import tracking_scheme, tracking_uri_problem
 from pflpipe.spec.sweep import combinations
-from pflpipe.tracking.base import NULL_TRACKER, Tracker
-from pflpipe.tracking.mlflow import ROOT_TAG, MlflowTracker
+from pflpipe.tracking.mlflow_store import _client, _guarded, move_credentials
+from pflpipe.tracking.mlflow_tracker import ROOT_TAG, MlflowTracker
 from pflpipe.tracking.scrub import scrub_text
-from pflpipe.tracking.store import _client, _guarded, move_credentials
+from pflpipe.tracking.tracker import NULL_TRACKER, Tracker
+from pflpipe.version import __version__
 
 log = logging.getLogger(__name__)
 #: Tags of a run's owner process, which alone ends the run (see `close_abandoned_runs`).
@@ -79,6 +79,16 @@ def _driver_problem(uri: str) -> str | None:
     return (f"{scheme}:// needs the database driver {module}, which is not installed; "
             f"`pip install {package}` (in every image that runs a stage), or name an installed "
             f"driver in the URI ({scheme}+DRIVER://...)")
+
+
+def quiet_mlflow_logs() -> None:
+    """Import mlflow, which sets its loggers up on import, and quiet its INFO lines after that.
+
+    ("Creating database tables" and the like, which would interleave with the run's lines.)
+    """
+    import mlflow  # noqa: F401
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
 
 
 def without_credentials(spec):

@@ -29,6 +29,7 @@ global model next to the personalized one) prefixes its names with the model's s
 import math
 from collections.abc import Iterable, Iterator
 
+from pflpipe.compute import totals
 from pflpipe.engine.records import COMPUTE, DIAGNOSTIC_PREFIX
 from pflpipe.layout import CLIENT_HISTORY_TABLE, CLIENT_MODELS, CLIENTS_TABLE  # noqa: F401
 
@@ -117,6 +118,7 @@ def final_metrics(results: Iterable[dict]) -> dict[str, float]:
     return out
 
 
+
 def compute_totals(per_client: Iterable[dict]) -> dict[str, float]:
     """The sum over clients of each compute count in their final metrics (an algorithm's run).
 
@@ -124,13 +126,9 @@ def compute_totals(per_client: Iterable[dict]) -> dict[str, float]:
     ...                 {"compute.total.samples": 4.0}])
     {'compute.all_clients.samples': 24.0}
     """
-    out: dict[str, float] = {}
-    for final in per_client:
-        for key, value in final.items():
-            if key.startswith(TOTAL_PREFIX):
-                name = ALL_PREFIX + key[len(TOTAL_PREFIX):]
-                out[name] = out.get(name, 0.0) + value
-    return out
+    counts = [{key[len(TOTAL_PREFIX):]: value for key, value in final.items()
+               if key.startswith(TOTAL_PREFIX)} for final in per_client]
+    return {ALL_PREFIX + name: value for name, value in totals.model_totals(counts).items()}
 
 
 def mean_over_clients(per_client: Iterable[dict], step_key: str | None = None) -> list[dict]:

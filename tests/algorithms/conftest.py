@@ -14,7 +14,8 @@ from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer, Context, SequentialTrainer, make_trainer
 from pflpipe.spec import parse_spec
-from pflpipe.stages import common, partition_data
+from pflpipe.stages import partition_data
+from pflpipe.training import stage_setup
 
 
 class Line(nn.Module):
@@ -105,7 +106,7 @@ def digits_ds3(tmp_path_factory, test_device):
     spec = parse_spec(DS3 + f"engine: {{device: {test_device}}}\n"
                       f"storage: {{kind: local, path: {root / 'store'}}}\n")
     partition_data.run(spec, 0, root / "partition")
-    return spec, common.setup(spec, 0, root / "partition"), root
+    return spec, stage_setup.setup(spec, 0, root / "partition"), root
 
 
 @pytest.fixture(scope="session")

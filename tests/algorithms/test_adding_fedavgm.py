@@ -92,8 +92,9 @@ def test_fedavgm_is_two_new_files_that_validate(tmp_path):
 
     # Assert: two files written; the generated reference, as the doc says, is to be regenerated
     assert sorted(_doc_files()) == ["pflpipe/algorithms/fedavgm.py",
-                                    "pflpipe/spec/algorithms/fedavgm.py"]
-    assert _changed(PACKAGE, package) == ["algorithms/fedavgm.py", "spec/algorithms/fedavgm.py"]
+                                    "pflpipe/spec/algorithms/fedavgm_params.py"]
+    assert _changed(PACKAGE, package) == ["algorithms/fedavgm.py",
+                                          "spec/algorithms/fedavgm_params.py"]
     assert done.returncode == 0, done.stderr
     committed = (REPO / "docs" / "spec-reference.md").read_text()
     assert "server_momentum" in reference and "server_momentum" not in committed
@@ -147,10 +148,10 @@ MISSES = {
     "name not a Literal": (
         _replace('name: Literal["fedavgm"]', "name: str", "spec/"),
         "FedAvgMParams.name is declared as str; declare it `name: Literal[\"fedavgm\"]` in "
-        "pflpipe/spec/algorithms/fedavgm.py"),
+        "pflpipe/spec/algorithms/fedavgm_params.py"),
     "no params model": (
         _replace("class FedAvgMParams(FederatedParams)", "class FedAvgMParams", "spec/"),
-        "pflpipe/spec/algorithms/fedavgm.py defines no params model; define a subclass of "
+        "pflpipe/spec/algorithms/fedavgm_params.py defines no params model; define a subclass of "
         "FederatedParams"),
     "hook signature": (
         _replace("def server_step(self, round):", "def server_step(self, round, server):",

@@ -12,13 +12,13 @@ from mlflow import MlflowClient
 from pflpipe.spec.algorithms import FedPerParams, PerFedAvgParams, PFedMeParams, PFedVemParams
 from pflpipe.stages import (
     collect_results,
-    common,
     evaluate_fairness,
     personalize,
     train_local,
     warm_start_fedavg,
 )
 from pflpipe.tracking import open_parent_run
+from pflpipe.training import csv_tables
 
 MODELS = ("fedavg", "local", "pfedvem", "pfedme", "fedper", "per_fedavg")
 
@@ -52,9 +52,9 @@ def test_results_csv_holds_each_clients_compute_summed_over_its_rounds(run, digi
     _, work, _ = run
     _, s, _ = digits_ds3
     counts = s.data.train.counts.tolist()
-    results = common.read_csv(work / "collected" / "results.csv")
+    results = csv_tables.read_csv(work / "collected" / "results.csv")
     for model in MODELS:
-        history = [r for r in common.read_csv(work / model / "history.csv")
+        history = [r for r in csv_tables.read_csv(work / model / "history.csv")
                    if r["split"] == "train"]
         for row in (r for r in results if r["model"] == model):
             mine = [h for h in history if h["client"] == row["client"]]
@@ -74,7 +74,7 @@ def test_results_csv_holds_each_clients_compute_summed_over_its_rounds(run, digi
     per_round = {"pfedme": me.inner_steps, "pfedvem": vem.mc_samples * (vem.head_steps + 1),
                  "fedper": 1}
     for model, passes in per_round.items():
-        trained = [h for h in common.read_csv(work / model / "history.csv")
+        trained = [h for h in csv_tables.read_csv(work / model / "history.csv")
                    if h["split"] == "train"]
         assert trained and all(int(h["samples"]) == passes * counts[int(h["client"])]
                                for h in trained), model
@@ -89,7 +89,7 @@ def test_mlflow_runs_carry_compute_per_algorithm_and_per_client(run):
     runs = client.search_runs([parent.experiment_id])
     algorithm = {r.data.tags.get("algorithm"): r for r in runs if r.data.tags.get("algorithm")}
     assert set(MODELS) <= set(algorithm)
-    results = common.read_csv(work / "collected" / "results.csv")
+    results = csv_tables.read_csv(work / "collected" / "results.csv")
     total = sum(int(r["samples"]) for r in results if r["model"] == "pfedvem"
                 and r["selection"] == "best_val" and r["split"] == "test" and not r["scope"])
     assert algorithm["pfedvem"].data.metrics["compute.all_clients.samples"] == total
@@ -132,7 +132,7 @@ def test_report_shows_compute_per_model_and_warns_of_pfedvem_against_pfedme(run)
     assert "## Compute" in markdown and "**Warning.** Unequal compute" in markdown
     # Per-FedAvg adapts every client before each of its 3 evaluations (one step of 16 samples
     # at most): its adaptation column; the others adapt nothing
-    results = common.read_csv(work / "collected" / "results.csv")
+    results = csv_tables.read_csv(work / "collected" / "results.csv")
     adapted = sum(int(r["adaptation_samples"]) for r in results if r["model"] == "per_fedavg"
                   and r["selection"] == "best_val" and r["split"] == "test" and not r["scope"])
     assert report["compute"]["per_fedavg"]["adaptation_samples"] == adapted > 0

@@ -6,7 +6,8 @@ import torch
 from pflpipe.algorithms.fedavg_ft import FedAvgFT
 from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
 from pflpipe.spec.algorithms import FedAvgFtParams
-from pflpipe.stages import common, personalize, warm_start_fedavg
+from pflpipe.stages import personalize, warm_start_fedavg
+from pflpipe.training import csv_tables
 
 
 def _fedavg_ft(head=frozenset(), lr=0.1):
@@ -39,13 +40,13 @@ def test_fedavg_ft_stage_starts_from_the_warm_starts_final_model(digits_ds3):
     personalize.run(spec, 0, "fedavg_ft", partition, checkpoints, root / "ft")
 
     # Assert: before fine-tuning (round 0) every client scores exactly as the final global model
-    final = {(int(r["client"]), r["split"]): r for r in common.read_csv(
+    final = {(int(r["client"]), r["split"]): r for r in csv_tables.read_csv(
         checkpoints / "round_metrics.csv") if r["round"] == "2"}
-    start = [r for r in common.read_csv(root / "ft" / "history.csv")
+    start = [r for r in csv_tables.read_csv(root / "ft" / "history.csv")
              if r["round"] == "0" and r["split"] in ("val", "test")]
     assert len(start) == 40 and {r["scope"] for r in start} == {"", "global"}
     # ... and its global model (GA, scope global) is that final model in results.csv too
-    ga = [r for r in common.read_csv(root / "ft" / "results.csv") if r["scope"] == "global"]
+    ga = [r for r in csv_tables.read_csv(root / "ft" / "results.csv") if r["scope"] == "global"]
     assert len(ga) == 40
     for row in start + ga:
         reference = final[(int(row["client"]), row["split"])]

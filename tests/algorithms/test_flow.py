@@ -15,21 +15,21 @@ from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.trainer import BatchedTrainer, Context
-from pflpipe.metrics import notes
 from pflpipe.models import CnnCifar, FedAvgCnn, Mlp
+from pflpipe.report import report_notes as notes
 from pflpipe.spec import parse_spec
 from pflpipe.spec.algorithms import FlowParams
 from pflpipe.stages import (
     collect_results,
-    common,
     evaluate_fairness,
     partition_data,
     personalize,
-    rows,
     train_local,
     warm_start_fedavg,
 )
 from pflpipe.tracking import open_parent_run
+from pflpipe.training import csv_tables, stage_setup
+from pflpipe.training import score_rows as rows
 
 
 def _flow(lr=0.05, **params):
@@ -197,7 +197,7 @@ def test_flow_at_the_shipped_scale_routes_per_layer_not_per_instance(tmp_path):
         "federation.rounds": 150, "tracking.enabled": False, "engine.threads": 1,
         "storage": {"kind": "local", "path": str(tmp_path / "store")}})
     partition_data.run(spec, seed, tmp_path / "partition")
-    s = common.setup(spec, seed, tmp_path / "partition")
+    s = stage_setup.setup(spec, seed, tmp_path / "partition")
     fed = spec.federation
     flow = build(spec.algorithm("flow"), head=s.head, federation=fed)
     plan = Plan(rounds=fed.rounds, local_epochs=fed.local_epochs, batch_size=fed.batch_size,
@@ -390,7 +390,7 @@ def test_history_mlflow_and_report_show_flows_routing_per_layer(digits_ds3, tmp_
     columns = [f"diag.{name}.{k}" for name in ("pi_global", "to_global") for k in (0, 1)]
 
     # Execute
-    history = [r for r in common.read_csv(tmp_path / "flow" / "history.csv")
+    history = [r for r in csv_tables.read_csv(tmp_path / "flow" / "history.csv")
                if r["split"] == "train"]
     runs = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_runs([parent.experiment_id])
     (flow,) = [r for r in runs if r.data.tags.get("algorithm") == "flow"]

@@ -8,13 +8,13 @@ import numpy as np
 from pflpipe.spec import parse_spec
 from pflpipe.stages import (
     collect_results,
-    common,
     evaluate_fairness,
     partition_data,
     personalize,
     train_local,
     warm_start_fedavg,
 )
+from pflpipe.training import csv_tables
 
 SPEC = Path(__file__).parents[2] / "specs" / "flow-cifar10-dir01.yaml"
 
@@ -65,7 +65,7 @@ def test_the_cifar_spec_runs_through_the_stages_and_records_flows_routing(tmp_pa
     # Assert: Flow routed cnn_cifar's 5 parametric layers (K = 5: conv1, conv2, fc1-fc3): its
     # history has, for each client it trained in each round, every layer's mean π_g and share
     # routed to global, each in [0, 1]; the report tables them. No accuracy is claimed.
-    history = [r for r in common.read_csv(tmp_path / "flow" / "history.csv")
+    history = [r for r in csv_tables.read_csv(tmp_path / "flow" / "history.csv")
                if r["split"] == "train"]
     columns = [f"diag.{name}.{k}" for name in ("pi_global", "to_global") for k in range(5)]
     assert sorted({int(r["round"]) for r in history}) == [1, 2]

@@ -17,13 +17,13 @@ from pflpipe.spec import parse_spec
 from pflpipe.spec.algorithms import FedAvgFtParams, FedPerParams, LocalParams
 from pflpipe.stages import (
     collect_results,
-    common,
     evaluate_fairness,
     personalize,
     train_local,
     warm_start_fedavg,
 )
 from pflpipe.tracking import Tracker
+from pflpipe.training import csv_tables
 
 
 class MetricNames(Tracker):
@@ -94,10 +94,10 @@ def stages(digits_ds3, tmp_path_factory):
 
 def test_fedper_writes_and_tracks_no_ga_and_fedavg_ft_does(stages):
     stages, tracked = stages
-    results = common.read_csv(stages / "collected" / "results.csv")
+    results = csv_tables.read_csv(stages / "collected" / "results.csv")
     for model, scopes in (("fedper", {""}), ("fedavg_ft", {"", "global"})):
         assert {r["scope"] for r in results if r["model"] == model} == scopes, model
-        history = common.read_csv(stages / model / "history.csv")
+        history = csv_tables.read_csv(stages / model / "history.csv")
         assert {r["scope"] for r in history} == scopes, model
     ga = {name for name in tracked["fedavg_ft"] if "global" in name}
     assert {"global.test_accuracy", "best.global.test_accuracy", "best_val.global.test_accuracy",
@@ -112,7 +112,7 @@ def test_report_gives_fedper_pa_without_ga(stages):
     comparison = report["splits"]["test"]["generalization"]
     assert comparison["fedper"]["GA"] is None and comparison["fedper"]["PA"] > 0.3
     assert comparison["fedper"]["beats_global"] is None
-    ga = [float(r["accuracy"]) for r in common.read_csv(stages / "collected" / "results.csv")
+    ga = [float(r["accuracy"]) for r in csv_tables.read_csv(stages / "collected" / "results.csv")
           if r["model"] == "fedavg_ft" and r["scope"] == "global" and r["split"] == "test"
           and r["selection"] == "best_val"]
     assert len(ga) == 10 and comparison["fedavg_ft"]["GA"] == pytest.approx(sum(ga) / 10)

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from pflpipe.algorithms.base import Algorithm, Phase
+from pflpipe.algorithms.algorithm import Algorithm, Phase
 from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
-from pflpipe.stages.common import client_models
+from pflpipe.training.results_files import client_models
 
 
 class Toy(Algorithm):

@@ -10,7 +10,8 @@ from pflpipe.distill.objective import soft_loss
 from pflpipe.engine.data import FederatedData, SplitData, member_seed, steps_for_epochs
 from pflpipe.engine.trainer import BatchedTrainer, Job, SequentialTrainer
 from pflpipe.spec import parse_spec
-from pflpipe.stages import common, partition_data, select_teachers
+from pflpipe.stages import partition_data, select_teachers
+from pflpipe.training import stage_setup
 
 SPEC = """\
 experiment: {name: persfl-test}
@@ -25,7 +26,7 @@ def digits(tmp_path_factory):
     root = tmp_path_factory.mktemp("persfl")
     spec = parse_spec(SPEC)
     partition_data.run(spec, 0, root / "partition")
-    s = common.setup(spec, 0, root / "partition")
+    s = stage_setup.setup(spec, 0, root / "partition")
     torch.manual_seed(0)
     teachers = {k: v.unsqueeze(0).repeat(4, *[1] * v.dim()) + 0.05 * torch.randn(4, *v.shape)
                 for k, v in s.init.items()}

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pflpipe.algorithms import bayesian
-from pflpipe.algorithms.base import Round
+from pflpipe.algorithms.algorithm import Round
 from pflpipe.algorithms.pfedbayes import PFedBayes
 from pflpipe.engine.noise import normal
 from pflpipe.spec.algorithms import PFedBayesParams

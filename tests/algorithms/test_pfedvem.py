@@ -15,7 +15,7 @@ from torch import nn
 from torch.distributions import Normal, kl_divergence
 
 from pflpipe.algorithms import bayesian
-from pflpipe.algorithms.base import Round
+from pflpipe.algorithms.algorithm import Round
 from pflpipe.algorithms.pfedvem import PFedVem
 from pflpipe.engine.noise import normal
 from pflpipe.engine.trainer import BatchedTrainer, Context, SequentialTrainer

@@ -6,7 +6,7 @@ Hand computations use the one-weight model ŷ = w·x with loss (w·x − y)², g
 import pytest
 import torch
 
-from pflpipe.algorithms.base import Algorithm, Phase
+from pflpipe.algorithms.algorithm import Algorithm, Phase
 from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
 
 

@@ -3,12 +3,12 @@
 import pytest
 import torch
 
-from pflpipe.algorithms.base import Round
+from pflpipe.algorithms.algorithm import Round
 from pflpipe.algorithms.scaffold import Scaffold
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
-from pflpipe.spec.algorithms.scaffold import ScaffoldParams
+from pflpipe.spec.algorithms.scaffold_params import ScaffoldParams
 
 
 def _scaffold(lr=0.1, **params):

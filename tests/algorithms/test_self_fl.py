@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from pflpipe.algorithms.actperfl import ActPerFL
-from pflpipe.algorithms.base import Phase, Round
+from pflpipe.algorithms.algorithm import Phase, Round
 from pflpipe.algorithms.self_fl import SelfFL
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer

@@ -37,7 +37,8 @@ from pflpipe.engine.trainer import BatchedTrainer
 from pflpipe.engine.two_level import GaussianLikelihood, ScalarMean, fl_optimal, posterior_means
 from pflpipe.spec import parse_spec
 from pflpipe.spec.algorithms import SelfFLParams
-from pflpipe.stages import common, partition_data, personalize
+from pflpipe.stages import partition_data, personalize
+from pflpipe.training import csv_tables, stage_setup
 
 M, THETA0, SIGMA0_SQ, SIGMA_SQ, LR, ROUNDS = 20, 1.6, 1.0, 0.1, 1e-4, 8
 
@@ -121,12 +122,12 @@ def test_synthetic_spec_runs_self_fl_on_the_gaussian_likelihood(tmp_path):
     partition_data.run(spec, 0, tmp_path / "partition")
 
     # Execute
-    setup = common.setup(spec, 0, tmp_path / "partition")
+    setup = stage_setup.setup(spec, 0, tmp_path / "partition")
     personalize.run(spec, 0, "self_fl", tmp_path / "partition", None, tmp_path / "self_fl")
 
     # Assert: the loss is the likelihood of σ² = 0.1; every client got a finite test loss
     assert isinstance(setup.ctx, GaussianLikelihood) and setup.ctx.sigma_sq == 0.1
-    rows = common.read_csv(tmp_path / "self_fl" / "results.csv")
+    rows = csv_tables.read_csv(tmp_path / "self_fl" / "results.csv")
     losses = [float(r["loss"]) for r in rows if r["split"] == "test" and not r["scope"]]
     assert len(losses) == 2 * 20 and all(np.isfinite(losses))
 

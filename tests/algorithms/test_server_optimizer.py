@@ -13,7 +13,7 @@ from pflpipe.algorithms import FedAvg
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.optim import MOMENTS, ServerOptimizerConfig
 from pflpipe.engine.trainer import BatchedTrainer, SequentialTrainer
-from pflpipe.storage.local import LocalStore
+from pflpipe.storage.local_dir import LocalStore
 
 # Round 1: Δ = 0.2, m = 0.1·0.2 = 0.02, Δ² = 0.04.
 #   FedAdam: v = 0.99·10⁻⁶ + 0.01·0.04 = 0.00040099; x = 0.1·0.02/(√v + τ) = 0.0951261

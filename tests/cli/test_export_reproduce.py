@@ -16,7 +16,8 @@ from pflpipe.cli import main
 from pflpipe.engine.data import member_seed, schedule
 from pflpipe.engine.tree import weighted_mean
 from pflpipe.spec import read_spec
-from pflpipe.stages import common, warm_start_fedavg
+from pflpipe.stages import warm_start_fedavg
+from pflpipe.training import csv_tables
 
 SPEC = """\
 experiment: {{name: repro, output_dir: {out}}}
@@ -77,7 +78,7 @@ def export_and_warm_start(tmp_path, spec_path) -> None:
 
 def warm_start_test_accuracies(tmp_path) -> dict:
     """pflpipe's per-(round, client) test accuracies of `export_and_warm_start`'s run."""
-    history = common.read_csv(tmp_path / "r" / "history.csv")
+    history = csv_tables.read_csv(tmp_path / "r" / "history.csv")
     return {(int(r["round"]), int(r["client"])): float(r["accuracy"]) for r in history
             if r["split"] == "test"}
 
@@ -94,7 +95,7 @@ def test_exported_app_logic_reproduces_pflpipe_per_client_accuracies_exactly(exp
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     rows = json.loads(done.stdout.strip().splitlines()[-1])
-    history = common.read_csv(exported / "fedavg" / "history.csv")
+    history = csv_tables.read_csv(exported / "fedavg" / "history.csv")
     pflpipe = {(int(r["round"]), int(r["client"])): float(r["accuracy"]) for r in history
                if r["split"] == "test"}
 

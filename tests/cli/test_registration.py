@@ -29,7 +29,7 @@ VALIDATE = ("import sys; from pflpipe.cli import main; rc = main(['validate', '-
             "print('torch imported:', 'torch' in sys.modules, file=sys.stderr); sys.exit(rc)")
 FEDX_PARAMS = '''\
 from typing import Literal
-from pflpipe.spec.algorithms.base import FederatedParams
+from pflpipe.spec.algorithms.params import FederatedParams
 
 
 class FedxParams(FederatedParams):
@@ -57,7 +57,7 @@ def _unregister_ditto(package: Path) -> None:
 
 def _fedx_params(annotation: str):
     def edit(package: Path) -> None:
-        (package / "spec" / "algorithms" / "fedx.py").write_text(
+        (package / "spec" / "algorithms" / "fedx_params.py").write_text(
             FEDX_PARAMS.format(annotation=annotation))
     return edit
 
@@ -91,7 +91,7 @@ def test_validate_refuses_a_params_model_whose_name_is_not_a_literal(tmp_path):
     assert done.returncode == 2, done.stderr
     assert ("personalization[1].name: algorithm 'fedx' cannot be used: FedxParams.name is "
             'declared as str; declare it `name: Literal["fedx"]` in '
-            "pflpipe/spec/algorithms/fedx.py") in done.stderr
+            "pflpipe/spec/algorithms/fedx_params.py") in done.stderr
     assert "unknown value" not in done.stderr and "Traceback" not in done.stderr
 
 
@@ -121,8 +121,9 @@ def test_every_shipped_algorithm_passes_the_registration_check(name):
 
 
 def test_params_models_names_the_fix_for_a_module_without_a_params_model():
-    found, why = params_models("fedx", [int, str], "pflpipe.spec.algorithms.fedx")
+    found, why = params_models("fedx", [int, str], "pflpipe.spec.algorithms.fedx_params")
 
     assert found == {}
-    assert why == ("pflpipe/spec/algorithms/fedx.py defines no params model; define a subclass "
+    assert why == ("pflpipe/spec/algorithms/fedx_params.py defines no params model; define a "
+                   "subclass "
                    'of FederatedParams (or StandaloneParams) with `name: Literal["fedx"]`')

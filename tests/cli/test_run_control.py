@@ -16,7 +16,7 @@ import pytest
 
 from pflpipe import events
 from pflpipe.cli import main
-from pflpipe.metrics.report import NO_VALIDATION
+from pflpipe.report.report_writer import NO_VALIDATION
 from pflpipe.spec import read_spec
 from pflpipe.stages import partition_data, warm_start_fedavg
 

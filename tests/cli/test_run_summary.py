@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
-from pflpipe.cli.run import Progress, _summary
+from pflpipe.cli.run_verb import Progress, _summary
 
 
 def test_summary_lists_per_client_models_apart_from_fedavgs_one_global_model(tmp_path):

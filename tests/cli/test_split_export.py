@@ -8,7 +8,8 @@ from pflpipe.cli import main
 from pflpipe.data import load_partition
 from pflpipe.data.export import export_partition
 from pflpipe.spec import read_spec
-from pflpipe.stages import common, partition_data, warm_start_fedavg
+from pflpipe.stages import partition_data, warm_start_fedavg
+from pflpipe.training import csv_tables
 
 SPEC = """\
 experiment: {{name: t, output_dir: {out}}}
@@ -32,7 +33,7 @@ def trained(spec_path, tmp_path, name: str) -> tuple[list[dict], list]:
     work = tmp_path / f"run-{name}"
     partition_data.run(spec, 0, work / "partition")
     warm_start_fedavg.run(spec, 0, work / "partition", work / "checkpoints", work / "fedavg")
-    return common.read_csv(work / "fedavg" / "results.csv"), load_partition(work / "partition")
+    return csv_tables.read_csv(work / "fedavg" / "results.csv"), load_partition(work / "partition")
 
 
 @pytest.fixture(scope="module")

@@ -198,7 +198,7 @@ def test_validate_preview_agrees_with_run_for_empty_personalization(tmp_path, ca
 
 
 def test_run_graph_skips_train_local_for_empty_personalization(tmp_path):
-    from pflpipe.pipelines.compile import compile_pipeline
+    from pflpipe.pipelines.compiler import compile_pipeline
 
     empty = compile_pipeline(read_spec(write_spec(tmp_path)), tmp_path / "a.yaml").read_text()
     ditto = compile_pipeline(read_spec(write_spec(tmp_path, personalization="[{name: ditto}]",

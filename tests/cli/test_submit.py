@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from pflpipe.cli import main
-from pflpipe.pipelines.compile import compile_pipeline
+from pflpipe.pipelines.compiler import compile_pipeline
 from pflpipe.spec import parse_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -558,7 +558,7 @@ def test_submit_to_a_host_that_is_no_kfp_server_fails_in_seconds(kfp_api, spec_f
 
 def test_a_server_that_stops_answering_after_its_health_check_times_out(kfp_api, spec_file,
                                                                         capsys, monkeypatch):
-    from pflpipe.pipelines import submit as submitting
+    from pflpipe.pipelines import kfp_submit as submitting
 
     api, host = kfp_api
     api.stall_paths = r"/pipelines/upload"   # answers its health check and lists, then is silent

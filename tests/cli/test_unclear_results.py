@@ -6,9 +6,10 @@ import json
 
 import numpy as np
 
+from pflpipe import layout
 from pflpipe.cli import main
-from pflpipe.metrics import read_table
-from pflpipe.metrics.report import build_report
+from pflpipe.report.report_writer import build_report
+from pflpipe.report.results_reader import read_table
 from pflpipe.stages import tune
 
 # x improves client 0 at seed 0 only: 1 improved client at one seed, 0 at the other (0.5 mean)
@@ -30,10 +31,10 @@ def test_the_fairness_caution_says_a_mean_over_seeds_is_one(tmp_path):
 def test_a_seeds_tune_task_is_named_by_its_seed_and_the_tune_over_seeds_is_not(tmp_path):
     for name, seed in (("a", 7), ("b", 7), ("c", 8)):
         (tmp_path / name).mkdir()
-        (tmp_path / name / tune.POINT_JSON).write_text(json.dumps(
+        (tmp_path / name / layout.POINT_JSON).write_text(json.dumps(
             {"entry": "prox", "seed": seed, "values": {"lr": 0.1}, "score": 0.5}))
     (tmp_path / "chosen").mkdir()
-    (tmp_path / "chosen" / tune.TUNING_JSON).write_text("{}")
+    (tmp_path / "chosen" / layout.TUNING_JSON).write_text("{}")
 
     assert tune.seed_of([tmp_path / "a", tmp_path / "b"]) == 7
     assert tune.seed_of([tmp_path / "a", tmp_path / "c"]) is None       # two seeds

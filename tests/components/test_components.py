@@ -32,9 +32,9 @@ from pflpipe.errors import DataError, TrackingError
 from pflpipe.pipelines import build_pipeline
 from pflpipe.pipelines.cache import scoped_spec_json
 from pflpipe.spec import Spec, parse_spec
-from pflpipe.stages import common
 from pflpipe.stages import evaluate_fairness as evaluate_stage
 from pflpipe.tracking import open_parent_run
+from pflpipe.training import csv_tables
 
 REPO = Path(__file__).resolve().parents[2]
 COMPONENTS = [partition_data, warm_start_fedavg, train_local, personalize, select_teachers,
@@ -140,7 +140,7 @@ def test_select_teachers_chooses_a_round_per_client(chain):
 def test_collect_results_gathers_every_model_of_the_seed(chain):
     collected = json.loads((chain["seed0"] / "collected.json").read_text())
     assert collected == {"seed": 0, "models": ["fedavg", "local", "persfl", "fedper"]}
-    rows = common.read_csv(chain["seed0"] / "results.csv")
+    rows = csv_tables.read_csv(chain["seed0"] / "results.csv")
     # models × splits × selections × clients; no GA twins: none of these has a global model
     # beside FedAvg's own (FedPer's head is never sent)
     assert len(rows) == 4 * 2 * 2 * N_CLIENTS and not any(r["scope"] for r in rows)
@@ -211,12 +211,12 @@ def test_evaluate_fairness_draws_the_same_report_in_a_process_beside_the_trackin
 
 def test_a_failure_drawing_the_report_is_raised_once_the_tracking_is_done(chain, tmp_path,
                                                                          monkeypatch):
-    import pflpipe.metrics.report
+    import pflpipe.report.report_writer
 
     def broken(report, out_dir, drawn=None):
         raise DataError(f"no room for the figures in {out_dir}")
 
-    monkeypatch.setattr(pflpipe.metrics.report, "write_report", broken)
+    monkeypatch.setattr(pflpipe.report.report_writer, "write_report", broken)
     ran = []
     with pytest.raises(DataError, match="no room for the figures in .*/report"):
         evaluate_stage.run(chain["spec"], [chain["seed0"]], tmp_path / "report",

@@ -18,21 +18,22 @@ import pytest
 import torch
 import yaml
 
+from pflpipe import layout
 from pflpipe.errors import DataError
-from pflpipe.pipelines.compile import compile_pipeline
+from pflpipe.pipelines.compiler import compile_pipeline
 from pflpipe.pipelines.graph import personalize_items
 from pflpipe.spec import parse_spec, read_spec
 from pflpipe.stages import (
     collect_results,
-    common,
     distill_grid_search,
+    merge_shards,
     partition_data,
     personalize,
     select_teachers,
-    shards,
     train_local,
     warm_start_fedavg,
 )
+from pflpipe.training import csv_tables
 
 SPEC = """\
 experiment: {{name: t, output_dir: {out}}}
@@ -67,7 +68,7 @@ def stages(tmp_path_factory):
         train_local.run(spec, 0, part, work / f"local-{k}", shard=k)
         distill_grid_search.run(spec, 0, part, ckpt, teachers, work / f"persfl-{k}", shard=k)
         personalize.run(spec, 0, "fedavg_ft", part, ckpt, work / f"fedavg_ft-{k}", shard=k)
-    summaries = {stage: shards.merge([work / f"{stage}-{k}" for k in reversed(range(SHARDS))],
+    summaries = {stage: merge_shards.run([work / f"{stage}-{k}" for k in reversed(range(SHARDS))],
                                      work / f"{stage}-merged")
                  for stage in ("local", "persfl", "fedavg_ft")}
     return work, spec, summaries
@@ -90,7 +91,7 @@ def same_table(a: list[dict], b: list[dict]) -> None:
 
 def test_shards_are_contiguous_non_empty_and_hold_every_client(stages):
     work, _, _ = stages
-    held = [common.read_csv(work / f"local-{k}" / "results.csv") for k in range(SHARDS)]
+    held = [csv_tables.read_csv(work / f"local-{k}" / "results.csv") for k in range(SHARDS)]
 
     clients = [sorted({int(r["client"]) for r in rows}) for rows in held]
 
@@ -106,7 +107,7 @@ def test_merged_shards_equal_the_unsharded_stage(stages, stage, tables):
     whole, merged = work / stage, work / f"{stage}-merged"
 
     for table in tables:
-        same_table(common.read_csv(whole / table), common.read_csv(merged / table))
+        same_table(csv_tables.read_csv(whole / table), csv_tables.read_csv(merged / table))
     names = sorted(p.name for p in (whole / "models").iterdir())
     assert names == sorted(p.name for p in (merged / "models").iterdir())
     assert len(names) == 5
@@ -117,7 +118,7 @@ def test_merged_shards_equal_the_unsharded_stage(stages, stage, tables):
         for key in a:
             torch.testing.assert_close(a[key], b[key], rtol=1e-5, atol=1e-6)
     assert (merged / "summary.md").read_text() == (whole / "summary.md").read_text()
-    assert not (merged / common.SHARD_JSON).exists()
+    assert not (merged / layout.SHARD_JSON).exists()
 
 
 def test_merged_persfl_keeps_its_figures(stages):
@@ -133,12 +134,12 @@ def test_persfl_counts_every_student_of_its_grid_as_its_training(stages):
     # baseline's 3 epochs are 3: so 3·persfl = 8·local, client by client, sharded or not
     work, _, _ = stages
     for suffix in ("", "-merged"):
-        samples = {model: {r["client"]: int(r["samples"]) for r in common.read_csv(
+        samples = {model: {r["client"]: int(r["samples"]) for r in csv_tables.read_csv(
             work / f"{model}{suffix}" / "results.csv")} for model in ("persfl", "local")}
         assert samples["persfl"].keys() == samples["local"].keys()
         assert all(3 * samples["persfl"][c] == 8 * samples["local"][c] > 0
                    for c in samples["local"])
-    epochs = [r for r in common.read_csv(work / "persfl" / "history.csv")
+    epochs = [r for r in csv_tables.read_csv(work / "persfl" / "history.csv")
               if r["split"] == "train" and r["client"] == "0"]
     assert [(r["round"], r["samples"]) for r in epochs] == [
         ("0", ""), ("1", str(samples["persfl"]["0"] // 2)), ("2", str(samples["persfl"]["0"] // 2))]
@@ -156,11 +157,11 @@ def test_collect_results_merges_a_models_shards_into_its_unsharded_directory(sta
     for model, accuracy in whole.test_accuracy.items():
         assert math.isclose(merged.test_accuracy[model], accuracy, rel_tol=1e-6)
     for table in ("results.csv", "fedavg_ft/results.csv", "fedavg_ft/history.csv"):
-        same_table(common.read_csv(tmp_path / "whole" / table),
-                   common.read_csv(tmp_path / "merged" / table))
+        same_table(csv_tables.read_csv(tmp_path / "whole" / table),
+                   csv_tables.read_csv(tmp_path / "merged" / table))
     files = [sorted(p.relative_to(d).as_posix() for p in d.rglob("*"))
              for d in (tmp_path / "whole" / "fedavg_ft", tmp_path / "merged" / "fedavg_ft")]
-    assert files[0] == files[1] and common.SHARD_JSON not in files[1]
+    assert files[0] == files[1] and layout.SHARD_JSON not in files[1]
     assert ((tmp_path / "merged" / "collected.json").read_text()
             == (tmp_path / "whole" / "collected.json").read_text())
 
@@ -178,10 +179,10 @@ def test_a_missing_shard_is_named(stages, tmp_path):
     work, _, _ = stages
 
     with pytest.raises(DataError, match="starts at client .*end at client"):
-        shards.merge([work / "local-0", work / "local-2"], tmp_path / "out")
+        merge_shards.run([work / "local-0", work / "local-2"], tmp_path / "out")
     last = r"the last ends at client 3, and there are 5 clients \(0–4\)"   # shard 2 is missing
     with pytest.raises(DataError, match=last):
-        shards.merge([work / "local-1", work / "local-0"], tmp_path / "out")
+        merge_shards.run([work / "local-1", work / "local-0"], tmp_path / "out")
 
 
 def test_a_shard_beyond_the_specs_shards_is_refused(stages, tmp_path):
@@ -252,9 +253,10 @@ def test_the_sharded_pipeline_equals_the_unsharded_stages(sharded_run, model, ta
     piped = work / "results" / "latest" / "seed-0" / model
 
     for table in tables:
-        same_table(common.read_csv(work / "alone" / model / table), common.read_csv(piped / table))
+        same_table(csv_tables.read_csv(work / "alone" / model / table),
+                   csv_tables.read_csv(piped / table))
     assert len(list((piped / "models").glob("client_*.pt"))) == 5
-    assert not (piped / common.SHARD_JSON).exists()
+    assert not (piped / layout.SHARD_JSON).exists()
 
 
 def test_unsharded_stages_compile_without_shard_loops(tmp_path):

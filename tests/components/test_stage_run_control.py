@@ -9,11 +9,10 @@ import pytest
 import torch
 
 from pflpipe import events
-from pflpipe.metrics.report import NO_VALIDATION
+from pflpipe.report.report_writer import NO_VALIDATION
 from pflpipe.spec import parse_spec
 from pflpipe.stages import (
     collect_results,
-    common,
     distill_grid_search,
     evaluate_fairness,
     partition_data,
@@ -22,6 +21,7 @@ from pflpipe.stages import (
     train_local,
     warm_start_fedavg,
 )
+from pflpipe.training import csv_tables
 
 TRAIN_TEST = """\
 experiment: {{name: t, output_dir: {out}}}
@@ -56,7 +56,7 @@ def test_without_validation_every_model_is_its_last_round_and_only_test_is_repor
         without_validation):
     work, _, _ = without_validation
 
-    rows = common.read_csv(work / "collected" / "results.csv")
+    rows = csv_tables.read_csv(work / "collected" / "results.csv")
 
     assert {row["split"] for row in rows} == {"test"}
     by_key = {(r["model"], r["client"], r["selection"]): r for r in rows}
@@ -66,7 +66,7 @@ def test_without_validation_every_model_is_its_last_round_and_only_test_is_repor
             assert (row["round"], row["accuracy"]) == (last["round"], last["accuracy"])
     rounds = {r["model"]: int(r["round"]) for r in rows}
     assert rounds == {"fedavg": 3, "local": 4, "fedper": 2, "persfl": 3}
-    history = common.read_csv(work / "fedper" / "history.csv")
+    history = csv_tables.read_csv(work / "fedper" / "history.csv")
     assert {row["split"] for row in history} == {"train", "test"}  # no NaN val rows
 
 
@@ -74,7 +74,7 @@ def test_without_validation_teachers_are_the_last_round_and_lambda_t_is_chosen_o
         without_validation):
     work, teachers, distill = without_validation
 
-    grid = common.read_csv(work / "persfl" / "grid.csv")
+    grid = csv_tables.read_csv(work / "persfl" / "grid.csv")
 
     assert teachers.criterion == "last round: no validation split"
     assert [t["round"] for t in teachers.teachers] == [3, 3, 3, 3]
@@ -126,7 +126,7 @@ def warm(tmp_path, capsys):
                               tmp_path / name / "fedavg", on_round=on_round, resume=resume)
         notes = [e["text"] for e in map(events.parse, capsys.readouterr().out.splitlines())
                  if e is not None and e["event"] == "notice"]
-        return common.read_csv(tmp_path / name / "fedavg" / "results.csv"), "\n".join(notes)
+        return csv_tables.read_csv(tmp_path / name / "fedavg" / "results.csv"), "\n".join(notes)
     yield run
     torch.set_num_threads(threads)
 
@@ -142,7 +142,7 @@ def test_resume_continues_an_interrupted_stage_to_the_uninterrupted_result(warm,
     rows, notes = warm("unfinished", "second")
 
     assert "resumed from round 1/3" in notes
-    assert rows == common.read_csv(tmp_path / "straight" / "results.csv")
+    assert rows == csv_tables.read_csv(tmp_path / "straight" / "results.csv")
 
 
 def test_finished_checkpoints_are_reused_by_default_and_recomputed_otherwise(warm):

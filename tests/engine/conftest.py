@@ -3,7 +3,8 @@
 import pytest
 
 from pflpipe.spec import parse_spec
-from pflpipe.stages import common, partition_data
+from pflpipe.stages import partition_data
+from pflpipe.training import stage_setup
 
 DS3 = """\
 experiment: {name: engine-ds3}
@@ -20,4 +21,4 @@ def ds3(tmp_path_factory, test_device):
     spec = parse_spec(DS3 + f"engine: {{device: {test_device}}}\n"
                       f"storage: {{kind: local, path: {root / 'store'}}}\n")
     partition_data.run(spec, 0, root / "partition")
-    return spec, common.setup(spec, 0, root / "partition")
+    return spec, stage_setup.setup(spec, 0, root / "partition")

@@ -17,7 +17,7 @@ from pflpipe import layout
 from pflpipe.engine import checkpoint
 from pflpipe.spec import parse_spec
 from pflpipe.stages import partition_data, personalize, train_local, warm_start_fedavg
-from pflpipe.storage.local import LocalStore
+from pflpipe.storage.local_dir import LocalStore
 
 CPU = torch.device("cpu")
 

@@ -5,7 +5,7 @@ import torch
 from pflpipe.algorithms import FedAvg
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer
-from pflpipe.storage.local import LocalStore
+from pflpipe.storage.local_dir import LocalStore
 
 
 def test_states_are_checkpointed_every_n_rounds_and_resume_to_the_same_result(ds3, tmp_path):

@@ -18,7 +18,7 @@ from pflpipe.engine.optim import OptimizerConfig, StackedOptimizer
 from pflpipe.engine.trainer import BatchedTrainer, Job, SequentialTrainer
 from pflpipe.engine.tree import broadcast
 from pflpipe.spec import SpecError, parse_spec
-from pflpipe.stages import common
+from pflpipe.training import stage_setup
 
 #: 9 members take both steps; the member with no step is never stepped.
 #: One graph only: compiling one costs ~20 s of CPU (more graphs: PFLPIPE_TEST_COMPILE=1).
@@ -156,8 +156,9 @@ def test_auto_compiles_no_quickstart_stage_and_compiled_checkpoints_have_their_o
     auto = parse_spec(SPEC.replace("COMPILE", "auto"))
     forced = parse_spec(SPEC.replace("COMPILE", "true"))
 
-    assert common.use_compile(auto, s.data, s.device) is False   # 3 rounds on digits: seconds
-    assert common.use_compile(forced, s.data, s.device) is True
-    compiled = common.Setup(s.data, s.ctx, s.trainer, s.init, s.head, s.partition_hash, s.device,
-                            compiled=True)
-    assert common.engine_key(spec, compiled) == {**common.engine_key(spec, s), "compile": True}
+    assert stage_setup.use_compile(auto, s.data, s.device) is False   # 3 rounds on digits: seconds
+    assert stage_setup.use_compile(forced, s.data, s.device) is True
+    compiled = stage_setup.Setup(s.data, s.ctx, s.trainer, s.init, s.head, s.partition_hash,
+                                 s.device, compiled=True)
+    assert stage_setup.engine_key(spec, compiled) == {**stage_setup.engine_key(spec, s),
+                                                      "compile": True}

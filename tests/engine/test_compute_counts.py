@@ -17,11 +17,12 @@ from pflpipe.algorithms.per_fedavg import PerFedAvg
 from pflpipe.algorithms.pfedbayes import PFedBayes
 from pflpipe.algorithms.pfedme import PFedMe
 from pflpipe.algorithms.pfedvem import PFedVem
+from pflpipe.compute import totals
+from pflpipe.compute.totals import client_totals
 from pflpipe.distill import GridConfig, chosen_history, run_grid
 from pflpipe.engine.data import FederatedData, SplitData
 from pflpipe.engine.federation import Federation, Plan
 from pflpipe.engine.trainer import BatchedTrainer, Context, SequentialTrainer
-from pflpipe.metrics import compute
 from pflpipe.spec.algorithms import (
     ApflParams,
     DittoParams,
@@ -31,7 +32,7 @@ from pflpipe.spec.algorithms import (
     PFedMeParams,
     PFedVemParams,
 )
-from pflpipe.stages.rows import compute_totals, history_rows
+from pflpipe.training.score_rows import history_rows
 
 SIZES = (3, 5)
 
@@ -143,7 +144,7 @@ def test_per_fedavg_adaptation_before_scoring_is_counted_at_every_evaluation():
         (0, 2, 3), (0, 2, 4), (1, 2, 3), (1, 2, 4)]
     history = history_rows(test, "per_fedavg", 0)
     assert {c: (t["adaptation_steps"], t["adaptation_samples"])
-            for c, t in compute_totals(history).items()} == {0: (4, 6), 1: (4, 8)}
+            for c, t in client_totals(history).items()} == {0: (4, 6), 1: (4, 8)}
 
 
 def test_ditto_counts_the_global_models_epoch_and_the_personal_models_epochs():
@@ -196,4 +197,4 @@ def test_distillation_grid_counts_every_student_of_the_grid():
     assert train == [(0, 0, None, None), (0, 1, 8, 12), (0, 2, 8, 12),
                      (1, 0, None, None), (1, 1, 12, 20), (1, 2, 12, 20)]
     history = history_rows(rows, "persfl", 0)
-    assert compute.totals(history)["persfl"]["samples"] == 64
+    assert totals.totals(history)["persfl"]["samples"] == 64

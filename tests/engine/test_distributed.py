@@ -15,7 +15,8 @@ import torch
 from pflpipe.engine.distributed import shard_bounds
 from pflpipe.errors import DivergenceError, WorkerError
 from pflpipe.spec import parse_spec
-from pflpipe.stages import common, partition_data, personalize, train_local, warm_start_fedavg
+from pflpipe.stages import partition_data, personalize, train_local, warm_start_fedavg
+from pflpipe.training import csv_tables
 
 SPEC = """\
 experiment: {{name: workers, output_dir: {root}/out}}
@@ -56,7 +57,7 @@ def one_worker(tmp_path_factory, test_device):
 
 def _assert_same_results(a: Path, b: Path) -> None:
     for stage in ("fedavg", "scaffold", "local"):
-        rows_a, rows_b = (common.read_csv(out / stage / "results.csv") for out in (a, b))
+        rows_a, rows_b = (csv_tables.read_csv(out / stage / "results.csv") for out in (a, b))
         # selections × splits × clients, and SCAFFOLD's global model scored beside (scope)
         assert len(rows_a) == len(rows_b) == 2 * 2 * 10 * (2 if stage == "scaffold" else 1)
         keys = ("client", "split", "selection", "round", "scope")
@@ -132,7 +133,7 @@ def test_a_worker_killed_with_sigkill_leaves_checkpoints_a_rerun_resumes(one_wor
     # Assert: it went on from round 2 and ends as one uninterrupted process does
     assert resumed == [3]
     for name in ("results.csv", "history.csv"):
-        rows_a, rows_b = (common.read_csv(o / "fedavg" / name) for o in (out, one))
+        rows_a, rows_b = (csv_tables.read_csv(o / "fedavg" / name) for o in (out, one))
         assert [r["round"] for r in rows_a] == [r["round"] for r in rows_b]
         for row_a, row_b in zip(rows_a, rows_b, strict=True):
             assert float(row_a["loss"]) == pytest.approx(float(row_b["loss"]), abs=1e-5)

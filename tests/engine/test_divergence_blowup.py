@@ -12,7 +12,7 @@ import csv
 import pytest
 
 from pflpipe.errors import DivergenceError
-from pflpipe.metrics import notes
+from pflpipe.report import report_notes as notes
 from pflpipe.spec import parse_spec
 from pflpipe.stages import partition_data, personalize, warm_start_fedavg
 

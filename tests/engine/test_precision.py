@@ -12,7 +12,7 @@ from pflpipe.engine.data import member_seed
 from pflpipe.engine.trainer import BatchedTrainer, Context, Job, SequentialTrainer
 from pflpipe.engine.tree import broadcast
 from pflpipe.spec import SpecError, parse_spec
-from pflpipe.stages import common
+from pflpipe.training import stage_setup
 
 SPEC = """\
 experiment: {name: precision-spec}
@@ -91,9 +91,9 @@ def test_precision_sets_cuda_tf32_only_for_tf32_and_the_setup_applies_it(ds3, tm
     finally:
         precision.use("fp32")
     spec, _ = ds3
-    assert common.engine_key(spec) == common.engine_key(
+    assert stage_setup.engine_key(spec) == stage_setup.engine_key(
         spec.model_copy(update={"engine": spec.engine.model_copy(update={"precision": "fp32"})}))
     bf16 = spec.model_copy(update={"engine": spec.engine.model_copy(update={"precision": "bf16"})})
-    assert common.engine_key(bf16)["precision"] == "bf16"
+    assert stage_setup.engine_key(bf16)["precision"] == "bf16"
     partition = Path(spec.storage.path).parent / "partition"   # the ds3 fixture's
-    assert common.setup(bf16, 0, partition).ctx.precision == "bf16"
+    assert stage_setup.setup(bf16, 0, partition).ctx.precision == "bf16"

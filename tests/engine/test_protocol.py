@@ -2,7 +2,7 @@
 
 import torch
 
-from pflpipe.algorithms.base import Algorithm
+from pflpipe.algorithms.algorithm import Algorithm
 
 GLOBAL = {"base.w": torch.tensor(1.0), "head.w": torch.tensor(2.0)}
 PREVIOUS = {"model": {"base.w": torch.tensor(5.0), "head.w": torch.tensor(6.0)},

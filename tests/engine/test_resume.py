@@ -93,7 +93,7 @@ STATEFUL_CHILD = textwrap.dedent("""
     import torch
     from torch import nn
 
-    from pflpipe.algorithms.base import Algorithm
+    from pflpipe.algorithms.algorithm import Algorithm
     from pflpipe.engine.data import FederatedData, SplitData
     from pflpipe.engine.federation import Federation, Plan
     from pflpipe.engine.trainer import BatchedTrainer, Context

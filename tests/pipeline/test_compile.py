@@ -26,7 +26,7 @@ from kfp import components as kfp_components
 
 from pflpipe.cli import main
 from pflpipe.pipelines.cache import scoped_spec_json
-from pflpipe.pipelines.compile import compile_pipeline
+from pflpipe.pipelines.compiler import compile_pipeline
 from pflpipe.spec import parse_spec, read_spec
 
 REPO = Path(__file__).resolve().parents[2]

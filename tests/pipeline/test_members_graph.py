@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from pflpipe.pipelines.compile import compile_pipeline
+from pflpipe.pipelines.compiler import compile_pipeline
 from pflpipe.spec import parse_spec
 
 SPEC = """\

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from pflpipe.cli import UsageError
-from pflpipe.cli.run import with_run_control
-from pflpipe.pipelines.compile import compile_pipeline
+from pflpipe.cli.run_verb import with_run_control
+from pflpipe.pipelines.compiler import compile_pipeline
 from pflpipe.pipelines.graph import model_names, parallelism
 from pflpipe.spec import parse_spec
 

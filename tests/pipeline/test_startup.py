@@ -15,9 +15,9 @@ HEAVY = ("torch", "sklearn", "matplotlib.pyplot")
 
 
 @pytest.mark.parametrize("modules", [
-    ("pflpipe.cli.run", "pflpipe.pipelines.local"),          # the CLI, before its pipeline runs
+    ("pflpipe.cli.run_verb", "pflpipe.pipelines.local_runner"),  # the CLI, before its pipeline runs
     ("pflpipe.stages.evaluate_fairness", "pflpipe.stages.collect_results",
-     "pflpipe.metrics.report", "pflpipe.tracking.runs"),     # the report stage
+     "pflpipe.report.report_writer", "pflpipe.tracking.runs"),     # the report stage
 ], ids=["cli", "evaluate_fairness"])
 def test_processes_that_train_nothing_import_no_torch(modules):
     code = (f"import sys; import {', '.join(modules)}; "

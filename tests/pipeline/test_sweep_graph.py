@@ -17,7 +17,7 @@ import yaml
 from test_compile import normalise
 
 from pflpipe.pipelines.cache import scoped_spec_json
-from pflpipe.pipelines.compile import compile_pipeline
+from pflpipe.pipelines.compiler import compile_pipeline
 from pflpipe.pipelines.tasklog import TaskLog
 from pflpipe.spec import parse_spec
 from pflpipe.spec.sweep import points

@@ -8,7 +8,7 @@ import pytest
 
 from pflpipe import events
 from pflpipe.errors import DataError, DivergenceError
-from pflpipe.pipelines.local import StageFailed
+from pflpipe.pipelines.local_runner import StageFailed
 from pflpipe.pipelines.tasklog import TaskLogRouter, stage_error
 
 CYAN, GREEN, RED, RESET = "\x1b[96m", "\x1b[92m", "\x1b[91m", "\x1b[0m"
@@ -271,7 +271,7 @@ def test_tasklog_doctests_pass():
 def test_a_runner_error_after_successful_stages_is_named_with_its_log(tmp_path):
     """kfp.local 2.17 failed a loop after its tasks succeeded (a NaN KFP metric); the cause must
     reach the screen, not only pipeline.log."""
-    from pflpipe.pipelines.local import RunnerFailed
+    from pflpipe.pipelines.local_runner import RunnerFailed
 
     router = TaskLogRouter(tmp_path, lambda kind, task: None)
     router.write(started("collect-results") + task_output("done") + finished("collect-results"))
@@ -296,7 +296,7 @@ def test_a_run_puts_back_the_print_that_kfp_local_swaps_per_task(tmp_path):
 
     from kfp.local.logging_utils import indented_print
 
-    from pflpipe.pipelines.local import _routed
+    from pflpipe.pipelines.local_runner import _routed
 
     before = builtins.print
     with _routed(TaskLogRouter(tmp_path, lambda kind, task: None)):

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pflpipe import events
+from pflpipe import events, layout
 from pflpipe.cli import main
 from pflpipe.errors import DataError, DivergenceError, SpecError
-from pflpipe.pipelines.local import run_local
+from pflpipe.pipelines.local_runner import run_local
 from pflpipe.spec import parse_spec
-from pflpipe.spec.tuning import point_spec, replace_entry, with_values
+from pflpipe.spec.tuning import point_spec, read_tuning, replace_entry, with_values
 from pflpipe.stages import partition_data, personalize, tune, tune_point, warm_start_fedavg
 
 SPEC = """\
@@ -116,12 +116,12 @@ def test_a_new_grid_point_reruns_only_its_own_task_and_the_tuned_entry(tuned):
     ran = sorted(t.title for t in again.tasks if t.status != "CACHED")
     assert ran == ["collect_results · seed 0", "evaluate_fairness", "personalize[prox] · seed 0",
                    "tune", "tune · seed 7", "tune_point[prox, lr=0.1] · seed 7"]
-    points = tune.read(again.seeds[0] / "prox")["entries"]["prox"]["points"]
+    points = read_tuning(again.seeds[0] / "prox")["entries"]["prox"]["points"]
     assert [p["scores"]["7"] for p in points[:3]] == tuned["scores"]  # the cached points'
 
 
 def test_mlflow_records_the_chosen_setting_as_the_tuned_runs_params(tuned):
-    from pflpipe.stages.track_results import _settings
+    from pflpipe.tracking.results_logging import _settings
 
     seed_dir = tuned["run"].seeds[0]
     assert _settings(tuned["spec"], "prox", seed_dir / "prox")["lr"] == tuned["best"]["lr"]
@@ -149,7 +149,7 @@ def test_tune_point_scores_a_point_as_the_hand_computation(tuned, tmp_path):
     result = tune_point.run(point_spec(spec, "prox", GRID[1]), 7, "prox", GRID[1],
                             tuned["tmp"] / "partition-7", tuned["tmp"] / "checkpoints-7", out)
     assert result.score == tuned["scores"][1]
-    assert json.loads((out / tune.POINT_JSON).read_text()) == {
+    assert json.loads((out / layout.POINT_JSON).read_text()) == {
         "entry": "prox", "seed": 7, "values": GRID[1], "score": tuned["scores"][1]}
 
 
@@ -160,7 +160,7 @@ def write_points(root: Path, scores: dict[int, list[float]]) -> list[Path]:
         for index, score in enumerate(per_point):
             directory = root / f"{seed}-{index}"
             directory.mkdir(parents=True)
-            (directory / tune.POINT_JSON).write_text(json.dumps(
+            (directory / layout.POINT_JSON).write_text(json.dumps(
                 {"entry": "prox", "seed": seed, "values": GRID[index], "score": score}))
             dirs.append(directory)
     return dirs
@@ -175,7 +175,7 @@ def test_tune_chooses_the_best_mean_over_seeds_a_tie_going_to_the_first_point(tm
     tune.run(spec, dirs[3:], per_seed[1])
     result = tune.run(spec, per_seed, tmp_path / "chosen")   # the second fan-in level
     assert result.seeds == (7, 8) and result.chosen == {"prox": GRID[1]}
-    points = tune.read(tmp_path / "chosen")["entries"]["prox"]["points"]
+    points = read_tuning(tmp_path / "chosen")["entries"]["prox"]["points"]
     assert [p["mean"] for p in points] == [0.5, 0.7, 0.7]
     assert points[0]["scores"] == {"7": 0.5, "8": 0.5}
 
@@ -200,12 +200,12 @@ def test_a_regression_is_tuned_on_the_lowest_validation_mse_never_on_test(tmp_pa
         assert score == pytest.approx(sum(losses) / 2)
         directory = tmp_path / str(index)
         directory.mkdir()
-        (directory / tune.POINT_JSON).write_text(json.dumps(
+        (directory / layout.POINT_JSON).write_text(json.dumps(
             {"entry": "prox", "seed": 7, "values": GRID[index], "score": score}))
         dirs.append(directory)
     result = tune.run(spec, dirs, tmp_path / "chosen")
     assert result.chosen == {"prox": GRID[2]}   # means 0.6, 0.3, 0.2: the lowest MSE
-    assert tune.read(tmp_path / "chosen")["score"] == "mse"
+    assert read_tuning(tmp_path / "chosen")["score"] == "mse"
 
 
 def test_tune_refuses_a_point_missing_a_seed(tmp_path):
@@ -219,15 +219,15 @@ def test_tune_refuses_a_point_missing_a_seed(tmp_path):
 def test_a_diverged_point_is_scored_as_failed_and_the_rest_chosen(tmp_path):
     spec = parse_spec(SPEC.format(out=tmp_path))
     dirs = write_points(tmp_path / "points", {7: [0.5, 0.6, 0.9], 8: [0.5, 0.8, 0.5]})
-    failed = json.loads((dirs[5] / tune.POINT_JSON).read_text())   # point 3 on seed 8
-    (dirs[5] / tune.POINT_JSON).write_text(json.dumps(
+    failed = json.loads((dirs[5] / layout.POINT_JSON).read_text())   # point 3 on seed 8
+    (dirs[5] / layout.POINT_JSON).write_text(json.dumps(
         {**failed, "score": None, "diverged": "client 1, round 2: loss became NaN"}))
 
     result = tune.run(spec, dirs, tmp_path / "chosen")
 
     # means 0.5, 0.7 and (diverged) none: the second point, never the diverged third
     assert result.chosen == {"prox": GRID[1]} and result.diverged == {"prox": 1}
-    points = tune.read(tmp_path / "chosen")["entries"]["prox"]["points"]
+    points = read_tuning(tmp_path / "chosen")["entries"]["prox"]["points"]
     assert [p["mean"] for p in points] == [0.5, 0.7, None]
     assert points[2]["diverged"] == "seed 8: client 1, round 2: loss became NaN"
     assert "(1 diverged point(s) not chosen)" in result.to_markdown()
@@ -237,8 +237,8 @@ def test_every_point_diverged_stops_naming_the_grid(tmp_path):
     spec = parse_spec(SPEC.format(out=tmp_path))
     dirs = write_points(tmp_path / "points", {7: [None, None, None]})
     for directory in dirs:
-        record = json.loads((directory / tune.POINT_JSON).read_text())
-        (directory / tune.POINT_JSON).write_text(json.dumps({**record, "diverged": "NaN"}))
+        record = json.loads((directory / layout.POINT_JSON).read_text())
+        (directory / layout.POINT_JSON).write_text(json.dumps({**record, "diverged": "NaN"}))
 
     with pytest.raises(DivergenceError, match=r"tuning.entries\[0\] \('prox'\): every grid "
                        r"point diverged on the tuning seeds \(seed 7: NaN; seed 7: NaN; seed 7: "
@@ -280,7 +280,7 @@ def test_tune_point_that_diverges_writes_a_failed_score_and_warns(diverging, tmp
     assert result.score is None
     assert result.diverged.startswith("entry 'ditto', client 5, round 1: loss became NaN or "
                                       "infinite")
-    record = json.loads((out / tune.POINT_JSON).read_text())
+    record = json.loads((out / layout.POINT_JSON).read_text())
     assert record["score"] is None and record["diverged"] == result.diverged
     assert "federation.lr" not in record["diverged"]   # that hint is not for a grid point
     [warned] = [e["text"] for e in seen if e["event"] == "warning"]
@@ -300,7 +300,7 @@ def test_grid_points_as_members_leave_a_diverging_unit_to_the_seeds_loop(divergi
 
 
 def test_report_marks_a_diverged_point():
-    from pflpipe.metrics.tuning import blocks
+    from pflpipe.report.tuning_section import blocks
 
     record = {"grid": {"lr": [0.1, 90]}, "budget": {"max_points": 8, "rounds": None},
               "chosen": {"lr": 0.1},
@@ -388,7 +388,7 @@ def ir_tasks(ir: dict) -> dict[str, tuple[str, dict]]:
 
 
 def test_a_tuning_section_compiles_to_grid_points_nested_in_tuning_seeds(tmp_path):
-    from pflpipe.pipelines.compile import compile_pipeline
+    from pflpipe.pipelines.compiler import compile_pipeline
 
     spec = parse_spec(SPEC.format(out=tmp_path))
     path = compile_pipeline(spec, tmp_path / "tuned.yaml")

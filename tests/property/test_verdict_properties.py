@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 from pflpipe.api import verdict_top
 from pflpipe.metrics import table_from_records
-from pflpipe.metrics.base import METRIC_REGISTRY
-from pflpipe.metrics.report import build_report
+from pflpipe.metrics.metric_registry import METRIC_REGISTRY
 from pflpipe.metrics.uncertainty import ALPHA
+from pflpipe.report.report_writer import build_report
 from pflpipe.stages.evaluate_fairness import verdict_tags
 
 SETTINGS = settings(max_examples=60, deadline=None)

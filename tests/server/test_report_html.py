@@ -3,7 +3,7 @@
 import re
 
 from pflpipe.metrics import table_from_records
-from pflpipe.metrics.report import ReportContext, build_report, write_report
+from pflpipe.report.report_writer import ReportContext, build_report, write_report
 
 #: What raw Markdown looks like in a page's text: emphasis, inline code, a link.
 RAW = re.compile(r"\*\*|`|\]\(")

@@ -66,7 +66,7 @@ def silent_port():
 @pytest.fixture
 def sqlite_store(tmp_path, monkeypatch) -> str:
     """A tracking URI of a fresh sqlite store in the test's directory (schema made)."""
-    from pflpipe.tracking.store import _READY, _client
+    from pflpipe.tracking.mlflow_store import _READY, _client
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -163,7 +163,7 @@ def test_sqlite_lock_mid_run_is_one_tracking_error_naming_the_store(locked_store
     from mlflow.exceptions import MlflowException
 
     from pflpipe.errors import TrackingError
-    from pflpipe.tracking.store import _guarded
+    from pflpipe.tracking.mlflow_store import _guarded
 
     def locked(*args):
         raise MlflowException("(sqlite3.OperationalError) database is locked\n[SQL: INSERT ...]")
@@ -229,8 +229,8 @@ class _BasicAuthServer(BaseHTTPRequestHandler):
 
 
 def test_tracking_uri_credentials_are_sent_as_basic_auth(monkeypatch):
+    from pflpipe.tracking.mlflow_store import check_server
     from pflpipe.tracking.runs import resolve_tracking_uri
-    from pflpipe.tracking.store import check_server
 
     monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
@@ -379,7 +379,7 @@ def _parents(client) -> list[str]:
 
 
 def test_a_run_leaves_no_component_folders_in_the_temp_directory(tmp_path):
-    from pflpipe.cli.run import component_tmpdir
+    from pflpipe.cli.run_verb import component_tmpdir
 
     with component_tmpdir() as folder:
         made = subprocess.run(["sh", "-c", "mktemp -d"], capture_output=True, text=True,
@@ -393,7 +393,7 @@ def test_a_run_leaves_no_component_folders_in_the_temp_directory(tmp_path):
 
 def test_sqlite_connection_table_unaffected(sqlite_store, tmp_path):
     """The lock probe leaves the store as it was: a later client reads and writes it."""
-    from pflpipe.tracking.store import check_sqlite
+    from pflpipe.tracking.mlflow_store import check_sqlite
 
     check_sqlite(sqlite_store)
     with sqlite3.connect(tmp_path / "mlflow.db") as connection:

@@ -120,7 +120,7 @@ def test_an_mlflow_db_on_a_read_only_file_system_names_the_folder(tmp_path, caps
         pytest.skip(f"a tmpfs needs root (mount: {mounted.stderr.decode().strip()})")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     try:
-        subprocess.run([sys.executable, "-c", "from pflpipe.tracking.store import _client; "
+        subprocess.run([sys.executable, "-c", "from pflpipe.tracking.mlflow_store import _client; "
                         f"_client({uri!r}).search_experiments()"], check=True)  # a store made
         subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
         spec = write_spec(tmp_path, f"tracking: {{uri: '{uri}'}}")

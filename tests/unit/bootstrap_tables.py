@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pflpipe.metrics import read_table, summarize, table_from_records
+from pflpipe.metrics import summarize, table_from_records
 from pflpipe.metrics.pairwise import assess
+from pflpipe.report.results_reader import read_table
 
 GOLDEN = Path(__file__).parent / "golden"
 #: The quickstart's table (`pflpipe run specs/persfl-digits.yaml` at 1f2e09b, seed 0).

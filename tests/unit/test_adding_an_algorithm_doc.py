@@ -24,7 +24,7 @@ def test_quoted_scaffold_code_is_in_the_source_files():
               if "fedavgm" not in block.splitlines()[0]]
     sources = "\n".join(
         re.sub(r"\s+#.*$", "", line).strip()
-        for path in ("pflpipe/spec/algorithms/scaffold.py", "pflpipe/algorithms/scaffold.py")
+        for path in ("pflpipe/spec/algorithms/scaffold_params.py", "pflpipe/algorithms/scaffold.py")
         for line in (REPO / path).read_text().splitlines())
 
     # Assert

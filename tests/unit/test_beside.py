@@ -1,4 +1,4 @@
-"""`pflpipe.stages.beside.Beside`: work in a forked process, its outcome back here."""
+"""`pflpipe.beside.Beside`: work in a forked process, its outcome back here."""
 
 import multiprocessing
 import os
@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
+from pflpipe.beside import Beside
 from pflpipe.errors import DataError
-from pflpipe.stages.beside import Beside
 
 
 def _where(path, factor):

@@ -8,9 +8,9 @@ from client_tables import client_table
 from mlflow import MlflowClient
 
 from pflpipe.spec import parse_spec
-from pflpipe.stages.progress import log_clients
-from pflpipe.stages.results import client_models
 from pflpipe.tracking import child_run, open_parent_run, vocabulary
+from pflpipe.tracking.client_tables import log_clients
+from pflpipe.training.results_files import client_models
 
 SPEC = """\
 experiment: {name: bulk-tracking}

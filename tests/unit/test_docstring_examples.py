@@ -9,14 +9,14 @@ import importlib
 import pytest
 
 MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.storage.s3",
-           "pflpipe.tracking.runs", "pflpipe.tracking.scrub", "pflpipe.tracking.store",
+           "pflpipe.tracking.runs", "pflpipe.tracking.scrub", "pflpipe.tracking.mlflow_store",
            "pflpipe.tracking.vocabulary",
-           "pflpipe.spec.overrides", "pflpipe.metrics.curves", "pflpipe.stages.rows",
-           "pflpipe.stages.prepare",
+           "pflpipe.spec.overrides", "pflpipe.report.score_curves", "pflpipe.training.score_rows",
+           "pflpipe.training.stage_setup",
            "pflpipe.layout", "pflpipe.markdown",
-           "pflpipe.spec.algorithms.base", "pflpipe.stages.evaluate_fairness",
-           "pflpipe.metrics.cost", "pflpipe.stages.schedules", "pflpipe.metrics.stability",
-           "pflpipe.stages.preview", "pflpipe.api"]
+           "pflpipe.spec.algorithms.params", "pflpipe.stages.evaluate_fairness",
+           "pflpipe.compute.in_all", "pflpipe.compute.totals",
+           "pflpipe.report.stability_section", "pflpipe.cli.data_preview", "pflpipe.api"]
 
 
 @pytest.mark.parametrize("name", MODULES)

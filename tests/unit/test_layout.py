@@ -26,14 +26,14 @@ NAMES = sorted({re.escape(value) for name, value in vars(layout).items() if name
 FILE_NAME = re.compile(r"^[^\s*]*[\w}]\.(csv|json|jsonl|pt|pkl|md|png|html|log|npz|yaml|toml)$")
 #: File names spelled outside layout on purpose, and why.
 NOT_OURS = {
-    ("pflpipe/cli/report.py", "TABLE.csv"): "an argument's metavar",
+    ("pflpipe/cli/report_verb.py", "TABLE.csv"): "an argument's metavar",
     # other tools' layouts (PFLlib's train/<k>.npz, Flower's partition_<k>/<split>.npz), read
     # from the user's data and written by the export in the tools' own format
     ("pflpipe/data/client_files.py", "{}.npz"): "PFLlib's and Flower's client files",
     ("pflpipe/data/export.py", "{}.npz"): "PFLlib's and Flower's client files",
     ("pflpipe/data/files.py", "data.pkl"): "the pickle inside torch.save's archive",
     # paths inside an MLflow run's artifacts (the tracking store), not a directory on disk
-    ("pflpipe/tracking/mlflow.py", "{}.pt"): "a state_dict artifact of an MLflow run",
+    ("pflpipe/tracking/mlflow_tracker.py", "{}.pt"): "a state_dict artifact of an MLflow run",
     ("pflpipe/tracking/runs.py", "spec.yaml"): "an artifact of the MLflow parent run",
     ("pflpipe/tracking/runs.py", "spec_resolved.yaml"): "an artifact of the MLflow parent run",
 }

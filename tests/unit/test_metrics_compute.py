@@ -1,7 +1,9 @@
 """The report's compute table and its unequal-compute warning, on hand-made histories."""
 
-from pflpipe.metrics import compute, cost, table_from_records
-from pflpipe.metrics.report import ReportContext, build_report
+from pflpipe.compute import in_all
+from pflpipe.compute import totals as sums
+from pflpipe.metrics import table_from_records
+from pflpipe.report.report_writer import ReportContext, build_report
 
 
 def _history(model, clients_per_round, rounds=3, samples=50):
@@ -19,7 +21,7 @@ def _history(model, clients_per_round, rounds=3, samples=50):
 
 def test_totals_sum_clients_and_rounds():
     # 10 clients × 3 rounds × 50 samples = 1500; 1 client × 3 rounds × 50 = 150
-    totals = compute.totals(_history("pfedvem", 10) + _history("pfedme", 1))
+    totals = sums.totals(_history("pfedvem", 10) + _history("pfedme", 1))
 
     assert totals["pfedvem"]["samples"] == 1500 and totals["pfedme"]["samples"] == 150
     assert totals["pfedvem"]["steps"] == 120 and totals["pfedme"]["bytes_sent"] == 300
@@ -28,7 +30,7 @@ def test_totals_sum_clients_and_rounds():
 def test_warning_fires_when_one_model_trains_all_clients_and_another_ten_percent():
     history = _history("pfedvem", 10) + _history("pfedme", 1) + _history("fedper", 9)
 
-    warning = cost.mismatch(compute.totals(history), ["local", "fedavg"], 1.5).text
+    warning = in_all.mismatch(sums.totals(history), ["local", "fedavg"], 1.5).text
 
     # pfedvem 1500 = 10× pfedme's 150; fedper 1350 = 9×
     assert warning.startswith("Unequal compute: pfedvem processed 10×, fedper processed 9× the "
@@ -39,8 +41,8 @@ def test_no_warning_within_the_factor_and_the_baselines_are_not_compared():
     # 3 vs 2 clients: 1.5× exactly is allowed; the local baseline's 100× is not compared
     history = _history("a", 3) + _history("b", 2) + _history("local", 1, samples=5000)
 
-    assert cost.mismatch(compute.totals(history), ["local", "fedavg"], 1.5) is None
-    assert cost.mismatch(compute.totals(history), ["local", "fedavg"], 1.4) is not None
+    assert in_all.mismatch(sums.totals(history), ["local", "fedavg"], 1.5) is None
+    assert in_all.mismatch(sums.totals(history), ["local", "fedavg"], 1.4) is not None
 
 
 def test_report_shows_the_compute_table_and_the_warning_at_the_specs_factor():

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from pflpipe.metrics import compute, cost, table_from_records
-from pflpipe.metrics.report import ReportContext, build_report
+from pflpipe.compute import in_all
+from pflpipe.compute import totals as sums
+from pflpipe.metrics import table_from_records
+from pflpipe.report.report_writer import ReportContext, build_report
 from pflpipe.spec import Spec, read_spec
-from pflpipe.stages import schedules
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,7 +49,7 @@ def test_fedper_against_its_copy_from_scratch_warns_of_twice_the_samples():
     # fedper-scratch 300. Own samples are equal (no warning today); in all, 600 / 300 = 2×.
     spec = spec_of([{"name": "fedper"},
                     {"name": "fedper", "label": "fedper-scratch", "warm_start": "none"}])
-    plan = schedules.plan(spec, train_samples=100)
+    plan = in_all.plan(spec, train_samples=100)
     history = trained("fedavg", 3, 50) + trained("fedper", 3, 50) + \
         trained("fedper-scratch", 3, 50)
 
@@ -68,10 +69,10 @@ def test_fedavg_ft_against_ditto_from_scratch_is_one_and_a_half_not_six():
     # from scratch, 3 rounds of its global and its personal epoch: 3 × 2 × 100 = 600.
     # Own samples: 600 / 100 = 6×; in all: 600 / 400 = 1.5×, within the default 1.5×.
     spec = spec_of([{"name": "fedavg_ft", "epochs": 1}, {"name": "ditto", "warm_start": "none"}])
-    plan = schedules.plan(spec, train_samples=100)
+    plan = in_all.plan(spec, train_samples=100)
     history = trained("fedavg", 3, 50) + trained("fedavg_ft", 1, 50) + trained("ditto", 3, 100)
 
-    assert cost.in_all(history, plan)["fedavg_ft"]["samples"] == 400
+    assert in_all.in_all(history, plan)["fedavg_ft"]["samples"] == 400
     assert report_of(history, plan, ["fedavg_ft", "ditto"]).unequal_compute() is None
     found = report_of(history, plan, ["fedavg_ft", "ditto"], factor=1.2).unequal_compute()
 
@@ -89,12 +90,12 @@ def test_the_shipped_flow_digits_spec_counts_fedavgs_samples_for_fedavg_ft():
     # docs/results.md's run: fedavg 95,400 samples, fedavg_ft 5,300 of its own, flow 144,000
     # from scratch. 144,000 / 5,300 = 27.2×; counting the warm start 144,000 / 100,700 = 1.43×.
     spec = read_spec(REPO / "specs" / "flow-digits.yaml")
-    plan = schedules.plan(spec, train_samples=1060)
+    plan = in_all.plan(spec, train_samples=1060)
     history = (trained("fedavg", 300, 318, clients=1) + trained("fedavg_ft", 5, 1060, clients=1)
                + trained("flow", 300, 480, clients=1))
 
-    totals = cost.in_all(history, plan)
-    found = cost.mismatch(totals, ["local", "fedavg"], 1.2, plan, compute.totals(history))
+    totals = in_all.in_all(history, plan)
+    found = in_all.mismatch(totals, ["local", "fedavg"], 1.2, plan, sums.totals(history))
 
     assert (totals["fedavg_ft"]["samples"], totals["flow"]["samples"]) == (100_700, 144_000)
     assert found.text.startswith("Compute by design: flow processed 1.43× the samples of "
@@ -104,7 +105,7 @@ def test_the_shipped_flow_digits_spec_counts_fedavgs_samples_for_fedavg_ft():
 
 def test_the_compute_table_counts_in_all_and_shows_the_warm_starts_share():
     spec = spec_of([{"name": "fedper"}])
-    plan = schedules.plan(spec, train_samples=100)
+    plan = in_all.plan(spec, train_samples=100)
     history = trained("fedavg", 3, 50) + trained("fedper", 3, 50)
 
     markdown = report_of(history, plan, ["fedper"]).to_markdown()
@@ -117,12 +118,12 @@ def test_the_compute_table_counts_in_all_and_shows_the_warm_starts_share():
 
 def test_a_warm_started_models_curve_starts_at_the_warm_starts_samples():
     spec = spec_of([{"name": "fedper"}, {"name": "ditto", "warm_start": 2}])
-    plan = schedules.plan(spec)
+    plan = in_all.plan(spec)
     history = trained("fedavg", 3, 50) + trained("fedper", 2, 50) + trained("ditto", 1, 100)
     history.append({"seed": 0, "model": "fedper", "round": 0, "client": 0, "split": "test",
                     "accuracy": 0.4, "scope": ""})
 
-    curves = compute.accuracy_vs_samples(history, "test", cost.starting_samples(history, plan))
+    curves = sums.accuracy_vs_samples(history, "test", in_all.starting_samples(history, plan))
 
     assert curves["fedper"][0] == [300.0, 400.0, 500.0]   # round 0 = the warm start's 300
     assert curves["ditto"][0] == [200.0 + 200.0]          # rounds 1-2 of fedavg, then its own
@@ -133,7 +134,7 @@ def test_the_rounds_row_names_each_models_warm_start_rounds():
     spec = spec_of([{"name": "persfl"}, {"name": "fedper"}, {"name": "fedavg_ft", "epochs": 5},
                     {"name": "ditto", "warm_start": 2}, {"name": "apfl", "warm_start": "none"}])
 
-    described = schedules.plan(spec).described
+    described = in_all.plan(spec).described
 
     assert list(described.values()) == [
         "fedavg 3 rounds", "local 20 epochs", "persfl 10 distillation epochs + 3 warm-start "
@@ -142,7 +143,7 @@ def test_the_rounds_row_names_each_models_warm_start_rounds():
 
 
 def test_the_rounds_figure_says_after_how_many_warm_start_rounds_a_model_started():
-    from pflpipe.metrics.curves import accuracy_rounds_figure
+    from pflpipe.report.score_curves import accuracy_rounds_figure
 
     history = trained("fedavg", 3, 50) + trained("fedper", 2, 50) + trained("ditto", 2, 50)
 
@@ -158,7 +159,7 @@ def test_persfl_is_counted_under_its_objectives_name():
     spec = spec.model_copy(update={"distillation": spec.distillation.model_copy(
         update={"objective": "ce"})})
 
-    plan = schedules.plan(spec)
+    plan = in_all.plan(spec)
 
     assert plan.starts == {"persfl_gd": 3}
     assert plan.described["persfl_gd"] == "persfl_gd 10 distillation epochs + 3 warm-start rounds"

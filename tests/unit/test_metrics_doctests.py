@@ -7,7 +7,7 @@ import pytest
 
 MODULES = ["pflpipe.metrics.performance", "pflpipe.metrics.fairness",
            "pflpipe.metrics.generalization", "pflpipe.metrics.uncertainty",
-           "pflpipe.metrics.pairwise", "pflpipe.metrics.pairwise_report",
+           "pflpipe.metrics.pairwise", "pflpipe.report.pairwise_section",
            "pflpipe.metrics.inversion"]
 
 

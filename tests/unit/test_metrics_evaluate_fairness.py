@@ -71,8 +71,8 @@ def test_evaluate_fairness_uses_the_spec_selection(tmp_path, dirs):
 
 
 def test_evaluate_fairness_tracks_metrics_by_model_split_and_name(tmp_path, dirs):
-    from pflpipe.metrics import read_table
-    from pflpipe.metrics.report import build_report
+    from pflpipe.report.report_writer import build_report
+    from pflpipe.report.results_reader import read_table
 
     report = build_report(read_table(evaluate_fairness.results_tables(dirs)),
                           metrics=("AA", "JI", "PUI"))
@@ -110,7 +110,7 @@ def test_the_rounds_row_names_only_the_models_that_ran():
 def test_the_protocol_says_how_the_global_model_round_is_chosen():
     # Issue 27: FedAvg's best_val is one round for all clients, chosen on their mean validation
     # accuracy; the text said each client's round was chosen on its own validation split.
-    from pflpipe.metrics.report import protocol
+    from pflpipe.report.report_writer import protocol
 
     text = protocol("best_val", "local", "fedavg")
 

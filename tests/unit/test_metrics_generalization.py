@@ -5,9 +5,10 @@ import json
 import pytest
 
 from pflpipe.errors import DataError
-from pflpipe.metrics import METRIC_REGISTRY, read_table, table_from_records
+from pflpipe.metrics import METRIC_REGISTRY, table_from_records
 from pflpipe.metrics.generalization import compare, percent_beats_global, personalization_gain
-from pflpipe.metrics.report import build_report, write_report
+from pflpipe.report.report_writer import build_report, write_report
+from pflpipe.report.results_reader import read_table
 from pflpipe.stages import evaluate_fairness
 
 

@@ -1,10 +1,11 @@
-"""The report's per-model notes (`pflpipe.metrics.notes`) on hand-made history rows."""
+"""The report's per-model notes (`pflpipe.report.report_notes`) on hand-made history rows."""
 
 import torch
 
 from pflpipe.engine.data import FederatedData, SplitData
-from pflpipe.metrics import notes, table_from_records
-from pflpipe.metrics.report import ReportContext, build_report
+from pflpipe.metrics import table_from_records
+from pflpipe.report import report_notes as notes
+from pflpipe.report.report_writer import ReportContext, build_report
 from pflpipe.stages import warm_start_fedavg
 
 

@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from pflpipe.metrics import curves, table_from_records
-from pflpipe.metrics.report import ReportContext, build_report, write_report
+from pflpipe.metrics import table_from_records
+from pflpipe.report import score_curves as curves
+from pflpipe.report.report_writer import ReportContext, build_report, write_report
 from pflpipe.spec import Spec
 from pflpipe.stages import evaluate_fairness
 

@@ -10,9 +10,9 @@ from scipy import stats
 
 from pflpipe.metrics import summarize, table_from_records
 from pflpipe.metrics.pairwise import assess
-from pflpipe.metrics.pairwise_report import answer, pairwise_csv, tracked_metrics
-from pflpipe.metrics.report import build_report, write_report
 from pflpipe.metrics.uncertainty import client_resamples
+from pflpipe.report.pairwise_section import answer, pairwise_csv, tracked_metrics
+from pflpipe.report.report_writer import build_report, write_report
 
 K = 10
 LOCAL = [50.0 + i for i in range(K)]

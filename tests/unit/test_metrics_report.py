@@ -8,7 +8,7 @@ from html.parser import HTMLParser
 import pytest
 
 from pflpipe.metrics import table_from_records
-from pflpipe.metrics.report import ALL_METRICS, build_report, write_report
+from pflpipe.report.report_writer import ALL_METRICS, build_report, write_report
 from pflpipe.spec.sections import METRICS
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -143,8 +143,8 @@ def test_report_without_personalized_models_still_renders(tmp_path):
 
 def test_regression_report_names_its_score_negative_mse(tmp_path):
     """A regression's report says −MSE wherever a classification's says accuracy."""
-    from pflpipe.metrics import read_table
-    from pflpipe.metrics.report import ReportContext
+    from pflpipe.report.report_writer import ReportContext
+    from pflpipe.report.results_reader import read_table
 
     mse = {"local": [0.5, 0.25], "fedavg": [0.25, 1.0], "x": [0.125, 0.5]}
     path = tmp_path / "results.csv"

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from pflpipe.metrics import METRIC_REGISTRY, summarize, table_from_records
-from pflpipe.metrics.base import UndefinedMetricError
+from pflpipe.metrics.metric_registry import UndefinedMetricError
 from pflpipe.metrics.performance import bottom_decile_mean, top_samples_decile
-from pflpipe.metrics.report import build_report
+from pflpipe.report.report_writer import build_report
 
 
 def test_top_samples_decile_weighs_the_largest_tenth_by_their_samples():

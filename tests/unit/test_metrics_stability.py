@@ -3,8 +3,8 @@
 import pytest
 
 from pflpipe.metrics import table_from_records
-from pflpipe.metrics.report import ReportContext, build_report
-from pflpipe.metrics.stability import FAR, SWING, assess, late_falls
+from pflpipe.report.report_writer import ReportContext, build_report
+from pflpipe.report.stability_section import FAR, SWING, assess, late_falls
 
 # pFedMe as issue 43 saw it: 0.897 → 0.487 after one round, 0.81-0.86 at the end; its clients'
 # best rounds average 0.936, its last round 0.874.

@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 from pflpipe.errors import DataError
-from pflpipe.metrics import read_table, table_from_records
-from pflpipe.metrics.table import scores_by_seed, select_rows
+from pflpipe.metrics import table_from_records
+from pflpipe.metrics.results_table import scores_by_seed, select_rows
+from pflpipe.report.results_reader import read_table
 
 
 def write(tmp_path: Path, text: str, name: str = "results.csv") -> Path:

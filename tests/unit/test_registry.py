@@ -7,7 +7,7 @@ import typing
 
 import pytest
 
-import pflpipe.algorithms.base as base
+import pflpipe.algorithms.algorithm as base
 from pflpipe.algorithms import REGISTRY, Algorithm, build
 from pflpipe.spec import parse_spec
 from pflpipe.spec.algorithms import PARAMS, PERSONALIZE, Params

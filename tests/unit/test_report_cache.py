@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from pflpipe.report.report_cache import SEEDS_RUN_TAG, key
 from pflpipe.spec import Spec
 from pflpipe.stages import evaluate_fairness
-from pflpipe.stages.report_cache import SEEDS_RUN_TAG, key
 from pflpipe.tracking import open_parent_run
 
 GOLDEN = Path(__file__).parent / "golden" / "quickstart-results.csv"
@@ -123,7 +123,7 @@ def test_changed_inputs_or_a_deleted_run_log_the_seeds_again(tmp_path, seed_dir)
 
 
 def test_kept_figures_are_the_drawn_ones_and_a_damaged_record_is_drawn_again(tmp_path, seed_dir):
-    from pflpipe.stages.report_cache import FIGURES_JSON, open_cache
+    from pflpipe.report.report_cache import FIGURES_JSON, open_cache
 
     the_spec = spec(tmp_path)
     cache = open_cache(the_spec, [seed_dir])

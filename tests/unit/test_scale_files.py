@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pflpipe import layout
 from pflpipe.data.files import own_storage
 from pflpipe.engine import checkpoint
-from pflpipe.stages.results import client_models, write_results
-from pflpipe.storage.local import LocalStore
+from pflpipe.storage.local_dir import LocalStore
+from pflpipe.training.results_files import client_models, write_results
 
 #: The default MLP's shapes on the synthetic dataset (60 features, 10 classes), and a kept group.
 SHAPES = {"base.1.weight": (64, 60), "base.1.bias": (64,), "head.weight": (10, 64),

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pflpipe import layout
-from pflpipe.metrics.sweep_report import (
+from pflpipe.report.sweep_report import (
     SWEEP_PNG,
     PointReport,
     numeric_setting,
@@ -35,7 +35,7 @@ POINTS = [PointReport("alpha=0.1", {"partition.alpha": 0.1},
                       "../points/alpha=10.0/report")]
 
 
-@pytest.mark.parametrize("name", ["pflpipe.metrics.sweep_report", "pflpipe.spec.sweep"])
+@pytest.mark.parametrize("name", ["pflpipe.report.sweep_report", "pflpipe.spec.sweep"])
 def test_docstring_examples_hold(name):
     result = doctest.testmod(importlib.import_module(name))
 

@@ -14,7 +14,7 @@ from pflpipe.tracking import (
     open_parent_run,
     resolve_tracking_uri,
 )
-from pflpipe.tracking.mlflow import MlflowTracker
+from pflpipe.tracking.mlflow_tracker import MlflowTracker
 from pflpipe.tracking.runs import flatten, parent_run_name
 from pflpipe.tracking.scrub import credential_values, is_credential_key, scrub_mapping, scrub_text
 
@@ -250,7 +250,7 @@ def test_saved_model_pins_this_environment_and_mlflow_check_is_restored(tmp_path
     from mlflow.utils import environment
 
     import pflpipe
-    from pflpipe.tracking.mlflow import _save_torch_model
+    from pflpipe.tracking.mlflow_tracker import _save_torch_model
 
     check = environment.warn_dependency_requirement_mismatches
 

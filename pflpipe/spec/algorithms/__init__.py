@@ -1,11 +1,11 @@
 """Parameters of every algorithm, one params model per module, found by name.
 
-A module ``pflpipe/spec/algorithms/<name>.py`` defines the params model of the algorithm `<name>`
-(a subclass of `Params` with ``name: Literal["<name>"]``). Importing this package imports every
-such module and derives from them what the rest of pflpipe reads: the spec's discriminated union
-`PersonalizationEntry`, `PARAMS` (name → model) and `PERSONALIZE`, the algorithms the
-`personalize` stage runs. Adding an algorithm therefore touches its params module and its
-algorithm file only.
+A module ``pflpipe/spec/algorithms/<name>_params.py`` defines the params model of the algorithm
+`<name>` (a subclass of `Params` with ``name: Literal["<name>"]``). Importing this package imports
+every such module and derives from them what the rest of pflpipe reads: the spec's discriminated
+union `PersonalizationEntry`, `PARAMS` (name → model) and `PERSONALIZE`, the algorithms the
+`personalize` stage runs. Adding an algorithm therefore touches its params module and its algorithm
+file only.
 """
 
 import importlib
@@ -14,13 +14,17 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
-from pflpipe.spec.algorithms.base import (
+from pflpipe.spec.algorithms.params import (
     FederatedParams,
     Params,
     Rounds,
     StandaloneParams,
     algorithm_name,
 )
+
+#: The params module of the algorithm `<name>` is ``<name>_params.py`` (its class is in
+#: ``pflpipe/algorithms/<name>.py``).
+PARAMS_SUFFIX = "_params"
 
 
 def _discover() -> tuple[dict[str, type[Params]], dict[str, str]]:
@@ -32,12 +36,13 @@ def _discover() -> tuple[dict[str, type[Params]], dict[str, str]]:
     found: dict[str, type[Params]] = {}
     broken: dict[str, str] = {}
     for info in pkgutil.iter_modules(__path__):
-        if info.name != "base":
+        if info.name != "params":
+            name = info.name.removesuffix(PARAMS_SUFFIX)
             module = importlib.import_module(f"{__name__}.{info.name}")
-            models, problem = params_models(info.name, vars(module).values(), module.__name__)
+            models, problem = params_models(name, vars(module).values(), module.__name__)
             found |= models
             if problem:
-                broken[info.name] = problem
+                broken[name] = problem
     return dict(sorted(found.items())), broken
 
 
@@ -49,7 +54,7 @@ def params_models(name: str, values, module: str) -> tuple[dict[str, type[Params
     models = [value for value in values
               if isinstance(value, type) and issubclass(value, Params)
               and value.__module__ == module and "name" in value.model_fields]
-    where = f"pflpipe/spec/algorithms/{name}.py"
+    where = f"pflpipe/spec/algorithms/{name}{PARAMS_SUFFIX}.py"
     fix = f'`name: Literal["{name}"]`'
     if not models:
         return {}, (f"{where} defines no params model; define a subclass of FederatedParams "

@@ -1,9 +1,0 @@
-from typing import Literal
-
-from pflpipe.spec.algorithms.base import FederatedParams
-
-
-class LgFedAvgParams(FederatedParams):
-    """LG-FedAvg (Liang et al. 2020): local representations, a federated head."""
-
-    name: Literal["lg_fedavg"]
