@@ -16,7 +16,7 @@ MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.sto
            "pflpipe.layout", "pflpipe.markdown",
            "pflpipe.spec.algorithms.base", "pflpipe.stages.evaluate_fairness",
            "pflpipe.metrics.cost", "pflpipe.stages.schedules", "pflpipe.metrics.stability",
-           "pflpipe.stages.preview", "pflpipe.api"]
+           "pflpipe.stages.preview", "pflpipe.api", "pflpipe.disk"]
 
 
 @pytest.mark.parametrize("name", MODULES)
