@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,12 +109,10 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
     one of `RUNNERS`; under "docker" a spec whose tasks would touch a path the containers do not
     share, or name an image the engine lacks, is refused before anything starts.
     """
-    import logging
-
     from pflpipe.disk import check_free_space
-    from pflpipe.pipelines.local import StageFailed, publish, run_local
+    from pflpipe.stages.beside import Beside
     from pflpipe.storage import check_store
-    from pflpipe.tracking import open_parent_run, record_failure
+    from pflpipe.tracking import record_failure
     from pflpipe.tracking.runs import without_credentials
 
     if runner not in RUNNERS:
@@ -123,10 +121,6 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
         raise UsageError(f"runner must be one of {', '.join(RUNNERS)} (got {runner!r})")
     spec = without_credentials(spec)  # the tasks inherit them from the environment
     results_dir = Path(spec.experiment.results_dir)
-    if spec.tracking.enabled:   # no MLflow run to open: mlflow is not imported (~1 CPU s)
-        import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
-
-        logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
     check_store(spec.storage)  # a silent or missing store fails here, before any stage runs
     check_free_space(spec, results_dir)  # a run that cannot fit fails before it writes
     containers = None
@@ -134,7 +128,18 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
         from pflpipe.pipelines.containers import prepare
 
         containers = prepare(spec, results_dir)
-    parent = open_parent_run(spec, spec_yaml=spec_yaml, owner_pid=os.getpid())
+    # The parent run's id is a parameter of the pipeline. A forked child opens the run (mlflow,
+    # its store, a new store's migrations: ~2.5 CPU s) on the other core while this process
+    # imports kfp (~1 s); forked only while no other thread runs here (`pflpipe.run` in a
+    # notebook's or a server's process opens it here).
+    opening = (Beside(_open_parent, args=(spec, spec_yaml, os.getpid()), name="MLflow parent run")
+               if threading.active_count() == 1 else None)
+    with opening or nullcontext():
+        from pflpipe.pipelines.local import StageFailed, publish, run_local
+
+        parent = (opening.result() if opening is not None
+                  else _open_parent(spec, spec_yaml, os.getpid()))
+    _warm_tracking(parent)   # while the pipeline runs, for the run's end
     _header(console, spec, parent, resume,
             containers.describe() if containers else "SubprocessRunner")
     progress = Progress(console)
@@ -165,6 +170,43 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
     parent.finish("FINISHED")
     _summary(console, run_dir, copies, parent, results_dir, time.monotonic() - started)
     return Outcome(run_dir, copies, parent, local.tasks)
+
+
+def _open_parent(spec, spec_yaml: str | None, owner_pid: int):
+    """Open the MLflow parent run (`open_parent_run`), mlflow's own INFO lines quieted."""
+    from pflpipe.tracking import open_parent_run
+
+    if spec.tracking.enabled:   # no MLflow run to open: mlflow is not imported (~1 CPU s)
+        _quiet_mlflow()
+    return open_parent_run(spec, spec_yaml=spec_yaml, owner_pid=owner_pid)
+
+
+def _quiet_mlflow() -> None:
+    import logging
+
+    import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
+
+
+def _warm_tracking(parent) -> None:
+    """Import mlflow and open the store in a thread: the CLI ends the run once the tasks end.
+
+    The CLI itself waits while the tasks run, so the ~1.5 CPU s go to the other core.
+    """
+    if not parent.run_id:
+        return
+
+    def warm():
+        from pflpipe.tracking.store import _client
+
+        try:
+            _quiet_mlflow()
+            _client(parent.tracking_uri)
+        except Exception:  # noqa: BLE001 - the run's end opens the store again and says why
+            pass
+
+    threading.Thread(target=warm, name="MLflow import", daemon=True).start()
 
 
 @contextmanager
