@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,7 +110,6 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
     share, or name an image the engine lacks, is refused before anything starts.
     """
     from pflpipe.disk import check_free_space
-    from pflpipe.stages.beside import Beside
     from pflpipe.storage import check_store
     from pflpipe.tracking import record_failure
     from pflpipe.tracking.runs import without_credentials
@@ -128,17 +127,9 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
         from pflpipe.pipelines.containers import prepare
 
         containers = prepare(spec, results_dir)
-    # The parent run's id is a parameter of the pipeline. A forked child opens the run (mlflow,
-    # its store, a new store's migrations: ~2.5 CPU s) on the other core while this process
-    # imports kfp (~1 s); forked only while no other thread runs here (`pflpipe.run` in a
-    # notebook's or a server's process opens it here).
-    opening = (Beside(_open_parent, args=(spec, spec_yaml, os.getpid()), name="MLflow parent run")
-               if threading.active_count() == 1 else None)
-    with opening or nullcontext():
-        from pflpipe.pipelines.local import StageFailed, publish, run_local
+    parent = _open_parent_beside_kfp(spec, spec_yaml)
+    from pflpipe.pipelines.local import StageFailed, publish, run_local
 
-        parent = (opening.result() if opening is not None
-                  else _open_parent(spec, spec_yaml, os.getpid()))
     _warm_tracking(parent)   # while the pipeline runs, for the run's end
     _header(console, spec, parent, resume,
             containers.describe() if containers else "SubprocessRunner")
@@ -170,6 +161,25 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
     parent.finish("FINISHED")
     _summary(console, run_dir, copies, parent, results_dir, time.monotonic() - started)
     return Outcome(run_dir, copies, parent, local.tasks)
+
+
+def _open_parent_beside_kfp(spec, spec_yaml: str | None):
+    """Open the MLflow parent run in a forked child while this process imports kfp.
+
+    The parent run's id is a parameter of the pipeline, so it is opened before the pipeline
+    starts: the child opens it (mlflow, its store, a new store's migrations: ~2.5 CPU s) on
+    another core while kfp is imported here (~1 s). Not forked on one core, nor while another
+    thread runs here (`pflpipe.run` in a notebook's or a server's process): opened here.
+    """
+    from pflpipe.stages.beside import Beside
+
+    if not (spec.tracking.enabled and _cores() > 1 and threading.active_count() == 1):
+        return _open_parent(spec, spec_yaml, os.getpid())
+    with Beside(_open_parent, args=(spec, spec_yaml, os.getpid()),
+                name="MLflow parent run") as opening:
+        import pflpipe.pipelines.local  # noqa: F401 - kfp and the pipeline's graph, meanwhile
+
+        return opening.result()
 
 
 def _open_parent(spec, spec_yaml: str | None, owner_pid: int):
@@ -262,20 +272,24 @@ def with_run_control(spec, *, threads: int | None = None, parallel: int | None =
     1 on a one-core machine) and each gets an equal share of the cores, so parallel stages do
     not oversubscribe the CPU.
     """
-    import os
-
     from pflpipe.cli import UsageError
 
     for flag, value in (("--threads", threads), ("--parallel", parallel)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be 1 or more (got {value})")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = _cores()
     engine = spec.engine
-    parallel = parallel or engine.parallel_tasks or min(LOCAL_PARALLEL, cores or 1)
-    threads = threads or engine.threads or max(1, (cores or 1) // parallel)
+    parallel = parallel or engine.parallel_tasks or min(LOCAL_PARALLEL, cores)
+    threads = threads or engine.threads or max(1, cores // parallel)
     data = spec.model_dump(mode="json", by_alias=True)
     data["engine"] |= {"threads": threads, "parallel_tasks": parallel}
     return type(spec).model_validate(data)
+
+
+def _cores() -> int:
+    """The CPU cores this process may run on."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores or 1
 
 
 #: Tasks kfp.local runs at once by default (its ParallelFor runs at most 2 iterations at once).
