@@ -1,0 +1,73 @@
+"""`pflpipe run` opens the MLflow parent run in a forked child while it imports kfp.
+
+The run the child opens is the one `open_parent_run` opens in the process itself (its owner is
+the CLI's process, its spec and settings logged), and a store error in the child reaches the CLI
+as the same error. Each case runs in a fresh Python process (one thread, as the CLI).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+SPEC = """\
+experiment: {{name: beside, output_dir: results}}
+dataset: {{name: digits}}
+partition: {{strategy: iid, n_clients: 2}}
+tracking: {{uri: '{uri}'}}
+"""
+OPEN = """
+import json, os, sys
+from pathlib import Path
+from pflpipe.cli.run import _open_parent_beside_kfp
+from pflpipe.spec import read_spec
+text = Path("spec.yaml").read_text()
+try:
+    parent = _open_parent_beside_kfp(read_spec(Path("spec.yaml")), text)
+except Exception as err:
+    print(json.dumps({"error": type(err).__name__, "message": str(err)}))
+else:
+    print(json.dumps({"run_id": parent.run_id, "pid": os.getpid(),
+                      "mlflow here": "mlflow" in sys.modules, "kfp here": "kfp" in sys.modules}))
+"""
+FORKS = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") else False
+
+
+def open_beside(tmp_path: Path, uri: str) -> dict:
+    (tmp_path / "spec.yaml").write_text(SPEC.format(uri=uri))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    done = subprocess.run([sys.executable, "-c", OPEN], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.skipif(not FORKS, reason="one core: the parent run is opened in the process")
+def test_the_child_opens_the_parent_run_owned_by_the_cli_with_the_spec(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    opened = open_beside(tmp_path, uri)
+
+    assert opened["kfp here"] and not opened["mlflow here"]   # mlflow only in the child
+    run = MlflowClient(uri).get_run(opened["run_id"])
+    assert run.info.status == "RUNNING"   # the CLI ends it after the pipeline
+    assert run.data.tags["pflpipe_pid"] == str(opened["pid"])
+    assert run.data.params["partition.n_clients"] == "2"
+    assert run.info.run_name == "beside · fedavg+persfl · seed 0"   # the default entry
+    artifacts = {a.path for a in MlflowClient(uri).list_artifacts(run.info.run_id)}
+    assert {"spec.yaml", "spec_resolved.yaml"} <= artifacts
+
+
+def test_a_store_error_in_the_child_is_raised_in_the_cli(tmp_path):
+    (tmp_path / "store").mkdir()
+
+    opened = open_beside(tmp_path, f"sqlite:///{tmp_path / 'store'}")
+
+    assert opened["error"] == "DataError"
+    assert opened["message"] == (f"tracking.uri sqlite:///{tmp_path / 'store'}: "
+                                 f"{tmp_path / 'store'} is a directory; name the database file, "
+                                 f"e.g. sqlite:///{tmp_path / 'store' / 'mlflow.db'}")
