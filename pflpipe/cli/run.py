@@ -127,10 +127,9 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
         from pflpipe.pipelines.containers import prepare
 
         containers = prepare(spec, results_dir)
-    parent = _open_parent_beside_kfp(spec, spec_yaml)
+    parent, finish = _open_parent_beside_kfp(spec, spec_yaml)
     from pflpipe.pipelines.local import StageFailed, publish, run_local
 
-    _warm_tracking(parent)   # while the pipeline runs, for the run's end
     _header(console, spec, parent, resume,
             containers.describe() if containers else "SubprocessRunner")
     progress = Progress(console)
@@ -154,11 +153,11 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
             record_failure(parent, task.title, task.stage, task.error(), task.path,
                            {"algorithm": task.label or "",
                             "seed": "" if task.seed is None else str(task.seed)})
-        parent.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+        finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         if (full := disk_full(err, results_dir)) is not None:
             raise full from err
         raise
-    parent.finish("FINISHED")
+    finish("FINISHED")
     _summary(console, run_dir, copies, parent, results_dir, time.monotonic() - started)
     return Outcome(run_dir, copies, parent, local.tasks)
 
@@ -166,57 +165,94 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
 def _open_parent_beside_kfp(spec, spec_yaml: str | None):
     """Open the MLflow parent run in a forked child while this process imports kfp.
 
-    The parent run's id is a parameter of the pipeline, so it is opened before the pipeline
-    starts: the child opens it (mlflow, its store, a new store's migrations: ~2.5 CPU s) on
-    another core while kfp is imported here (~1 s). Not forked on one core, nor while another
-    thread runs here (`pflpipe.run` in a notebook's or a server's process): opened here.
+    Returns the parent run and the function that ends it. The parent run's id is a parameter of
+    the pipeline, so it is opened before the pipeline starts: a child opens it (mlflow, its
+    store, a new store's migrations: ~2.5 CPU s) on another core while kfp is imported here
+    (~1 s), then waits, and ends the run when told; mlflow is imported here only to record a
+    failed stage or a sweep's report. Not forked on one core, nor while another thread runs
+    here (`pflpipe.run` in a notebook's or a server's process): then all of it happens here.
     """
-    from pflpipe.stages.beside import Beside
-
     if not (spec.tracking.enabled and _cores() > 1 and threading.active_count() == 1):
-        return _open_parent(spec, spec_yaml, os.getpid())
-    with Beside(_open_parent, args=(spec, spec_yaml, os.getpid()),
-                name="MLflow parent run") as opening:
-        import pflpipe.pipelines.local  # noqa: F401 - kfp and the pipeline's graph, meanwhile
+        parent = _open_parent(spec, spec_yaml, os.getpid())
+        return parent, parent.finish
+    import multiprocessing
 
-        return opening.result()
+    context = multiprocessing.get_context("fork")
+    here, there = context.Pipe()
+    sys.stdout.flush()  # the child must not write this process's buffered output again
+    sys.stderr.flush()
+    child = context.Process(target=_parent_run_child, args=(spec, spec_yaml, os.getpid(), there),
+                            name="MLflow parent run", daemon=True)
+    child.start()
+    there.close()
+
+    def answer():
+        try:
+            outcome, value = here.recv()
+        except EOFError:
+            from pflpipe.errors import TrackingError
+
+            raise TrackingError("the process that holds the MLflow parent run ended without "
+                                "an answer") from None
+        if outcome == "error":
+            here.close()
+            child.join()
+            raise value
+        return value
+
+    def finish(status: str) -> None:
+        here.send(status)
+        try:
+            answer()
+        finally:
+            here.close()
+            child.join()
+
+    import pflpipe.pipelines.local  # noqa: F401 - kfp and the pipeline's graph, meanwhile
+
+    return answer(), finish
+
+
+def _parent_run_child(spec, spec_yaml: str | None, owner_pid: int, pipe) -> None:
+    """Open the parent run, send it, then end it with the status the CLI sends (forked child).
+
+    Ctrl-C reaches the whole process group; the CLI, not this child, says the run was KILLED.
+    Without a status (the CLI is gone) the run stays RUNNING, and the next run on this host
+    marks it KILLED (`close_abandoned_runs`).
+    """
+    import pickle
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        parent = _open_parent(spec, spec_yaml, owner_pid)
+        pipe.send(("ok", parent))
+        status = pipe.recv()
+        parent.finish(status)
+        pipe.send(("ok", None))
+    except EOFError:
+        pass
+    except BaseException as err:  # every failure goes back to the CLI
+        try:
+            pickle.loads(pickle.dumps(err))  # the CLI must be able to rebuild it
+        except Exception:
+            err = RuntimeError(f"{type(err).__name__}: {err}")
+        pipe.send(("error", err))
+    finally:
+        pipe.close()
 
 
 def _open_parent(spec, spec_yaml: str | None, owner_pid: int):
     """Open the MLflow parent run (`open_parent_run`), mlflow's own INFO lines quieted."""
+    import logging
+
     from pflpipe.tracking import open_parent_run
 
     if spec.tracking.enabled:   # no MLflow run to open: mlflow is not imported (~1 CPU s)
-        _quiet_mlflow()
+        import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
+
+        logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
     return open_parent_run(spec, spec_yaml=spec_yaml, owner_pid=owner_pid)
-
-
-def _quiet_mlflow() -> None:
-    import logging
-
-    import mlflow  # noqa: F401 - mlflow sets its loggers up on import; quiet them after that
-
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating database tables" etc.
-
-
-def _warm_tracking(parent) -> None:
-    """Import mlflow and open the store in a thread: the CLI ends the run once the tasks end.
-
-    The CLI itself waits while the tasks run, so the ~1.5 CPU s go to the other core.
-    """
-    if not parent.run_id:
-        return
-
-    def warm():
-        from pflpipe.tracking.store import _client
-
-        try:
-            _quiet_mlflow()
-            _client(parent.tracking_uri)
-        except Exception:  # noqa: BLE001 - the run's end opens the store again and says why
-            pass
-
-    threading.Thread(target=warm, name="MLflow import", daemon=True).start()
 
 
 @contextmanager
