@@ -10,9 +10,11 @@ seconds (user + sys, from ``getrusage``), those of the processes it forked (a fi
 beside: `beside`) and its fsync calls and their seconds to a JSON-lines file when it exits.
 Prints one row per task: its wall time from kfp.local's log (start of the task to its end,
 process start-up and exit included), its process's CPU seconds, its forked children's, its
-fsyncs, the CLI's own CPU, the run's wall and CPU, and the load average before and after (the
-machine is shared: compare runs made side by side). ``--profile`` also writes a cProfile (CPU
-clock) of every process.
+fsyncs, the CLI's own CPU and its forked children's (its children's CPU less the tasks': the
+process that holds the MLflow parent run, plus what each task spends after its record, its
+interpreter's exit and kfp's shell), the run's wall and CPU, and the load average before and
+after (the machine is shared: compare runs made side by side). ``--profile`` also writes a
+cProfile (CPU clock) of every process.
 
 Side by side, in one run: ``--base REV`` also measures pflpipe as of git revision REV (exported
 with ``git archive`` and put first on PYTHONPATH, with this checkout's virtualenv) and prints
