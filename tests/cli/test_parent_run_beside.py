@@ -92,10 +92,10 @@ def test_ctrl_c_on_the_process_group_ends_the_parent_run_killed(tmp_path):
     cli = subprocess.Popen([str(Path(sys.executable).with_name("pflpipe")), "run", "spec.yaml"],
                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
-    for line in cli.stdout:   # the header names the parent run once it is open
-        if "MLflow parent run" in line:
-            run_id = line.split("MLflow parent run ")[1].split()[0]
-            break
+    # the header names the parent run once it is open
+    run_id = next((line.split("MLflow parent run ")[1].split()[0] for line in cli.stdout
+                   if "MLflow parent run" in line), None)
+    assert run_id is not None, cli.stderr.read()
     time.sleep(2)   # into the pipeline's first tasks
     os.killpg(cli.pid, signal.SIGINT)
 
