@@ -7,6 +7,7 @@ report and every seed's results into a folder of the run's own (``runs/<time>-<r
 calls. kfp itself is imported by `pflpipe.pipelines`, inside the handler.
 """
 
+import contextlib
 import errno
 import functools
 import os
@@ -189,11 +190,12 @@ def _open_parent_beside_kfp(spec, spec_yaml: str | None):
     def answer():
         try:
             outcome, value = here.recv()
-        except EOFError:
+        except (EOFError, OSError):   # killed (the OOM killer): not this pipe's reader gone
             from pflpipe.errors import TrackingError
 
-            raise TrackingError("the process that holds the MLflow parent run ended without "
-                                "an answer") from None
+            child.join()
+            raise TrackingError(f"the process that holds the MLflow parent run ended (exit "
+                                f"{child.exitcode}) without an answer") from None
         if outcome == "error":
             here.close()
             child.join()
@@ -201,8 +203,9 @@ def _open_parent_beside_kfp(spec, spec_yaml: str | None):
         return value
 
     def finish(status: str) -> None:
-        here.send(status)
         try:
+            with contextlib.suppress(OSError):   # a child gone: `answer` says so
+                here.send(status)
             answer()
         finally:
             here.close()

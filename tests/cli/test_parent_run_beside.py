@@ -104,3 +104,30 @@ def test_ctrl_c_on_the_process_group_ends_the_parent_run_killed(tmp_path):
     assert cli.returncode == 130, err
     assert "interrupted; finished rounds and stages are kept on disk" in err
     assert MlflowClient(uri).get_run(run_id).info.status == "KILLED"
+
+
+KILL = """
+import multiprocessing, os, signal
+from pathlib import Path
+from pflpipe.cli.run import _open_parent_beside_kfp
+from pflpipe.spec import read_spec
+parent, finish = _open_parent_beside_kfp(read_spec(Path("spec.yaml")), None)
+[child] = multiprocessing.active_children()
+os.kill(child.pid, signal.SIGKILL)   # as the OOM killer would
+try:
+    finish("FINISHED")
+except Exception as err:
+    print(type(err).__name__, err)
+"""
+
+
+@pytest.mark.skipif(not FORKS, reason="one core: the parent run is opened in the process")
+def test_a_killed_child_is_a_tracking_error_not_a_broken_pipe(tmp_path):
+    (tmp_path / "spec.yaml").write_text(SPEC.format(uri=f"sqlite:///{tmp_path / 'mlflow.db'}"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+
+    done = subprocess.run([sys.executable, "-c", KILL], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+    assert done.stdout.strip() == ("TrackingError the process that holds the MLflow parent run "
+                                   "ended (exit -9) without an answer"), done.stderr
