@@ -10,9 +10,11 @@ seconds (user + sys, from ``getrusage``), those of the processes it forked (a fi
 beside: `beside`) and its fsync calls and their seconds to a JSON-lines file when it exits.
 Prints one row per task: its wall time from kfp.local's log (start of the task to its end,
 process start-up and exit included), its process's CPU seconds, its forked children's, its
-fsyncs, the CLI's own CPU, the run's wall and CPU, and the load average before and after (the
-machine is shared: compare runs made side by side). ``--profile`` also writes a cProfile (CPU
-clock) of every process.
+fsyncs, the CLI's own CPU and its forked children's (its children's CPU less the tasks': the
+process that holds the MLflow parent run, plus what each task spends after its record, its
+interpreter's exit and kfp's shell), the run's wall and CPU, and the load average before and
+after (the machine is shared: compare runs made side by side). ``--profile`` also writes a
+cProfile (CPU clock) of every process.
 
 Side by side, in one run: ``--base REV`` also measures pflpipe as of git revision REV (exported
 with ``git archive`` and put first on PYTHONPATH, with this checkout's virtualenv) and prints
@@ -137,8 +139,12 @@ def measure(source: Path | None, work: Path, args, runner: str, rerun: bool
             rows[name] = {"wall": seconds, "cpu": process.get("cpu", float("nan")),
                           "beside": process.get("children_cpu", 0.0),
                           "fsyncs": process.get("fsyncs", 0), "fsync_s": process.get("fsync_s", 0)}
-        rows["CLI (own CPU)"] = {"wall": float("nan"),
-                                 "cpu": by_name.get("pflpipe", {}).get("cpu", float("nan"))}
+        cli = by_name.get("pflpipe", {})
+        rows["CLI (own CPU)"] = {"wall": float("nan"), "cpu": cli.get("cpu", float("nan"))}
+        # the CLI's children are the tasks and what the CLI forked (the MLflow parent run)
+        tasks = sum(p["cpu"] + p["children_cpu"] for n, p in by_name.items() if n != "pflpipe")
+        rows["CLI (forked)"] = {"wall": float("nan"),
+                                "cpu": cli.get("children_cpu", float("nan")) - tasks}
         rows["run"] = {"wall": wall, "cpu": (after.children_user + after.children_system)
                        - (cpu.children_user + cpu.children_system),
                        "load": f"{before} → {load()}"}
@@ -169,7 +175,8 @@ def median(values: list[float]) -> float:
 def table(title: str, columns: dict[str, list[dict]], full: bool) -> None:
     """Print one kind of run: a row per task, each column's wall and CPU (medians)."""
     names = list(dict.fromkeys(n for runs in columns.values() for rows in runs for n in rows))
-    names = [n for n in names if n not in ("CLI (own CPU)", "run")] + ["CLI (own CPU)", "run"]
+    last = ["CLI (own CPU)", "CLI (forked)", "run"]
+    names = [n for n in names if n not in last] + [n for n in last if n in names]
     print(f"\n{title}")
     header = f"{'task':24s}" + "".join(f" {c + ' wall':>14s} {c + ' CPU':>12s}" for c in columns)
     if full:

@@ -27,6 +27,7 @@ a bound.
 import math
 import shutil
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from pflpipe.errors import PflpipeError
@@ -96,7 +97,6 @@ def size(n_bytes: float) -> str:
 
 def estimate(spec) -> DiskEstimate | None:
     """The disk a full run of `spec` needs; None when the model's size is not known."""
-    from pflpipe.models.check import count_parameters
     from pflpipe.spec.dataset import n_classes_of
 
     shape = _input_shape(spec)
@@ -104,7 +104,7 @@ def estimate(spec) -> DiskEstimate | None:
     clients = spec.partition.n_clients
     if shape is None or n_classes is None or not clients:
         return None
-    model = 4 * count_parameters(spec.model, shape, n_classes)
+    model = 4 * _parameters(spec.model, shape, n_classes)
     seeds = len(spec.experiment.seeds)
     per_client_sets = int(spec.runs_local) + len(spec.personalization)
     results = per_client_sets * clients * model + 2 * model
@@ -138,6 +138,54 @@ def check_free_space(spec, results_dir: Path) -> DiskEstimate | None:
             "space, give --results a folder on a larger disk, or make the run smaller "
             "(partition.n_clients, the personalization entries, tracking.log_models: false)")
     return need
+
+
+def _parameters(model_spec, shape: tuple[int, ...], n_classes: int) -> int:
+    """The model's parameter count: a built-in architecture's by arithmetic, without torch.
+
+    Importing torch costs the CLI ~2 CPU s before the first task; a custom model, or a shape
+    a built-in one cannot take, is built on torch's meta device (`count_parameters`), which
+    also raises its SpecError.
+
+    >>> from pflpipe.spec.model import MlpModel
+    >>> _parameters(MlpModel(architecture="mlp", hidden=[100]), (1, 8, 8), 10)  # 6,500 + 1,010
+    7510
+    """
+    counted = _builtin_parameters(model_spec, tuple(shape), n_classes)
+    if counted is not None:
+        return counted
+    from pflpipe.models.check import count_parameters
+
+    return count_parameters(model_spec, shape, n_classes)
+
+
+def _builtin_parameters(model_spec, shape: tuple[int, ...], n_classes: int) -> int | None:
+    """`pflpipe.models.zoo`'s layers counted (weights and biases); None where it does not apply.
+
+    tests/unit/test_disk.py holds it equal to the zoo's models built on the meta device.
+    """
+    def dense(widths):   # fully connected layers through `widths`
+        return sum(a * b + b for a, b in pairwise(widths))
+
+    def conv(channels, kernel):   # convolutions through `channels`, square kernels
+        return sum(a * b * kernel * kernel + b for a, b in pairwise(channels))
+
+    arch = model_spec.architecture
+    if arch in ("mlp", "logistic"):
+        hidden = list(model_spec.hidden) if arch == "mlp" else []
+        return dense([math.prod(shape), *hidden, n_classes])
+    if len(shape) != 3:
+        return None
+    channels, height, width = shape
+    if arch == "cnn6":
+        return conv([channels, 32, 64, 128, 256, 100], 3) + dense([100, n_classes])
+    side = [((size - 4) // 2 - 4) // 2 for size in (height, width)]   # two 5×5 conv + 2×2 pools
+    if arch not in ("cnn_cifar", "fedavg_cnn") or min(side) < 1:
+        return None
+    if arch == "cnn_cifar":
+        return conv([channels, 6, 16], 5) + dense([16 * side[0] * side[1], 120, 84, n_classes])
+    return (conv([channels, 32, 64], 5)
+            + dense([64 * side[0] * side[1], model_spec.hidden, n_classes]))
 
 
 def _scored_rounds(spec) -> float:

@@ -7,6 +7,7 @@ report and every seed's results into a folder of the run's own (``runs/<time>-<r
 calls. kfp itself is imported by `pflpipe.pipelines`, inside the handler.
 """
 
+import contextlib
 import errno
 import functools
 import os
@@ -110,10 +111,9 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
     share, or name an image the engine lacks, is refused before anything starts.
     """
     from pflpipe.disk import check_free_space
-    from pflpipe.pipelines.local_runner import StageFailed, publish, run_local
     from pflpipe.storage import check_store
-    from pflpipe.tracking import open_parent_run, record_failure
-    from pflpipe.tracking.runs import quiet_mlflow_logs, without_credentials
+    from pflpipe.tracking import record_failure
+    from pflpipe.tracking.runs import without_credentials
 
     if runner not in RUNNERS:
         from pflpipe.cli import UsageError
@@ -121,8 +121,6 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
         raise UsageError(f"runner must be one of {', '.join(RUNNERS)} (got {runner!r})")
     spec = without_credentials(spec)  # the tasks inherit them from the environment
     results_dir = Path(spec.experiment.results_dir)
-    if spec.tracking.enabled:   # no MLflow run to open: mlflow is not imported (~1 CPU s)
-        quiet_mlflow_logs()
     check_store(spec.storage)  # a silent or missing store fails here, before any stage runs
     check_free_space(spec, results_dir)  # a run that cannot fit fails before it writes
     containers = None
@@ -130,7 +128,9 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
         from pflpipe.pipelines.containers import prepare
 
         containers = prepare(spec, results_dir)
-    parent = open_parent_run(spec, spec_yaml=spec_yaml, owner_pid=os.getpid())
+    parent, finish = _open_parent_beside_kfp(spec, spec_yaml)
+    from pflpipe.pipelines.local_runner import StageFailed, publish, run_local
+
     _header(console, spec, parent, resume,
             containers.describe() if containers else "SubprocessRunner")
     progress = Progress(console)
@@ -154,13 +154,105 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
             record_failure(parent, task.title, task.stage, task.error(), task.path,
                            {"algorithm": task.label or "",
                             "seed": "" if task.seed is None else str(task.seed)})
-        parent.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+        finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         if (full := disk_full(err, results_dir)) is not None:
             raise full from err
         raise
-    parent.finish("FINISHED")
+    finish("FINISHED")
     _summary(console, run_dir, copies, parent, results_dir, time.monotonic() - started)
     return Outcome(run_dir, copies, parent, local.tasks)
+
+
+def _open_parent_beside_kfp(spec, spec_yaml: str | None):
+    """Open the MLflow parent run in a forked child while this process imports kfp.
+
+    Returns the parent run and the function that ends it. The parent run's id is a parameter of
+    the pipeline, so it is opened before the pipeline starts: a child opens it (mlflow, its
+    store, a new store's migrations: ~2.5 CPU s) on another core while kfp is imported here
+    (~1 s), then waits, and ends the run when told; mlflow is imported here only to record a
+    failed stage or a sweep's report. Not forked on one core, nor while another thread runs
+    here (`pflpipe.run` in a notebook's or a server's process): then all of it happens here.
+    """
+    if not (spec.tracking.enabled and _cores() > 1 and threading.active_count() == 1):
+        parent = _open_parent(spec, spec_yaml, os.getpid())
+        return parent, parent.finish
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    here, there = context.Pipe()
+    sys.stdout.flush()  # the child must not write this process's buffered output again
+    sys.stderr.flush()
+    child = context.Process(target=_parent_run_child, args=(spec, spec_yaml, os.getpid(), there),
+                            name="MLflow parent run", daemon=True)
+    child.start()
+    there.close()
+
+    def answer():
+        try:
+            outcome, value = here.recv()
+        except (EOFError, OSError):   # killed (the OOM killer): not this pipe's reader gone
+            from pflpipe.errors import TrackingError
+
+            child.join()
+            raise TrackingError(f"the process that holds the MLflow parent run ended (exit "
+                                f"{child.exitcode}) without an answer") from None
+        if outcome == "error":
+            here.close()
+            child.join()
+            raise value
+        return value
+
+    def finish(status: str) -> None:
+        try:
+            with contextlib.suppress(OSError):   # a child gone: `answer` says so
+                here.send(status)
+            answer()
+        finally:
+            here.close()
+            child.join()
+
+    import pflpipe.pipelines.local_runner  # noqa: F401 - kfp and the pipeline's graph, meanwhile
+
+    return answer(), finish
+
+
+def _parent_run_child(spec, spec_yaml: str | None, owner_pid: int, pipe) -> None:
+    """Open the parent run, send it, then end it with the status the CLI sends (forked child).
+
+    Ctrl-C reaches the whole process group; the CLI, not this child, says the run was KILLED.
+    Without a status (the CLI is gone) the run stays RUNNING, and the next run on this host
+    marks it KILLED (`close_abandoned_runs`).
+    """
+    import pickle
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        parent = _open_parent(spec, spec_yaml, owner_pid)
+        pipe.send(("ok", parent))
+        status = pipe.recv()
+        parent.finish(status)
+        pipe.send(("ok", None))
+    except EOFError:
+        pass
+    except BaseException as err:  # every failure goes back to the CLI
+        try:
+            pickle.loads(pickle.dumps(err))  # the CLI must be able to rebuild it
+        except Exception:
+            err = RuntimeError(f"{type(err).__name__}: {err}")
+        pipe.send(("error", err))
+    finally:
+        pipe.close()
+
+
+def _open_parent(spec, spec_yaml: str | None, owner_pid: int):
+    """Open the MLflow parent run (`open_parent_run`), mlflow's own INFO lines quieted."""
+    from pflpipe.tracking import open_parent_run
+    from pflpipe.tracking.runs import quiet_mlflow_logs
+
+    if spec.tracking.enabled:   # no MLflow run to open: mlflow is not imported (~1 CPU s)
+        quiet_mlflow_logs()
+    return open_parent_run(spec, spec_yaml=spec_yaml, owner_pid=owner_pid)
 
 
 @contextmanager
@@ -216,20 +308,24 @@ def with_run_control(spec, *, threads: int | None = None, parallel: int | None =
     1 on a one-core machine) and each gets an equal share of the cores, so parallel stages do
     not oversubscribe the CPU.
     """
-    import os
-
     from pflpipe.cli import UsageError
 
     for flag, value in (("--threads", threads), ("--parallel", parallel)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be 1 or more (got {value})")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = _cores()
     engine = spec.engine
-    parallel = parallel or engine.parallel_tasks or min(LOCAL_PARALLEL, cores or 1)
-    threads = threads or engine.threads or max(1, (cores or 1) // parallel)
+    parallel = parallel or engine.parallel_tasks or min(LOCAL_PARALLEL, cores)
+    threads = threads or engine.threads or max(1, cores // parallel)
     data = spec.model_dump(mode="json", by_alias=True)
     data["engine"] |= {"threads": threads, "parallel_tasks": parallel}
     return type(spec).model_validate(data)
+
+
+def _cores() -> int:
+    """The CPU cores this process may run on."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores or 1
 
 
 #: Tasks kfp.local runs at once by default (its ParallelFor runs at most 2 iterations at once).

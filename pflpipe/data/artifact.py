@@ -13,6 +13,7 @@ seed fields as sorted JSON. It does not depend on where the data or the director
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,14 +99,16 @@ class Partition:
 
 
 def write_partition(plan: PartitionPlan, partition: dict, out_dir: Path, *,
-                    heatmap: bool = True) -> dict:
+                    heatmap: bool | Callable[[dict], object] = True) -> dict:
     """Write the partition directory; gather samples one client at a time. Return the manifest.
 
     Args:
         plan: the split.
         partition: the spec's partition section as JSON (recorded and hashed).
         out_dir: the directory (created; files of an earlier partition there are replaced).
-        heatmap: also draw label_distribution.png.
+        heatmap: also draw label_distribution.png; a callable draws it instead, given the
+            manifest, before the manifest is written (`partition_data` draws it in a forked
+            process that imported matplotlib while this one imported torch).
 
     """
     import torch
@@ -134,7 +137,9 @@ def write_partition(plan: PartitionPlan, partition: dict, out_dir: Path, *,
     manifest = {"format": FORMAT, **header, "n_clients": len(plan.clients),
                 "n_assigned": plan.n_assigned, "clients": entries,
                 "content_hash": digest.hexdigest()}
-    if heatmap:
+    if callable(heatmap):
+        heatmap(manifest)
+    elif heatmap:
         from pflpipe.data.heatmap import draw_heatmap
 
         draw_heatmap(manifest, plan, out_dir / HEATMAP)

@@ -105,7 +105,7 @@ def run(spec, seed: int, out_dir: Path, *, tracker: Tracker = NULL_TRACKER,
     With `reuse_split`, the partition `pflpipe split` wrote in `default_dir` is reused when it is
     this one.
     """
-    from pflpipe.data import partition_dataset, write_partition
+    from pflpipe.data import partition_dataset
     from pflpipe.data.artifact import HEATMAP, MANIFEST
 
     plan = partition_dataset(spec, seed)
@@ -113,7 +113,7 @@ def run(spec, seed: int, out_dir: Path, *, tracker: Tracker = NULL_TRACKER,
     source = default_dir(spec, seed)
     manifest = _reuse(plan, section, source, Path(out_dir)) if reuse_split else None
     if manifest is None:
-        manifest = write_partition(plan, section, Path(out_dir))
+        manifest = _write_beside_heatmap(plan, section, Path(out_dir))
         source = None
     else:
         notice(f"reused the partition of `pflpipe split` in {source}", reused=True)
@@ -133,6 +133,28 @@ def run(spec, seed: int, out_dir: Path, *, tracker: Tracker = NULL_TRACKER,
     tracker.log_artifact(Path(out_dir) / MANIFEST, "partition")
     log.info("partition %s written to %s", result.content_hash[:16], out_dir)
     return result
+
+
+def _write_beside_heatmap(plan, section: dict, out_dir: Path) -> dict:
+    """`write_partition`, its heatmap drawn by a forked child (`pflpipe.beside.Beside`).
+
+    The child imports matplotlib (~0.3 CPU s) while this process imports torch and writes the
+    clients' files; it draws once the manifest is known, before the manifest is written.
+    """
+    from pflpipe.beside import Beside
+    from pflpipe.data import write_partition
+    from pflpipe.data.artifact import HEATMAP
+    from pflpipe.data.heatmap import draw_heatmap
+
+    def draw(manifest: dict) -> None:
+        draw_heatmap(manifest, plan, out_dir / HEATMAP)
+
+    with Beside(draw, preload=("matplotlib.figure",), name="partition heatmap") as figure:
+        def send(manifest: dict) -> None:
+            figure.send(manifest)
+            figure.result()
+
+        return write_partition(plan, section, out_dir, heatmap=send)
 
 
 def validation_warnings(clients: tuple[ClientSummary, ...]) -> tuple[str, ...]:

@@ -205,3 +205,19 @@ def test_format_classes_writes_runs():
     assert partition_data.format_classes((0, 1, 2, 5, 7, 8)) == "0-2, 5, 7, 8"
     assert partition_data.format_classes(tuple(range(100))) == "0-99"
     assert partition_data.format_classes(tuple(range(0, 40, 2))) == "20 classes"
+
+
+def test_the_stage_draws_the_heatmap_beside_as_write_partition_draws_it(arrays_spec, tmp_path):
+    # partition_data draws it in a forked child (matplotlib imported while torch is): the same
+    # bytes, written before the manifest, the manifest the same
+    spec = arrays_spec()
+    _, manifest = write(spec, 0, tmp_path / "here")
+
+    result = partition_data.run(spec, 0, tmp_path / "beside", reuse_split=False)
+
+    here, beside = tmp_path / "here", tmp_path / "beside"
+    png = "label_distribution.png"
+    assert (beside / png).read_bytes() == (here / png).read_bytes()
+    assert (beside / png).stat().st_mtime_ns <= (beside / "manifest.json").stat().st_mtime_ns
+    assert json.loads((beside / "manifest.json").read_text()) == manifest
+    assert result.content_hash == manifest["content_hash"]

@@ -5,8 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter
+
 from pflpipe.disk import estimate
 from pflpipe.spec import parse_spec
+from pflpipe.spec.model import Model
 
 #: 10 synthetic clients of exp(0 + 0²/2) + 50 = 51 samples; the default MLP 60 → 100 → 10.
 SPEC = """\
@@ -67,3 +72,43 @@ def test_run_refuses_a_results_folder_with_too_little_space_before_writing(tmp_p
     assert " free; a full run of this spec needs about " in done.stderr
     assert "give --results a folder on a larger disk" in done.stderr
     assert not (tmp_path / "results").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+ARCHITECTURES = {"mlp": {"hidden": [7, 3]}, "logistic": {}, "cnn_cifar": {},
+                 "fedavg_cnn": {"hidden": 9}, "cnn6": {}}
+
+
+@settings(max_examples=40, deadline=None)
+@given(architecture=st.sampled_from(sorted(ARCHITECTURES)), channels=st.integers(1, 3),
+       height=st.integers(1, 40), width=st.integers(1, 40), n_classes=st.integers(2, 12))
+def test_builtin_parameter_count_equals_the_zoo_model_built_on_the_meta_device(
+        architecture, channels, height, width, n_classes):
+    from pflpipe.disk import _builtin_parameters
+    from pflpipe.errors import SpecError
+    from pflpipe.models.check import count_parameters
+
+    model = TypeAdapter(Model).validate_python({"architecture": architecture,
+                                                **ARCHITECTURES[architecture]})
+    shape = (channels, height, width)
+
+    counted = _builtin_parameters(model, shape, n_classes)
+
+    try:
+        built = count_parameters(model, shape, n_classes)
+    except SpecError:   # a shape the CNN cannot take
+        built = None
+    # None: a CNN's image too small for its two pools, left to torch (and its SpecError)
+    assert counted == built or (counted is None and architecture in ("cnn_cifar", "fedavg_cnn"))
+
+
+def test_the_disk_check_of_a_built_in_model_imports_no_torch():
+    # torch costs the CLI ~2 CPU s before the first task; the quickstart's check needs none
+    code = ("import sys; from pathlib import Path; from pflpipe.spec import read_spec; "
+            "from pflpipe.disk import check_free_space; "
+            "need = check_free_space(read_spec(Path('specs/persfl-digits.yaml')), Path('.')); "
+            "print(need.results, 'torch' in sys.modules)")
+
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=Path(__file__).resolve().parents[2])
+
+    assert result.stdout.split()[1] == "False" and int(result.stdout.split()[0]) > 0

@@ -16,7 +16,8 @@ MODULES = ["pflpipe.distill.objective", "pflpipe.distill.teachers", "pflpipe.sto
            "pflpipe.layout", "pflpipe.markdown",
            "pflpipe.spec.algorithms.params", "pflpipe.stages.evaluate_fairness",
            "pflpipe.compute.in_all", "pflpipe.compute.totals",
-           "pflpipe.report.stability_section", "pflpipe.cli.data_preview", "pflpipe.api"]
+           "pflpipe.report.stability_section", "pflpipe.cli.data_preview", "pflpipe.api",
+           "pflpipe.disk"]
 
 
 @pytest.mark.parametrize("name", MODULES)
