@@ -23,10 +23,16 @@ alternating run by run (``--repeat N``: N runs of each, the median shown); ``--r
 cached rerun (``pflpipe run SPEC`` again into the same folder and store, nothing changed: every
 training task is served from kfp.local's cache) after every first run; two
 ``--runner``s (``--runner subprocess --runner docker``) compare the runners back to back on this
-checkout (docker needs a container engine: ../shared/tools/container-engine.sh).
+checkout (docker needs a container engine: ../shared/tools/container-engine.sh), and then time
+what a container costs by itself: kfp.local's own call (`run_docker_container`: list the images,
+create and start the container, stream its log, wait, auto-remove) of the run's image with the
+command ``true`` and with ``python -c "import pflpipe.events"`` (the interpreter a task starts),
+5 times each, which is the floor under every task's extra wall in its container.
 """
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
@@ -198,6 +204,30 @@ def table(title: str, columns: dict[str, list[dict]], full: bool) -> None:
         print(f"  {column}: load {', '.join(rows['run']['load'] for rows in runs)}")
 
 
+def container_floor(args, times: int = 5) -> None:
+    """Print the seconds of an empty container through kfp.local's call, and of one that starts
+    Python and imports a pflpipe module (the run's image: its `resources.image`)."""
+    import docker
+    from kfp.local.docker_task_handler import run_docker_container
+
+    from pflpipe.spec import read_spec
+    from pflpipe.spec.overrides import parse_assignments
+
+    spec = read_spec(args.spec, parse_assignments(args.set))
+    client = docker.from_env()
+    for command in (["true"], ["python", "-c", "import pflpipe.events"]):
+        seconds = []
+        for _ in range(times):
+            start = time.monotonic()
+            with contextlib.redirect_stdout(io.StringIO()):   # its "Found image ..." line
+                code = run_docker_container(client, spec.resources.image, command, {})
+            seconds.append(time.monotonic() - start)
+            assert code == 0, f"{command} exited {code}"
+        print(f"a container of {spec.resources.image} running {' '.join(command)!r} through "
+              f"kfp.local's run_docker_container: {sorted(seconds)[times // 2]:.2f} s (median of "
+              f"{times}; {min(seconds):.2f}–{max(seconds):.2f}); load {load()}")
+
+
 def main() -> int:
     """Run the spec (each tree, runner and kind of run) and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -239,6 +269,8 @@ def main() -> int:
             name = f"{tree}-{runner}-{repeat}"
             results[(tree, runner)].append(measure(trees.get(tree), work / name, args, runner,
                                                    args.rerun))
+    if "docker" in runners:
+        container_floor(args)
     label = {c: c[0] + (f" {c[1][:6]}" if len(runners) > 1 else "") for c in columns}
     for kind in ("first", "rerun") if args.rerun else ("first",):
         title = ("first run (new results folder, new sqlite store)" if kind == "first"
