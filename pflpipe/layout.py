@@ -13,7 +13,7 @@ personalize entry's, distill_grid_search's)::
 A **checkpoint directory** (or store)::
 
     round_0000.pt ... round_NNNN.pt  state_NNNN.pt  rows_NNNN.pt ...  progress.json
-    [round_metrics.csv]
+    [round_metrics.csv]  [models/client_NNNN.pt: a finished stage's, links of its results']
 
 A **partition directory**: ``manifest.json``, ``clients/client_NNNN.pt``, the label heatmap.
 A **collected directory** (collect_results, one seed): the results directory of every model by

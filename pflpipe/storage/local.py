@@ -33,6 +33,22 @@ class LocalStore:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    def link(self, key: str, path: str | Path) -> bool:
+        """Make `key` a hard link of the file `path` (atomically); False where none can be made.
+
+        (Another file system, or one without hard links: the caller writes the bytes instead.)
+        """
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.link")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(path, tmp)
+        except OSError:
+            return False
+        os.replace(tmp, target)
+        return True
+
     def get_bytes(self, key: str) -> bytes:
         """Read the object under `key`."""
         path = self._path(key)
