@@ -7,10 +7,10 @@ Serves the run folder's MLflow store (its ``mlflow.db`` and ``mlartifacts/``) wi
 ``mlflow server`` on 127.0.0.1, opens headless Chromium (/usr/bin/chromium, through selenium)
 and, for each page, measures the time from asking for the page until it shows what a user came
 for: the experiment's runs page until every top-level run's name is on screen; one model's run
-name and metrics are; its per-client table (the ``clients/final.json`` artifact,
-`pflpipe.tracking.vocabulary.CLIENTS_TABLE`) until the last client's row is. Prints each time,
-what the page shows (its runs, the table's rows and columns) and where its screenshot is.
-Nothing here is a test: the times depend on the machine (the load average is printed).
+page until its name and metrics are; its per-client table (the ``clients/final.json`` artifact,
+`pflpipe.tracking.vocabulary.CLIENTS_TABLE`, which MLflow shows as a table in pages) until its
+first columns are. Prints each time, what the page shows (its runs, the table's rows and
+columns) and where its screenshot is. Nothing here is a test: the times depend on the machine (the load average is printed).
 """
 
 import argparse
