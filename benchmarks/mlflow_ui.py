@@ -10,7 +10,8 @@ for: the experiment's runs page until every top-level run's name is on screen; o
 page until its name and metrics are; its per-client table (the ``clients/final.json`` artifact,
 `pflpipe.tracking.vocabulary.CLIENTS_TABLE`, which MLflow shows as a table in pages) until its
 first columns are. Prints each time, what the page shows (its runs, the table's rows and
-columns) and where its screenshot is. Nothing here is a test: the times depend on the machine (the load average is printed).
+columns) and where its screenshot is. Nothing here is a test: the times depend on the machine
+(the load average is printed).
 """
 
 import argparse
@@ -72,9 +73,8 @@ def browser():
 def timed_page(driver, url: str, needles: list[str], shot: Path, limit: float = 120
                ) -> tuple[float, str]:
     """Open `url`; seconds until every needle is in the page's text, and that text."""
-    from selenium.webdriver.support.ui import WebDriverWait
-
     from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
 
     start = time.monotonic()
     driver.get(url)
@@ -122,7 +122,6 @@ def main() -> int:
         (model,) = [r for r in runs if r.info.run_name == args.model]
         table_path = client.download_artifacts(model.info.run_id, "clients/final.json")
         table = json.loads(Path(table_path).read_text())
-        clients = [row[table["columns"].index("client")] for row in table["data"]]
         names = sorted(r.info.run_name for r in runs)
         print(f"experiment {experiment}: {len(runs)} runs ({', '.join(names)}); "
               f"{args.model}'s clients/final.json: {len(table['data'])} rows x "

@@ -31,9 +31,9 @@ def evaluate(ctx, predict: Predict, state: Tree, shared: Tree, split: SplitData,
     Members are sorted by sample count so that, for each chunk of sample positions, the members
     that still have samples form a prefix; work is proportional to the real number of samples.
     A chunk's members are scored in passes of at most `positions` // chunk (a member gets the
-    same bits in any pass of several members; alone, it may differ in the last bit). Accuracy is NaN for a regression task; both are NaN
-    for a client with no samples. `keys` [M] (int64) are the members' noise keys, passed on to
-    `predict` when given.
+    same bits in any pass of several members; alone, it may differ in the last bit). Accuracy is
+    NaN for a regression task; both are NaN for a client with no samples. `keys` [M] (int64) are
+    the members' noise keys, passed on to `predict` when given.
     """
     device = split.x.device
     counts = split.counts[clients.to(split.offsets.device)].to(device)
