@@ -160,3 +160,16 @@ def test_bytes_per_client_and_model_do_not_grow_with_the_clients(tmp_path):
         assert run["clients"] <= models * n * run["weights"]
     assert abs(large["per_client"] / small["per_client"] - 1) < 0.10
     assert abs(large["weights"] / small["weights"] - 1) < 0.01
+
+
+def test_the_disk_estimate_is_never_below_what_the_stages_write(tmp_path):
+    from pflpipe.disk import estimate
+
+    for n in (4, 40):
+        run = _run(tmp_path / f"e{n}", n)
+        need = estimate(parse_spec(SPEC.format(out=tmp_path / f"e{n}" / "results", n=n)))
+        written = _distinct(f for f in (tmp_path / f"e{n}").rglob("*") if f.is_file())
+        counted = need.partition + need.results + need.checkpoints   # no MLflow, no report
+        # above: it counts one training stage's states (gone once it finishes), the report's
+        # tables; 1.07x at 4 clients, 1.6x at 40
+        assert written <= counted <= 2 * written, (n, written, counted, run)
