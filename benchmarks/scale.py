@@ -245,7 +245,7 @@ def variant_estimate(path: Path, variant: Path, samples: int):
 
     import yaml
 
-    from pflpipe.disk import SAMPLE_OVERHEAD, DiskEstimate, estimate
+    from pflpipe.disk import PARTITION_CLIENT, SAMPLE_OVERHEAD, DiskEstimate, estimate
     from pflpipe.spec.loader import parse_spec
     from pflpipe.spec.spec import IMAGE_SHAPES
 
@@ -253,7 +253,8 @@ def variant_estimate(path: Path, variant: Path, samples: int):
     data["dataset"] = yaml.safe_load(path.read_text())["dataset"]
     need = estimate(parse_spec(yaml.safe_dump(data)))
     shape = IMAGE_SHAPES[data["dataset"]["name"]]
-    partition = data["partition"]["n_clients"] * samples * (math.prod(shape) * 4 + SAMPLE_OVERHEAD)
+    clients = data["partition"]["n_clients"]
+    partition = clients * (samples * (math.prod(shape) * 4 + SAMPLE_OVERHEAD) + PARTITION_CLIENT)
     return DiskEstimate(partition, need.results, need.checkpoints, need.tracking, need.fixed)
 
 
