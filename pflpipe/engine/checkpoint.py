@@ -16,8 +16,9 @@ A finished stage's checkpoint is never trained on again (its key holds the round
 the stage writes its results from it once more. Once the stage has written its results,
 `compact` shrinks it to what that reads (`FINISHED`): the clients' states and last models go,
 and each client's best model becomes a hard link of the results' model file of that client
-(`IN_FILES`, where the store is a local directory on the results' file system; the rows stay in
-the state file elsewhere). The run then holds its clients' best models once on disk, not twice.
+(`IN_FILES`, where the store is a local directory: `LocalStore.link`, a copy on another file
+system; in an S3 store the rows stay in the state file). The run then holds its clients' best
+models once on disk, not twice.
 """
 
 import io
@@ -130,8 +131,8 @@ def compact(store: Store, files: list[Path] | None = None) -> bool:
     """Shrink a finished run's last checkpoint to what reusing it reads (`FINISHED`), once.
 
     `files`: the results' model file of each client's best model, in client order (as
-    `pflpipe.stages.results.client_models` writes them); the store keeps hard links of them
-    where it can (`LocalStore.link`), else the rows in the state file. Returns whether it wrote.
+    `pflpipe.stages.results.client_models` writes them); a local store keeps hard links of them
+    (`LocalStore.link`), another the rows in its state file. Returns whether it wrote.
     """
     progress = progress_of(store)
     if progress is None:
@@ -156,9 +157,11 @@ def compact(store: Store, files: list[Path] | None = None) -> bool:
 def _link(store: Store, files: list[Path]) -> list[str] | None:
     """Link each file into the store's ``models/``; their keys, or None where it cannot link."""
     link = getattr(store, "link", None)
-    keys = [f"{MODELS}/{Path(path).name}" for path in files]
-    if link is None or not all(link(key, path) for key, path in zip(keys, files, strict=True)):
+    if link is None:   # an S3 store: the rows stay in the state file
         return None
+    keys = [f"{MODELS}/{Path(path).name}" for path in files]
+    for key, path in zip(keys, files, strict=True):
+        link(key, path)
     return keys
 
 

@@ -33,21 +33,13 @@ class LocalStore:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def link(self, key: str, path: str | Path) -> bool:
-        """Make `key` a hard link of the file `path` (atomically); False where none can be made.
+    def link(self, key: str, path: str | Path) -> None:
+        """Make `key` a hard link of the file `path` (a copy on another file system)."""
+        from pflpipe.layout import link_file
 
-        (Another file system, or one without hard links: the caller writes the bytes instead.)
-        """
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.link")
-        tmp.unlink(missing_ok=True)
-        try:
-            os.link(path, tmp)
-        except OSError:
-            return False
-        os.replace(tmp, target)
-        return True
+        link_file(Path(path), target)
 
     def get_bytes(self, key: str) -> bytes:
         """Read the object under `key`."""
