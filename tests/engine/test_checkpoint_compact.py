@@ -133,8 +133,9 @@ def _federation(store: Path, rounds: int) -> tuple[Federation, dict]:
     return federation, init
 
 
-def test_a_store_that_cannot_link_keeps_the_best_models_and_is_never_trained_on(tmp_path):
-    # Prepare: a finished run, compacted with no results files to link
+def test_without_results_files_the_best_models_stay_in_the_state_file_never_trained_on(
+        tmp_path):
+    # Prepare: a finished run, compacted with no results files to link (as an S3 store is)
     federation, init = _federation(tmp_path, 3)
     finished = federation.run(init)
     assert checkpoint.compact(LocalStore(tmp_path)) is True
