@@ -33,7 +33,7 @@ def test_estimate_adds_partition_results_checkpoints_and_mlflow_per_seed():
     # MLflow: the clients' models once more, and a 300-byte row per client and round 0..5
     assert need.tracking == 2 * (2 * 10 * MODEL + 2 * 10 * 6 * 300)
     assert need.total == (need.partition + need.results + need.checkpoints + need.tracking
-                          + 10_000_000)   # the report, logs, MLflow's own tables
+                          + 5_000_000)   # the report, logs, MLflow's own tables
 
 
 def test_estimate_counts_no_local_checkpoints_or_models_where_none_are_written():
