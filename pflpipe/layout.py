@@ -264,9 +264,11 @@ def link_file(source: Path, target: Path) -> Path:
 
     Finished outputs are shared this way, never copied twice on one disk: a published run's
     files and kfp.local's task outputs, a collected seed and its models' results directories,
-    a reused partition. A finished output is never written again (a rerun's tasks write new
-    folders), so neither name sees the other change; a user who edits a published file in place
-    edits kfp's cached copy too (docs/results.md).
+    a reused partition, a finished stage's checkpoint and its results' model files
+    (`checkpoint.compact`), a local MLflow artifact store and the files logged into it. A
+    finished output is never written again (a rerun's tasks write new folders; a results
+    directory's model file is replaced, not rewritten), so neither name sees the other change;
+    a user who edits a published file in place edits kfp's cached copy too (docs/results.md).
     """
     Path(target).unlink(missing_ok=True)
     try:
