@@ -12,7 +12,8 @@ seconds and its peak resident memory when it exits. Prints, per size: each stage
 kfp.local's log; a stage run several times, e.g. personalize per entry, is summed) and CPU; the
 largest process's peak memory and the sum of the two largest (two tasks run at once); the bytes
 written under the results folder (kfp's pipeline root, the published runs/ counted once where
-they are links, the checkpoints) and by MLflow (its database and artifacts), next to the clients'
+they are links, the checkpoints) and by MLflow (its database, once sqlite has folded the
+write-ahead log the run left into it, and artifacts), next to the clients'
 model weights (the per-client model files) and the partition's size; MLflow's runs and metric
 rows. Then the growth from the second largest size to the largest as ratios, against the ratio
 of clients (linear growth equals it). The machine is shared: the load average is printed.
@@ -140,6 +141,10 @@ def run_size(n: int, rounds: int, work: Path, tracking: bool) -> dict:
         cpu[process["name"]] = cpu.get(process["name"], 0.0) + process["cpu"]
     rss = sorted((p["rss_kb"] * 1e3 for p in processes), reverse=True)
     results = work / "results"
+    # the write-ahead log the last writer left: sqlite folds it into the database on the next
+    # open (counting rows here), after which the store holds what it keeps
+    wal = sum(p.stat().st_size for p in work.glob("mlflow.db-wal"))
+    counts = mlflow_counts(work / "mlflow.db")
     seen: set = set()
     written = {"kfp root": distinct_bytes(results / "kfp", seen),
                "runs/ (beyond links)": distinct_bytes(results / "runs", seen),
@@ -153,7 +158,7 @@ def run_size(n: int, rounds: int, work: Path, tracking: bool) -> dict:
             "rss": rss[0], "rss2": sum(rss[:2]), "written": written,
             "weights": sum(p.stat().st_size for p in models),
             "client_models": len(models), "partition": partition_bytes(results / "kfp"),
-            "mlflow": mlflow_counts(work / "mlflow.db")}
+            "mlflow": counts, "wal": wal}
 
 
 def report(m: dict) -> None:
@@ -170,7 +175,8 @@ def report(m: dict) -> None:
     total = sum(m["written"].values())
     budget = 3 * m["weights"] + m["partition"]
     print("  bytes written: " + ", ".join(f"{k} {v / MB:.1f} MB" for k, v in m["written"].items())
-          + f"; all {total / MB:.1f} MB")
+          + f"; all {total / MB:.1f} MB (MLflow's after sqlite folded the {m['wal'] / MB:.1f} MB"
+          " write-ahead log the run left)")
     print(f"  clients' model weights {m['weights'] / MB:.1f} MB ({m['client_models']} files, "
           f"{m['weights'] / max(m['client_models'], 1) / 1e3:.1f} kB per client and model), "
           f"partition {m['partition'] / MB:.1f} MB; written / (3 x weights + partition) = "
@@ -245,7 +251,7 @@ def variant_estimate(path: Path, variant: Path, samples: int):
 
     import yaml
 
-    from pflpipe.disk import SAMPLE_OVERHEAD, DiskEstimate, estimate
+    from pflpipe.disk import PARTITION_CLIENT, SAMPLE_OVERHEAD, DiskEstimate, estimate
     from pflpipe.spec.loader import parse_spec
     from pflpipe.spec.spec import IMAGE_SHAPES
 
@@ -253,7 +259,8 @@ def variant_estimate(path: Path, variant: Path, samples: int):
     data["dataset"] = yaml.safe_load(path.read_text())["dataset"]
     need = estimate(parse_spec(yaml.safe_dump(data)))
     shape = IMAGE_SHAPES[data["dataset"]["name"]]
-    partition = data["partition"]["n_clients"] * samples * (math.prod(shape) * 4 + SAMPLE_OVERHEAD)
+    clients = data["partition"]["n_clients"]
+    partition = clients * (samples * (math.prod(shape) * 4 + SAMPLE_OVERHEAD) + PARTITION_CLIENT)
     return DiskEstimate(partition, need.results, need.checkpoints, need.tracking, need.fixed)
 
 

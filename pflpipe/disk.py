@@ -3,25 +3,26 @@
 Per seed, with P the bytes of one copy of the model's parameters (float32) and C the clients:
 
 - the partition: the samples times a sample's bytes (its features as float32, its label and
-  index); for the synthetic dataset the expected client size exp(μ + σ²/2) + min_samples
-  (log-normal), for a named dataset its size (at most `partition.samples_per_client` per
-  client); unknown (not counted) for data read from files the spec does not describe;
-- the results: C × P per model with per-client weights (local, each personalization entry) and
-  FedAvg's two global models;
-- the checkpoints (a local store only): `CHECKPOINT_COPIES` × C × P per training stage (its last
-  state holds each client's model, best model and last model, Ditto's personal ones too; a best
-  or last model equal to one already in the file is a reference, so most runs write fewer) and
-  a global model per warm-start round;
+  index), and `PARTITION_CLIENT` per client; for the synthetic dataset the expected client
+  size exp(μ + σ²/2) + min_samples (log-normal), for a named dataset its size (at most
+  `partition.samples_per_client` per client); unknown (not counted) for data read from files
+  the spec does not describe;
+- the results: C × (P + `FILE_OVERHEAD`) per model with per-client weights (local, each
+  personalization entry) and FedAvg's two global models;
+- the checkpoints (a local store only): `CHECKPOINT_COPIES` × C × P (a finished stage's
+  checkpoint keeps its best models as links of the results' files, `checkpoint.compact`; the
+  warm start's stay in its state file, and the stage training holds its clients' states until
+  it finishes) and a global model per warm-start round;
 - MLflow (a local sqlite store, tracking on): the clients' models once more (one file per model,
   `tracking.log_models`) and their per-client tables (a row per client and round it is scored
   in: every round, or with ``eval_clients: sampled`` its share of the rounds and the full ones);
-- the report, the logs and an MLflow database's own tables: `FIXED`.
+- the report, the logs and an MLflow database's own tables: `FIXED`, and `REPORT_PER_CLIENT`
+  per client (the report's and the collected results' per-client tables).
 
 Against what runs wrote (benchmarks/scale.py: the synthetic dataset at 10, 100 and 1,000 clients,
-the shipped Flow and pFedVEM specs at a test size) the estimate was 4 % below to 11 % above
-before the checkpoints wrote references; since, 6 % above at 10 synthetic clients, 36 % above
-at 100 and 58 % above at 1,000 (`CHECKPOINT_COPIES` is an upper count). It is an estimate, not
-a bound.
+tracking on) the estimate is 14 % above at 10 clients, 10 % above at 100 and 23 % above at
+1,000 (where the partition's clients came out smaller than their expected size: 94 MB, not
+123 MB). It is an estimate, not a bound.
 """
 
 import math
@@ -32,18 +33,25 @@ from pathlib import Path
 
 from pflpipe.errors import PflpipeError
 
-#: Copies of a client's model in a training stage's last checkpoint state (model, best, last,
-#: and a kept group such as Ditto's personal model), at most: a best or last model equal to one
-#: already in the file is written as a reference (`checkpoint.SHARED`); benchmarks/scale.py's
-#: synthetic runs write about 1.5 per stage.
-CHECKPOINT_COPIES = 4
+#: Copies of a client's model in the checkpoints when the run ends or a stage trains: the warm
+#: start's best models (at most one per client, in its compacted state file) and the states of
+#: the stage training (benchmarks/scale.py: 0.4 copies after a run of 1,000 clients).
+CHECKPOINT_COPIES = 2
+#: Bytes of a client's model file beyond its weights (the zip archive's records).
+FILE_OVERHEAD = 2_400
 #: Bytes of a sample beyond its features: its label and its index (int64 each).
 SAMPLE_OVERHEAD = 16
+#: Bytes of a client in the partition beyond its samples: its file's records, its manifest entry.
+PARTITION_CLIENT = 6_500
 #: Bytes of one client's row of one round in MLflow's history table (a dozen numbers as JSON).
 TABLE_ROW = 300
 #: What a run writes whatever its size: the report and its figures, the logs, an MLflow
-#: database's own tables (benchmarks/scale.py at 10 clients).
-FIXED = 8_000_000
+#: database's own tables (benchmarks/scale.py at 10 clients: 4 MB beyond the clients' files,
+#: and a 4 MB write-ahead log sqlite folds into the database on its next open).
+FIXED = 5_000_000
+#: The report's and the collected results' bytes per client and seed (benchmarks/scale.py:
+#: 13 MB more at 1,000 clients than at 10).
+REPORT_PER_CLIENT = 13_000
 
 
 class DiskSpaceError(PflpipeError):
@@ -107,17 +115,18 @@ def estimate(spec) -> DiskEstimate | None:
     model = 4 * _parameters(spec.model, shape, n_classes)
     seeds = len(spec.experiment.seeds)
     per_client_sets = int(spec.runs_local) + len(spec.personalization)
-    results = per_client_sets * clients * model + 2 * model
-    stages = 1 + int(spec.runs_local) + len(spec.personalization)
+    results = (per_client_sets * clients * (model + FILE_OVERHEAD) + 2 * model
+               + clients * REPORT_PER_CLIENT)
     local_store = getattr(spec.storage, "bucket", None) is None
-    checkpoints = ((stages * CHECKPOINT_COPIES * clients + spec.federation.rounds) * model
+    checkpoints = ((CHECKPOINT_COPIES * clients + spec.federation.rounds) * model
                    if local_store else 0)
     tracking = 0
     if spec.tracking.enabled and not str(spec.tracking.uri or "").startswith("http"):
         logged = per_client_sets * clients * model if spec.tracking.log_models else 0
         tracking = logged + per_client_sets * clients * _scored_rounds(spec) * TABLE_ROW
     samples = _samples(spec)
-    partition = None if samples is None else samples * (math.prod(shape) * 4 + SAMPLE_OVERHEAD)
+    partition = None if samples is None else (samples * (math.prod(shape) * 4 + SAMPLE_OVERHEAD)
+                                              + clients * PARTITION_CLIENT)
     return DiskEstimate(None if partition is None else int(seeds * partition),
                         seeds * results, seeds * checkpoints, seeds * tracking)
 

@@ -13,7 +13,7 @@ personalize entry's, distill_grid_search's)::
 A **checkpoint directory** (or store)::
 
     round_0000.pt ... round_NNNN.pt  state_NNNN.pt  rows_NNNN.pt ...  progress.json
-    [round_metrics.csv]
+    [round_metrics.csv]  [models/client_NNNN.pt: a finished stage's, links of its results']
 
 A **partition directory**: ``manifest.json``, ``clients/client_NNNN.pt``, the label heatmap.
 A **collected directory** (collect_results, one seed): the results directory of every model by
@@ -264,9 +264,11 @@ def link_file(source: Path, target: Path) -> Path:
 
     Finished outputs are shared this way, never copied twice on one disk: a published run's
     files and kfp.local's task outputs, a collected seed and its models' results directories,
-    a reused partition. A finished output is never written again (a rerun's tasks write new
-    folders), so neither name sees the other change; a user who edits a published file in place
-    edits kfp's cached copy too (docs/results.md).
+    a reused partition, a finished stage's checkpoint and its results' model files
+    (`checkpoint.compact`), a local MLflow artifact store and the files logged into it. A
+    finished output is never written again (a rerun's tasks write new folders; a results
+    directory's model file is replaced, not rewritten), so neither name sees the other change;
+    a user who edits a published file in place edits kfp's cached copy too (docs/results.md).
     """
     Path(target).unlink(missing_ok=True)
     try:

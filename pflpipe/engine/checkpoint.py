@@ -11,11 +11,20 @@ A client's last and best-val models (`SHARED`) are mostly tensors already in the
 (a local model), the round's global model (FedAvg scores it), or its last model (best at the last
 round). The state file writes such a client's row as a reference (`REF`): a client costs one copy
 of its weights per kept group, not three or four. `resume` rebuilds them bit for bit.
+
+A finished stage's checkpoint is never trained on again (its key holds the rounds), only reused:
+the stage writes its results from it once more. Once the stage has written its results,
+`compact` shrinks it to what that reads (`FINISHED`): the clients' states and last models go,
+and each client's best model becomes a hard link of the results' model file of that client
+(`IN_FILES`, where the store is a local directory: `LocalStore.link`, a copy on another file
+system; in an S3 store the rows stay in the state file). The run then holds its clients' best
+models once on disk, not twice.
 """
 
 import io
 import json
 import logging
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -24,6 +33,7 @@ from pflpipe.data.files import load_tensors, own_storage
 from pflpipe.engine.optim import MOMENTS
 from pflpipe.errors import DataError, DivergenceError
 from pflpipe.layout import (
+    MODELS,
     PROGRESS_JSON,
     is_state_key,
     round_key,
@@ -44,6 +54,14 @@ SHARED = ("last_model", "best_model")
 #: each client's row equals (-1: in "rows"), "rows": the rows no source holds}; a source is
 #: ["global", key] (the global model's tensor, every client's row) or [tree, group, key].
 REF = "same_as"
+#: Set in a state file `compact` wrote: the snapshot of a finished run, its clients' states and
+#: last models dropped (a resume returns them empty).
+FINISHED = "finished"
+#: A compacted snapshot's best models as store keys (``models/client_NNNN.pt``), one per client
+#: in client order, each a hard link of that client's results file (`pflpipe.training.results_dir`).
+IN_FILES = "in_files"
+#: What a finished snapshot no longer needs: what continuing its rounds would read.
+_CONTINUE_ONLY = ("state", "last_model")
 
 
 def save(store: Store, snap: dict, round_idx: int, fingerprint: str,
@@ -95,6 +113,10 @@ def resume(store: Store, fingerprint: str, device: torch.device) -> dict | None:
     round_idx = progress["rounds_completed"]
     snap = load(store, state_key(round_idx), device)
     snap["global"] = load(store, round_key(round_idx), device)
+    if snap.get(FINISHED):
+        snap.update({name: {} for name in _CONTINUE_ONLY})
+        if IN_FILES in snap["best_model"]:
+            snap["best_model"] = _from_files(store, snap["best_model"][IN_FILES], device)
     _dereference(snap)
     if "rows" not in snap:                     # (a state file of the older layout holds them)
         snap["rows"] = _rows(store, snap[CHUNKS], device)
@@ -103,6 +125,57 @@ def resume(store: Store, fingerprint: str, device: torch.device) -> dict | None:
         snap["server"].update(zip(MOMENTS, (old["m"], old["v"]), strict=True))
     log.info("resuming from round %d of %s", round_idx, store.uri)
     return snap
+
+
+def compact(store: Store, files: list[Path] | None = None) -> bool:
+    """Shrink a finished run's last checkpoint to what reusing it reads (`FINISHED`), once.
+
+    `files`: the results' model file of each client's best model, in client order (as
+    `pflpipe.training.results_files.client_models` writes them); a local store keeps hard links
+    of them (`LocalStore.link`), another the rows in its state file. Returns whether it wrote.
+    """
+    progress = progress_of(store)
+    if progress is None:
+        return False
+    round_idx, cpu = progress["rounds_completed"], torch.device("cpu")
+    snap = load(store, state_key(round_idx), cpu)
+    if snap.get(FINISHED):
+        return False
+    snap["global"] = load(store, round_key(round_idx), cpu)
+    _dereference(snap)
+    kept = {k: v for k, v in snap.items() if k not in _CONTINUE_ONLY}
+    keys = _link(store, files) if files else None
+    if keys is None:
+        kept.update(_references(kept))
+    else:
+        kept["best_model"] = {IN_FILES: keys}
+    del kept["global"]
+    store.put_bytes(state_key(round_idx), dump({**kept, FINISHED: True}))
+    return True
+
+
+def _link(store: Store, files: list[Path]) -> list[str] | None:
+    """Link each file into the store's ``models/``; their keys, or None where it cannot link."""
+    link = getattr(store, "link", None)
+    if link is None:   # an S3 store: the rows stay in the state file
+        return None
+    keys = [f"{MODELS}/{Path(path).name}" for path in files]
+    for key, path in zip(keys, files, strict=True):
+        link(key, path)
+    return keys
+
+
+def _from_files(store: Store, keys: list[str], device: torch.device) -> dict:
+    """The stacked best-model tree [C, ...] of the clients' files `_link` linked.
+
+    A file's keys are the ``model`` group's as they are and ``<group>/<key>`` for another group.
+    """
+    rows = [load(store, key, device) for key in keys]
+    tree: dict = {}
+    for name in rows[0]:
+        group, key = name.split("/", 1) if "/" in name else ("model", name)
+        tree.setdefault(group, {})[key] = torch.stack([row[name] for row in rows])
+    return tree
 
 
 def _rows(store: Store, chunks: list, device: torch.device) -> list[dict]:

@@ -34,7 +34,7 @@ from pflpipe.engine.optim import OptimizerConfig
 from pflpipe.engine.protocol import AlgorithmProtocol, Phase, Round, objective_name, public
 from pflpipe.engine.trainer import Context, Job
 from pflpipe.engine.tree import Group, Tree, assign, merge, renew, select, tree_map
-from pflpipe.errors import DivergenceError
+from pflpipe.errors import DataError, DivergenceError
 from pflpipe.storage.store_protocol import Store
 
 log = logging.getLogger(__name__)
@@ -125,10 +125,13 @@ class Federation:
     # ---- the loop ---------------------------------------------------------------------------
     def run(self, init_global: Group) -> FederationResult:
         """Run (or resume) the rounds from `init_global`."""
-        snap = self._resume()
+        plan, snap = self.plan, self._resume()
         if snap is None:
             snap = self._start(init_global)
-        plan = self.plan
+        elif snap.get(checkpoint.FINISHED) and snap["round"] < plan.rounds and not snap["stopped"]:
+            raise DataError(f"{self.store.uri}: a finished run's compacted checkpoint (round "
+                            f"{snap['round']}) cannot be trained on to round {plan.rounds}; "
+                            "move it away")
         for round_idx in range(snap["round"] + 1, plan.rounds + 1):
             if snap["stopped"]:
                 break

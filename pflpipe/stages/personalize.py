@@ -14,6 +14,7 @@ from pathlib import Path
 from pflpipe import events, layout
 from pflpipe.algorithms import build
 from pflpipe.data.files import load_tensors
+from pflpipe.engine import checkpoint
 from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import Plan
 from pflpipe.errors import DataError, DivergenceError
@@ -147,6 +148,7 @@ def _write(spec, seed: int, label: str, recipe: Recipe, result, results_dir: Pat
                                 notes.started_better(history).get((model, seed), (0, 0)))
     models = results_files.client_models(result.best_model, data.first_client)
     results_files.write_results(Path(results_dir), results, history, models, summary.to_markdown())
+    checkpoint.compact(recipe.store, [layout.model_file(results_dir, name) for name in models])
     if shard is not None:
         results_files.write_shard(Path(results_dir), data, summary)
     if tuning_dir is not None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pflpipe import events, layout
 from pflpipe.algorithms import FedAvg
+from pflpipe.engine import checkpoint
 from pflpipe.engine.distributed import Recipe
 from pflpipe.engine.federation import Plan
 from pflpipe.engine.optim import ServerOptimizerConfig
@@ -109,6 +110,7 @@ def _write(spec, seed: int, data, store, result, partition_dir: Path, checkpoint
         layout.GLOBAL_BEST_VAL: resumable_rounds.load_round(checkpoints_dir, best_round,
                                                   data.train.x.device)},
         summary.to_markdown())
+    checkpoint.compact(store)   # its results hold no client models: the best ones stay in it
     track_results.track_model(tracker, spec, seed, results_dir, partition_dir)
     return summary
 

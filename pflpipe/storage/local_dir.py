@@ -33,6 +33,14 @@ class LocalStore:
             Path(tmp).unlink(missing_ok=True)
             raise
 
+    def link(self, key: str, path: str | Path) -> None:
+        """Make `key` a hard link of the file `path` (a copy on another file system)."""
+        from pflpipe.layout import link_file
+
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        link_file(Path(path), target)
+
     def get_bytes(self, key: str) -> bytes:
         """Read the object under `key`."""
         path = self._path(key)

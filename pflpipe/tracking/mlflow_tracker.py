@@ -146,11 +146,36 @@ class MlflowTracker(Tracker):
             raise FileNotFoundError(f"artifact {path} does not exist")
         self._refuse_secrets(path)
         if path.is_file():
-            self._call("log_artifact", self.client.log_artifact, self.run_id, str(path),
-                       artifact_path)
+            if not self._link(path, artifact_path or ""):
+                self._call("log_artifact", self.client.log_artifact, self.run_id, str(path),
+                           artifact_path)
         else:
-            self._call("log_artifacts", self.client.log_artifacts, self.run_id, str(path),
-                       artifact_path if artifact_path is not None else path.name)
+            folder = artifact_path if artifact_path is not None else path.name
+            if not self._link(path, folder):
+                self._call("log_artifacts", self.client.log_artifacts, self.run_id, str(path),
+                           folder)
+
+    def _link(self, path: Path, folder: str) -> bool:
+        """Link a file or a directory's files into the run's artifacts if they are a local folder.
+
+        (A sqlite or file store's: a finished output is not copied twice on one disk,
+        `layout.link_file`.) False where the artifacts are elsewhere (a server, a bucket).
+        """
+        from urllib.parse import unquote, urlparse
+
+        from pflpipe.layout import link_file, link_tree
+
+        uri = self._call("lookup of run", self.client.get_run, self.run_id).info.artifact_uri
+        parsed = urlparse(uri)
+        if parsed.scheme not in ("", "file") or parsed.netloc:
+            return False
+        target = Path(unquote(parsed.path)) / folder
+        if path.is_file():
+            target.mkdir(parents=True, exist_ok=True)
+            link_file(path, target / path.name)
+        else:
+            link_tree(path, target)
+        return True
 
     def log_text(self, text: str, artifact_file: str) -> None:
         """Upload text as a file (credentials redacted)."""

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -38,7 +39,11 @@ def write_results(out_dir: Path, results: list[dict], history: list[dict],
     for name, state_dict in (models or {}).items():
         path = layout.model_file(out_dir, name)
         path.parent.mkdir(exist_ok=True)
-        torch.save(own_state(state_dict), path)
+        # a new file, never the old one rewritten: a finished checkpoint may hold a hard link of
+        # it (`pflpipe.engine.checkpoint.compact`)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(own_state(state_dict), tmp)
+        os.replace(tmp, path)
     (out_dir / SUMMARY_MD).write_text(summary)
 
 

@@ -69,3 +69,13 @@ def test_rerun_from_the_cache_publishes_the_cached_outputs_again(twice):
     for path in models:
         assert new[path].st_ino == old[first / path.relative_to(second)].st_ino
     assert (results / layout.LATEST).resolve() == second.resolve()
+
+
+def test_finished_checkpoints_hold_the_client_models_as_links_of_the_results(twice):
+    # `checkpoint.compact`: a finished stage's best models are its results' files, not copies
+    results, _, _ = twice
+    kfp = {(s.st_dev, s.st_ino) for s in _files(results / "kfp").values()}
+    stores = _files(results / layout.CHECKPOINTS)
+    linked = {p: s for p, s in stores.items() if p.parent.name == layout.MODELS}
+    assert {p.parent.parent.parent.name for p in linked} == {"train_local", "personalize"}
+    assert len(linked) == 4 + 4 and all((s.st_dev, s.st_ino) in kfp for s in linked.values())

@@ -3,8 +3,10 @@
 A training stage's state file held every client's state, best-val model and last model (and
 Ditto's personal model): 3-4 copies of the clients' weights per stage (issue 50). A row of
 `checkpoint.SHARED` equal to a row of the state, of the global model or of an earlier shared
-tree is written as a reference; `resume` rebuilds it bit for bit. Then a run's bytes per client
-are the same at 4 and 40 clients and within the issue's budget.
+tree is written as a reference; `resume` rebuilds it bit for bit. Once the stage has written
+its results, `checkpoint.compact` keeps only what a reuse reads, its best models as hard links of
+the results' files. Then a run's bytes per client are the same at 4 and 40 clients and hold each
+client's models about once.
 """
 
 from pathlib import Path
@@ -124,6 +126,11 @@ def _bytes(folder) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
+def _distinct(files) -> int:
+    """Bytes of `files`, a file of several names (hard links) counted once."""
+    return sum({(f.stat().st_dev, f.stat().st_ino): f.stat().st_size for f in files}.values())
+
+
 def _run(work, n_clients: int) -> dict:
     """Bytes of a run's parts: partition, per-client (results and checkpoints), global models."""
     spec = parse_spec(SPEC.format(out=work / "results", n=n_clients))
@@ -139,8 +146,7 @@ def _run(work, n_clients: int) -> dict:
                      or f.parent.name == "models" and f.parent.parent.name == "fedavg"]
     weights = _bytes(work / "local" / "models") / n_clients
     return {"partition": _bytes(part), "weights": weights,
-            "clients": sum(f.stat().st_size for f in files) - sum(
-                f.stat().st_size for f in global_models)}
+            "clients": _distinct(files) - _distinct(global_models)}
 
 
 def test_bytes_per_client_and_model_do_not_grow_with_the_clients(tmp_path):
@@ -148,7 +154,22 @@ def test_bytes_per_client_and_model_do_not_grow_with_the_clients(tmp_path):
     models = 4   # fedavg (its clients' last states), local, fedper, ditto
     for run, n in ((small, 4), (large, 40)):
         run["per_client"] = run["clients"] / n
-        # the issue's budget: 3 x the clients' weights of every model, plus the partition
-        assert run["clients"] <= 3 * models * n * run["weights"]
+        # each client's models about once (0.88x here: the results' model files, which the
+        # finished checkpoints link, fedavg's best models in its state file, the score rows);
+        # before the checkpoints were compacted 1.6x, the issue's budget is 3x
+        assert run["clients"] <= models * n * run["weights"]
     assert abs(large["per_client"] / small["per_client"] - 1) < 0.10
     assert abs(large["weights"] / small["weights"] - 1) < 0.01
+
+
+def test_the_disk_estimate_is_never_below_what_the_stages_write(tmp_path):
+    from pflpipe.disk import estimate
+
+    for n in (4, 40):
+        run = _run(tmp_path / f"e{n}", n)
+        need = estimate(parse_spec(SPEC.format(out=tmp_path / f"e{n}" / "results", n=n)))
+        written = _distinct(f for f in (tmp_path / f"e{n}").rglob("*") if f.is_file())
+        counted = need.partition + need.results + need.checkpoints   # no MLflow, no report
+        # above: it counts one training stage's states (gone once it finishes), the report's
+        # tables; 1.07x at 4 clients, 1.6x at 40
+        assert written <= counted <= 2 * written, (n, written, counted, run)

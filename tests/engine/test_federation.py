@@ -77,6 +77,24 @@ def test_evaluate_matches_a_plain_loop_per_client(ds3):
         assert accuracy[c].item() == pytest.approx((logits.argmax(1) == y).float().mean().item())
 
 
+@pytest.mark.parametrize("positions", [7 * 2, 7 * 3, 7 * 4 + 5])
+def test_evaluate_scores_the_same_bits_in_passes_of_few_members(ds3, positions):
+    # passes of at most 2, 3 and 4 members of 10 (chunk 7) against all 10 in one pass
+    _, s = ds3
+    n = s.data.n_clients
+    generator = torch.Generator().manual_seed(3)
+    params = {k: v.expand(n, *v.shape) + 0.01 * torch.randn(n, *v.shape, generator=generator)
+              .to(v.device) for k, v in s.init.items()}
+
+    def scores(positions):
+        return evaluate(s.ctx, lambda st, sh, x, ctx: ctx.forward(st["model"], x),
+                        {"model": params}, {}, s.data.test, torch.arange(n), chunk=7,
+                        positions=positions)
+
+    (loss, accuracy), (whole_loss, whole_accuracy) = scores(positions), scores(7 * n)
+    assert torch.equal(loss, whole_loss) and torch.equal(accuracy, whole_accuracy)
+
+
 def test_early_stop_ends_rounds_on_a_validation_plateau(ds3, tmp_path):
     _, s = ds3
     plan = Plan(rounds=30, local_epochs=1, batch_size=16, lr=1e-6, seed=0, early_stop=(2, 0.01))

@@ -75,3 +75,29 @@ def test_log_clients_makes_one_run_holding_every_clients_values(n_clients, tmp_p
     assert torch.equal(last, torch.arange(6.0).reshape(2, 3) + 6 * (n_clients - 1))
     assert last.untyped_storage().nbytes() == last.nbytes  # its own weights only
 
+
+
+def test_a_local_artifact_store_links_logged_files_instead_of_copying_them(tmp_path, monkeypatch):
+    # Prepare: a report folder, and a parent run in a sqlite store with local artifacts
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    report = tmp_path / "report"
+    (report / "figures").mkdir(parents=True)
+    (report / "report.md").write_text("# report\n")
+    (report / "figures" / "a.png").write_bytes(b"\x89PNG 1")
+    parent = open_parent_run(parse_spec(SPEC), seed=0, spec_yaml=SPEC)
+
+    # Execute: a file and a folder logged
+    tracker = parent.tracker()
+    tracker.log_artifact(report / "report.md", "report")
+    tracker.log_artifact(report / "figures", "report/figures")
+    parent.finish()
+
+    # Assert: the run's artifacts are the same files (one copy on disk), read back as logged
+    client = MlflowClient(parent.tracking_uri)
+    for name in ("report.md", "figures/a.png"):
+        path = client.download_artifacts(parent.run_id, f"report/{name}", str(tmp_path / "dl"))
+        assert open(path, "rb").read() == (report / name).read_bytes()
+    root = client.get_run(parent.run_id).info.artifact_uri.removeprefix("file://")
+    for name in ("report.md", "figures/a.png"):
+        assert (report / name).samefile(f"{root}/report/{name}")

@@ -27,16 +27,18 @@ MODEL = 4 * (60 * 100 + 100 + 100 * 10 + 10)   # 28,440 bytes
 
 def test_estimate_adds_partition_results_checkpoints_and_mlflow_per_seed():
     need = estimate(parse_spec(SPEC))
-    # per seed: 510 samples of 60 float32 features, a label and an index
-    assert need.partition == 2 * 510 * (60 * 4 + 16)
-    # local and fedper hold a model per client, fedavg two global models
-    assert need.results == 2 * (2 * 10 * MODEL + 2 * MODEL)
-    # three training stages, 4 copies per client each, and a global model per warm-start round
-    assert need.checkpoints == 2 * (3 * 4 * 10 + 5) * MODEL
+    # per seed: 510 samples of 60 float32 features, a label and an index; 6,500 B per client
+    assert need.partition == 2 * (510 * (60 * 4 + 16) + 10 * 6_500)
+    # local and fedper hold a model file per client (2,400 B of records each), fedavg two
+    # global models; the report's per-client tables 13,000 B per client
+    assert need.results == 2 * (2 * 10 * (MODEL + 2_400) + 2 * MODEL + 10 * 13_000)
+    # 2 copies per client (the warm start's best models, the training stage's states; the
+    # finished stages' best models are links of the results') and a model per warm-start round
+    assert need.checkpoints == 2 * (2 * 10 + 5) * MODEL
     # MLflow: the clients' models once more, and a 300-byte row per client and round 0..5
     assert need.tracking == 2 * (2 * 10 * MODEL + 2 * 10 * 6 * 300)
     assert need.total == (need.partition + need.results + need.checkpoints + need.tracking
-                          + 8_000_000)   # the report, logs, MLflow's own tables
+                          + 5_000_000)   # the report, logs, MLflow's own tables
 
 
 def test_estimate_counts_no_local_checkpoints_or_models_where_none_are_written():
