@@ -58,7 +58,8 @@ REF = "same_as"
 #: last models dropped (a resume returns them empty).
 FINISHED = "finished"
 #: A compacted snapshot's best models as store keys (``models/client_NNNN.pt``), one per client
-#: in client order, each a hard link of that client's results file (`pflpipe.training.results_files`).
+#: in client order, each a hard link of that client's results file
+#: (`pflpipe.training.results_files`).
 IN_FILES = "in_files"
 #: What a finished snapshot no longer needs: what continuing its rounds would read.
 _CONTINUE_ONLY = ("state", "last_model")
