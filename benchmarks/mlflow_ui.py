@@ -9,9 +9,10 @@ and, for each page, measures the time from asking for the page until it shows wh
 for: the experiment's runs page until every top-level run's name is on screen; one model's run
 page until its name and metrics are; its per-client table (the ``clients/final.json`` artifact,
 `pflpipe.tracking.vocabulary.CLIENTS_TABLE`, which MLflow shows as a table in pages) until its
-first columns are. Prints each time, what the page shows (its runs, the table's rows and
-columns) and where its screenshot is. Nothing here is a test: the times depend on the machine
-(the load average is printed).
+first columns and the first client's first value are (and how many of that row's values are on
+screen: a column MLflow cannot show leaves its cells empty). Prints each time, what the page
+shows (its runs, the table's rows and columns) and where its screenshot is. Nothing here is a
+test: the times depend on the machine (the load average is printed).
 """
 
 import argparse
@@ -93,6 +94,11 @@ def timed_page(driver, url: str, needles: list[str], shot: Path, limit: float = 
     return seconds, driver.execute_script("return document.body.innerText")
 
 
+def _cell(value) -> str:
+    """The start of a value as a table cell shows it (its first 6 characters)."""
+    return "" if value is None else str(value)[:6]
+
+
 def main() -> int:
     """Serve the store, open the pages, print the times and what they show."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -136,14 +142,16 @@ def main() -> int:
                  [args.model, "Metrics (", "test_accuracy"]),
                 (f"{args.model}'s per-client table (clients/final.json: its first page)",
                  f"{url}/#/experiments/{experiment}/runs/{model.info.run_id}/artifacts/"
-                 "clients/final.json", ["View as table", *table["columns"][:2]])]
+                 "clients/final.json", ["View as table", *table["columns"][:2],
+                                        _cell(table["data"][0][1])])]
             for number, (what, page, needles) in enumerate(pages, 1):
                 shot = shots / f"{number}.png"
                 seconds, text = timed_page(driver, page, needles, shot)
                 shown = re.findall(r"Metrics \(\d+\)|Parameters \(\d+\)", text)
-                if "View as table" in text:   # the table's page buttons, the first row's cells
-                    first = text.split(table["columns"][1], 1)[1].split()[:8]
-                    shown.append(f"text after the header: {' '.join(first)}")
+                if "View as table" in text:   # the first row's values, as the cells show them
+                    cells = [_cell(v) for v in table["data"][0][1:4]]   # in the window's width
+                    shown.append(f"the first row's next {len(cells)} values on screen: "
+                                 f"{sum(bool(c) and c in text for c in cells)}")
                 print(f"  {what}: {seconds:.1f} s ({shot}){'; ' if shown else ''}"
                       f"{', '.join(shown)}")
         finally:

@@ -11,11 +11,13 @@ from pflpipe.tracking import vocabulary
 
 
 def client_table(client, run_id: str, name: str = vocabulary.CLIENTS_TABLE) -> list[dict]:
-    """The rows of one of a run's tables, each a dict by column (NaN cells: None)."""
+    """The rows of one of a run's tables, each a dict by metric name (NaN cells: None)."""
     with tempfile.TemporaryDirectory() as tmp:
         with open(client.download_artifacts(run_id, name, tmp)) as handle:
             table = json.load(handle)
-    return [{k: v for k, v in zip(table["columns"], row, strict=True)} for row in table["data"]]
+    assert not [c for c in table["columns"] if "." in c], table["columns"]  # the UI shows none
+    return [{vocabulary.metric_of(k): v for k, v in zip(table["columns"], row, strict=True)}
+            for row in table["data"]]
 
 
 def client_history(client, run_id: str, client_id: int, metric: str) -> list[tuple[int, float]]:

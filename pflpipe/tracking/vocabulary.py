@@ -119,6 +119,24 @@ def final_metrics(results: Iterable[dict]) -> dict[str, float]:
 
 
 
+def table_column(name: str) -> str:
+    """The column of metric `name` in an algorithm run's tables: its dots as slashes.
+
+    MLflow's table viewer reads a dotted column name as a path into nested values and shows its
+    cells empty (``best.val_loss``); ``best/val_loss`` shows, and reads back as the metric's
+    name with `metric_of`.
+
+    >>> table_column("compute.total.samples"), metric_of("compute/total/samples")
+    ('compute/total/samples', 'compute.total.samples')
+    """
+    return name.replace(".", "/")
+
+
+def metric_of(column: str) -> str:
+    """The metric name of a table column (`table_column`'s inverse)."""
+    return column.replace("/", ".")
+
+
 def compute_totals(per_client: Iterable[dict]) -> dict[str, float]:
     """The sum over clients of each compute count in their final metrics (an algorithm's run).
 
