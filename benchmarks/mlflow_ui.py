@@ -95,7 +95,9 @@ def timed_page(driver, url: str, needles: list[str], shot: Path, limit: float = 
 
 
 def _cell(value) -> str:
-    """The start of a value as a table cell shows it (its first 6 characters)."""
+    """The start of a value as a table cell shows it (its first 6 characters; 5.0 as 5)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     return "" if value is None else str(value)[:6]
 
 

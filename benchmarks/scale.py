@@ -10,13 +10,13 @@ default MLP, FedAvg's warm start, local, FedPer and Ditto; ``client_fraction: 0.
 A ``sitecustomize`` hook on PYTHONPATH makes every Python process of the run record its CPU
 seconds and its peak resident memory when it exits. Prints, per size: each stage's wall (from
 kfp.local's log; a stage run several times, e.g. personalize per entry, is summed) and CPU; the
-largest process's peak memory and the sum of the two largest (two tasks run at once); the bytes
-written under the results folder (kfp's pipeline root, the published runs/ counted once where
-they are links, the checkpoints) and by MLflow (its database, once sqlite has folded the
-write-ahead log the run left into it, and artifacts), next to the clients'
-model weights (the per-client model files) and the partition's size; MLflow's runs and metric
-rows. Then the growth from the second largest size to the largest as ratios, against the ratio
-of clients (linear growth equals it). The machine is shared: the load average is printed.
+largest process's peak memory and the most held at once (the peaks of the processes alive together:
+the CLI throughout, two loop iterations together); the bytes written under the results folder (kfp's
+pipeline root, the published runs/ counted once where they are links, the checkpoints) and by MLflow
+(its database, once sqlite has folded the write-ahead log the run left into it, and artifacts), next
+to the clients' model weights (the per-client model files) and the partition's size; MLflow's runs
+and metric rows. Then the growth from the second largest size to the largest as ratios, against the
+ratio of clients (linear growth equals it). The machine is shared: the load average is printed.
 
 ``--shipped`` runs the shipped Flow and pFedVEM specs of CIFAR and Fashion-MNIST (`SHIPPED`;
 the digits ones run as shipped) at a test size: their clients, model, partition and entries as
@@ -42,18 +42,31 @@ from pathlib import Path
 HOOK = '''
 import os
 if os.environ.get("PFLPIPE_SCALE_LOG"):
-    import atexit, json, resource, sys
+    import atexit, json, multiprocessing.process, resource, sys, time
 
-    def _record():
+    _START = time.time()
+
+    def _record(name=None, start=None):
         argv = sys.argv
-        name = (argv[argv.index("--function_to_execute") + 1]
-                if "--function_to_execute" in argv else os.path.basename(argv[0]))
+        name = name or (argv[argv.index("--function_to_execute") + 1]
+                        if "--function_to_execute" in argv else os.path.basename(argv[0]))
         usage = resource.getrusage(resource.RUSAGE_SELF)
         with open(os.environ["PFLPIPE_SCALE_LOG"], "a") as out:
             out.write(json.dumps({"name": name, "cpu": usage.ru_utime + usage.ru_stime,
-                                  "rss_kb": usage.ru_maxrss}) + "\\n")
+                                  "rss_kb": usage.ru_maxrss, "start": start or _START,
+                                  "end": time.time()}) + "\\n")
 
     atexit.register(_record)
+    _bootstrap = multiprocessing.process.BaseProcess._bootstrap
+
+    def _forked(self, *args, **kwargs):   # a forked child exits without atexit: record it here
+        start = time.time()
+        try:
+            return _bootstrap(self, *args, **kwargs)
+        finally:
+            _record(os.path.basename(sys.argv[0]) + " (forked)", start)
+
+    multiprocessing.process.BaseProcess._bootstrap = _forked
 '''
 SPEC = """\
 experiment: {{name: scale-{n}, output_dir: results}}
@@ -140,6 +153,10 @@ def run_size(n: int, rounds: int, work: Path, tracking: bool) -> dict:
     for process in processes:
         cpu[process["name"]] = cpu.get(process["name"], 0.0) + process["cpu"]
     rss = sorted((p["rss_kb"] * 1e3 for p in processes), reverse=True)
+    # at once: the peaks of the processes alive at one moment, summed (the CLI throughout, two
+    # loop iterations together), the largest such sum over the run's process starts
+    at_once = max(sum(q["rss_kb"] * 1e3 for q in processes if q["start"] <= p["start"] < q["end"])
+                  for p in processes)
     results = work / "results"
     # the write-ahead log the last writer left: sqlite folds it into the database on the next
     # open (counting rows here), after which the store holds what it keeps
@@ -155,7 +172,7 @@ def run_size(n: int, rounds: int, work: Path, tracking: bool) -> dict:
     models = [p for p in (results / "latest").rglob("client_*.pt") if p.parent.name == "models"]
     return {"n": n, "wall": wall, "cpu": sum(cpu.values()), "load": (before, os.getloadavg()[0]),
             "stages": stage_walls(results / "logs" / "pipeline.log"), "stage_cpu": cpu,
-            "rss": rss[0], "rss2": sum(rss[:2]), "written": written,
+            "rss": rss[0], "at_once": at_once, "written": written,
             "weights": sum(p.stat().st_size for p in models),
             "client_models": len(models), "partition": partition_bytes(results / "kfp"),
             "mlflow": counts, "wal": wal}
@@ -170,8 +187,8 @@ def report(m: dict) -> None:
     for stage, wall in m["stages"].items():
         print(f"  {stage:22s} {wall:8.1f} {m['stage_cpu'].get(stage, float('nan')):8.1f}")
     print(f"  {'CLI (pflpipe)':22s} {'':8s} {m['stage_cpu'].get('pflpipe', float('nan')):8.1f}")
-    print(f"  peak memory: largest process {m['rss'] / MB:.0f} MB, two largest "
-          f"{m['rss2'] / MB:.0f} MB")
+    print(f"  peak memory: largest process {m['rss'] / MB:.0f} MB; processes alive at once "
+          f"{m['at_once'] / MB:.0f} MB at most (their peaks summed, the CLI's included)")
     total = sum(m["written"].values())
     budget = 3 * m["weights"] + m["partition"]
     print("  bytes written: " + ", ".join(f"{k} {v / MB:.1f} MB" for k, v in m["written"].items())
