@@ -104,10 +104,15 @@ def _child(work, args, preload, inputs, give, answer) -> None:
                 return
         answer.send(("ok", work(*args)))
     except BaseException as err:  # every failure goes back to the parent
-        try:
-            pickle.loads(pickle.dumps(err))  # the parent must be able to rebuild it
-        except Exception:
-            err = RuntimeError(f"{type(err).__name__}: {err}")
-        answer.send(("error", err))
+        answer.send(("error", picklable(err)))
     finally:
         answer.close()
+
+
+def picklable(err: BaseException) -> BaseException:
+    """`err`, or a RuntimeError naming it where the process it goes back to cannot rebuild it."""
+    try:
+        pickle.loads(pickle.dumps(err))
+    except Exception:
+        return RuntimeError(f"{type(err).__name__}: {err}")
+    return err

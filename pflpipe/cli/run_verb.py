@@ -223,8 +223,9 @@ def _parent_run_child(spec, spec_yaml: str | None, owner_pid: int, pipe) -> None
     Without a status (the CLI is gone) the run stays RUNNING, and the next run on this host
     marks it KILLED (`close_abandoned_runs`).
     """
-    import pickle
     import signal
+
+    from pflpipe.beside import picklable
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -236,11 +237,7 @@ def _parent_run_child(spec, spec_yaml: str | None, owner_pid: int, pipe) -> None
     except EOFError:
         pass
     except BaseException as err:  # every failure goes back to the CLI
-        try:
-            pickle.loads(pickle.dumps(err))  # the CLI must be able to rebuild it
-        except Exception:
-            err = RuntimeError(f"{type(err).__name__}: {err}")
-        pipe.send(("error", err))
+        pipe.send(("error", picklable(err)))
     finally:
         pipe.close()
 
