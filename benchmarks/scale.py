@@ -77,7 +77,7 @@ personalization:
   - {{name: fedper, rounds: {rounds}}}
   - {{name: ditto, rounds: {rounds}}}
 tracking: {{enabled: {tracking}, uri: "sqlite:///{work}/mlflow.db"}}
-"""
+{engine}"""
 TASK = re.compile(r"^(\d\d:\d\d:\d\d\.\d+) - \w+ - (?:Executing task '([\w-]+)'|"
                   r"Task '([\w-]+)' finished)", re.M)
 MB = 1e6
@@ -129,12 +129,13 @@ def mlflow_counts(database: Path) -> dict[str, int]:
                 "tags": db.execute("select count(*) from tags").fetchone()[0]}
 
 
-def run_size(n: int, rounds: int, work: Path, tracking: bool) -> dict:
+def run_size(n: int, rounds: int, work: Path, tracking: bool, parallel_tasks: int = 0) -> dict:
     """Run the pipeline at `n` clients in `work`; return what it measured."""
     work.mkdir(parents=True, exist_ok=True)
     (work / "hook").mkdir(exist_ok=True)
     (work / "hook" / "sitecustomize.py").write_text(HOOK)
-    (work / "spec.yaml").write_text(SPEC.format(n=n, rounds=rounds, work=work,
+    engine = f"engine: {{parallel_tasks: {parallel_tasks}}}\n" if parallel_tasks else ""
+    (work / "spec.yaml").write_text(SPEC.format(n=n, rounds=rounds, work=work, engine=engine,
                                                 tracking=str(tracking).lower()))
     records = work / "processes.jsonl"
     records.unlink(missing_ok=True)
@@ -318,6 +319,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--work", type=Path, help="where the runs go (default: a temporary dir)")
     parser.add_argument("--no-tracking", action="store_true", help="run with tracking off")
+    parser.add_argument("--parallel-tasks", type=int, default=0, metavar="P",
+                        help="engine.parallel_tasks: at most P tasks at once (default: "
+                             "kfp.local's own, two loop iterations)")
     parser.add_argument("--shipped", action="store_true",
                         help="run the shipped Flow and pFedVEM specs at a test size instead")
     parser.add_argument("--samples", type=int, default=20,
@@ -332,7 +336,8 @@ def main() -> int:
           f"{'off' if args.no_tracking else 'on'}; {os.cpu_count()} CPUs")
     measured = []
     for n in args.clients:
-        measured.append(run_size(n, args.rounds, work / f"clients-{n}", not args.no_tracking))
+        measured.append(run_size(n, args.rounds, work / f"clients-{n}", not args.no_tracking,
+                                 args.parallel_tasks))
         report(measured[-1])
     if len(measured) > 1:
         growth(measured[-2], measured[-1])
