@@ -145,10 +145,14 @@ def run_size(n: int, rounds: int, work: Path, tracking: bool, parallel_tasks: in
                                                     os.environ.get("PYTHONPATH")]))}
     command = [str(Path(sys.executable).with_name("pflpipe")), "run", "spec.yaml", "--fresh"]
     before, start = os.getloadavg()[0], time.monotonic()
-    done = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True)
-    wall = time.monotonic() - start
-    if done.returncode:
-        sys.exit(f"{n} clients: pflpipe run failed (exit {done.returncode}):\n{done.stderr}")
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, env=env, cwd=work, stdout=out, stderr=err, text=True)
+        held = held_at_once(process)
+        wall = time.monotonic() - start
+        if process.returncode:
+            err.seek(0)
+            sys.exit(f"{n} clients: pflpipe run failed (exit {process.returncode}):\n"
+                     f"{err.read()}")
     processes = [json.loads(line) for line in records.read_text().splitlines()]
     cpu: dict[str, float] = {}
     for process in processes:
@@ -173,10 +177,75 @@ def run_size(n: int, rounds: int, work: Path, tracking: bool, parallel_tasks: in
     models = [p for p in (results / "latest").rglob("client_*.pt") if p.parent.name == "models"]
     return {"n": n, "wall": wall, "cpu": sum(cpu.values()), "load": (before, os.getloadavg()[0]),
             "stages": stage_walls(results / "logs" / "pipeline.log"), "stage_cpu": cpu,
-            "rss": rss[0], "at_once": at_once, "written": written,
+            "rss": rss[0], "at_once": at_once, "held": held, "written": written,
             "weights": sum(p.stat().st_size for p in models),
             "client_models": len(models), "partition": partition_bytes(results / "kfp"),
             "mlflow": counts, "wal": wal}
+
+
+def held_at_once(process: subprocess.Popen, every: float = 0.05) -> dict:
+    """Sample the memory `process` and its descendants hold together until it exits.
+
+    Every `every` seconds, the sum of each process's proportional set size (its private pages
+    plus its share of those it shares: torch's libraries mapped by every task, a forked child's
+    pages still shared with its parent; what the machine holds once) and of its resident set
+    size (a shared page once per process). Returns the largest PSS sum, the RSS sum at the same
+    moment, each process then alive as (name, PSS), and the number of samples.
+    """
+    most = {"pss": 0, "rss": 0, "processes": [], "samples": 0}
+    while process.poll() is None:
+        alive = _tree(process.pid)
+        pss = rss = 0
+        names = []
+        for pid in alive:
+            sizes = _sizes(pid)
+            if sizes is None:
+                continue
+            pss, rss = pss + sizes[0], rss + sizes[1]
+            names.append((_task_name(pid), sizes[0]))
+        most["samples"] += 1
+        if pss > most["pss"]:
+            most |= {"pss": pss, "rss": rss, "processes": names}
+        time.sleep(every)
+    return most
+
+
+def _tree(root: int) -> list[int]:
+    """`root` and its descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _sizes(pid: int) -> tuple[int, int] | None:
+    """(PSS, RSS) of `pid` in bytes, from /proc/PID/smaps_rollup; None once it is gone."""
+    try:
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+    except OSError:
+        return None
+    sizes = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in lines[1:]}
+    return (sizes["Pss"], sizes["Rss"]) if "Pss" in sizes else None
+
+
+def _task_name(pid: int) -> str:
+    """A process's stage (kfp's --function_to_execute), else its program's name."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return "?"
+    if "--function_to_execute" in argv:
+        return argv[argv.index("--function_to_execute") + 1]
+    return os.path.basename(argv[1] if len(argv) > 1 and argv[0].endswith("python") else argv[0])
 
 
 def report(m: dict) -> None:
@@ -188,8 +257,14 @@ def report(m: dict) -> None:
     for stage, wall in m["stages"].items():
         print(f"  {stage:22s} {wall:8.1f} {m['stage_cpu'].get(stage, float('nan')):8.1f}")
     print(f"  {'CLI (pflpipe)':22s} {'':8s} {m['stage_cpu'].get('pflpipe', float('nan')):8.1f}")
+    held = m["held"]
     print(f"  peak memory: largest process {m['rss'] / MB:.0f} MB; processes alive at once "
           f"{m['at_once'] / MB:.0f} MB at most (their peaks summed, the CLI's included)")
+    print(f"  held at once, sampled every 50 ms ({held['samples']} samples): at most "
+          f"{held['pss'] / MB:.0f} MB (PSS summed: a shared page once; RSS summed then "
+          f"{held['rss'] / MB:.0f} MB), in " + ", ".join(
+              f"{name} {size / MB:.0f}" for name, size in sorted(
+                  held["processes"], key=lambda item: -item[1]) if size >= MB))
     total = sum(m["written"].values())
     budget = 3 * m["weights"] + m["partition"]
     print("  bytes written: " + ", ".join(f"{k} {v / MB:.1f} MB" for k, v in m["written"].items())

@@ -72,17 +72,20 @@ def read_arrays(path: Path) -> dict[str, np.ndarray]:
                         "again with np.savez(path, x=..., y=...)") from None
 
 
-def load_tensors(path, what: str, map_location="cpu", name: str | None = None):
+def load_tensors(path, what: str, map_location="cpu", name: str | None = None, *,
+                 mmap: bool = False):
     """Return ``torch.load(path, weights_only=True)``; a refused or damaged file is a DataError.
 
-    `path` may be a file object; `name` then says in errors where its bytes came from.
+    `path` may be a file object; `name` then says in errors where its bytes came from. With
+    `mmap` (a file's path), the tensors are mapped from the file, not read into memory.
     """
     import torch
 
     try:
         with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error says it
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return torch.load(path, map_location=map_location, weights_only=True,
+                              mmap=mmap)
     except _READ_ERRORS as err:
         found = _GLOBAL.search(str(err))
         source = path if hasattr(path, "read") else Path(path)

@@ -73,11 +73,11 @@ def save(store: Store, snap: dict, round_idx: int, fingerprint: str,
     """
     rows, chunks = snap["rows"], [c for c in snap.get(CHUNKS, []) if c[0] < round_idx]
     start = chunks[-1][1] if chunks else 0
-    store.put_bytes(rows_key(round_idx), dump(rows[start:]))
+    _put(store, rows_key(round_idx), rows[start:])
     snap[CHUNKS] = chunks = [*chunks, [round_idx, len(rows)]]
-    store.put_bytes(round_key(round_idx), dump(snap["global"]))
+    _put(store, round_key(round_idx), snap["global"])
     state = {k: v for k, v in snap.items() if k not in ("global", "rows")}
-    store.put_bytes(state_key(round_idx), dump({**state, **_references(snap)}))
+    _put(store, state_key(round_idx), {**state, **_references(snap)})
     mark(store, round_idx, snap["stopped"], fingerprint)
     kept = {rows_key(r) for r, _ in chunks}
     for key in store.list():
@@ -98,7 +98,7 @@ def mark(store: Store, round_idx: int, stopped: bool, fingerprint: str) -> None:
 
 def keep(store: Store, global_params: dict, round_idx: int) -> None:
     """Write round `round_idx`'s global model alone (a round between checkpoints)."""
-    store.put_bytes(round_key(round_idx), dump(global_params))
+    _put(store, round_key(round_idx), global_params)
 
 
 def resume(store: Store, fingerprint: str, device: torch.device) -> dict | None:
@@ -139,20 +139,30 @@ def compact(store: Store, files: list[Path] | None = None) -> bool:
     if progress is None:
         return False
     round_idx, cpu = progress["rounds_completed"], torch.device("cpu")
-    snap = load(store, state_key(round_idx), cpu)
+    # mapped, not read, where the store is a local folder: the trees it drops (the clients'
+    # states and models, most of the file) are never brought into memory
+    snap = _load_mapped(store, state_key(round_idx))
     if snap.get(FINISHED):
         return False
-    snap["global"] = load(store, round_key(round_idx), cpu)
-    _dereference(snap)
     kept = {k: v for k, v in snap.items() if k not in _CONTINUE_ONLY}
     keys = _link(store, files) if files else None
-    if keys is None:
+    if keys is None:   # the best models stay rows of the file: rebuilt, then written as such
+        kept["global"] = load(store, round_key(round_idx), cpu)
+        _dereference({**kept, **{k: snap[k] for k in _CONTINUE_ONLY if k in snap}})
         kept.update(_references(kept))
+        del kept["global"]
     else:
         kept["best_model"] = {IN_FILES: keys}
-    del kept["global"]
-    store.put_bytes(state_key(round_idx), dump({**kept, FINISHED: True}))
+    _put(store, state_key(round_idx), {**kept, FINISHED: True})
     return True
+
+
+def _load_mapped(store: Store, key: str):
+    """`load` onto the CPU, the tensors mapped from the file where the store has one."""
+    local_path = getattr(store, "local_path", None)
+    if local_path is None:
+        return load(store, key, torch.device("cpu"))
+    return load_tensors(local_path(key), "a checkpoint the engine wrote", "cpu", mmap=True)
 
 
 def _link(store: Store, files: list[Path]) -> list[str] | None:
@@ -257,6 +267,15 @@ def progress_of(store: Store) -> dict | None:
     if not store.exists(PROGRESS_JSON):
         return None
     return json.loads(store.get_bytes(PROGRESS_JSON))
+
+
+def _put(store: Store, key: str, obj) -> None:
+    """Write `obj` as `dump` does under `key`: streamed into the file where the store has one."""
+    put_with = getattr(store, "put_with", None)
+    if put_with is None:
+        store.put_bytes(key, dump(obj))
+    else:
+        put_with(key, lambda handle: torch.save(to_cpu(obj), handle))
 
 
 def dump(obj) -> bytes:

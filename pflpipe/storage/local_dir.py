@@ -2,7 +2,9 @@
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 
 class LocalStore:
@@ -20,12 +22,20 @@ class LocalStore:
 
     def put_bytes(self, key: str, data: bytes) -> None:
         """Write `data` under `key` atomically."""
+        self.put_with(key, lambda handle: handle.write(data))
+
+    def put_with(self, key: str, write: Callable[[BinaryIO], object]) -> None:
+        """Write under `key` atomically what `write` writes into the file it is given.
+
+        What it writes goes to the disk as it goes, never held whole in memory (`put_bytes`
+        needs it as bytes first).
+        """
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
         try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+                write(handle)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
@@ -41,12 +51,19 @@ class LocalStore:
         target.parent.mkdir(parents=True, exist_ok=True)
         link_file(Path(path), target)
 
-    def get_bytes(self, key: str) -> bytes:
-        """Read the object under `key`."""
+    def local_path(self, key: str) -> Path:
+        """The file that holds `key` (FileNotFoundError when there is none)."""
+        return self._file(key)
+
+    def _file(self, key: str) -> Path:
         path = self._path(key)
         if not path.is_file():
             raise FileNotFoundError(f"{key!r} not found in {self.uri}")
-        return path.read_bytes()
+        return path
+
+    def get_bytes(self, key: str) -> bytes:
+        """Read the object under `key`."""
+        return self._file(key).read_bytes()
 
     def exists(self, key: str) -> bool:
         """Whether `key` exists."""

@@ -153,3 +153,75 @@ def test_without_results_files_the_best_models_stay_in_the_state_file_never_trai
     with pytest.raises(DataError, match="compacted checkpoint .round 3. cannot be trained on "
                                         "to round 5"):
         longer.run(init)
+
+
+class _Reading(LocalStore):
+    """A local store that records the keys whose bytes it reads."""
+
+    def __init__(self, root: Path):
+        super().__init__(root)
+        self.read: list[str] = []
+
+    def get_bytes(self, key: str) -> bytes:
+        self.read.append(key)
+        return super().get_bytes(key)
+
+
+class _Unmapped(LocalStore):
+    """A local store that cannot map its files (as a store without files cannot)."""
+
+    local_path = None
+
+
+def test_compacting_beside_the_results_maps_the_state_file_and_reads_no_model(tmp_path):
+    # Prepare: one finished run in two stores; each client's results file
+    federation, init = _federation(tmp_path / "mapped", 3)
+    federation.run(init)
+    shutil.copytree(tmp_path / "mapped", tmp_path / "read")
+    files = []
+    for i in range(3):
+        files.append(tmp_path / f"client_{i:04d}.pt")
+        torch.save({"w": torch.full((2,), float(i))}, files[-1])
+    mapped = _Reading(tmp_path / "mapped")
+
+    # Execute: compacted through the file's mapping, and through its bytes
+    assert checkpoint.compact(mapped, files) is True
+    assert checkpoint.compact(_Unmapped(tmp_path / "read"), files) is True
+
+    # Assert: only the progress record read as bytes (the clients' trees it drops never
+    # brought into memory, the global model not loaded); the same state file either way
+    assert mapped.read == [layout.PROGRESS_JSON]
+    (state,) = (tmp_path / "mapped").glob("state_*.pt")
+    assert (tmp_path / "read" / state.name).read_bytes() == state.read_bytes()
+    written = torch.load(state, weights_only=True)
+    assert written["best_model"] == {checkpoint.IN_FILES: [f"{layout.MODELS}/{p.name}"
+                                                           for p in files]}
+    assert "state" not in written and "last_model" not in written
+
+
+class _Writing(LocalStore):
+    """A local store that records the keys written from bytes held whole in memory."""
+
+    def __init__(self, root: Path):
+        super().__init__(root)
+        self.from_bytes: list[str] = []
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.from_bytes.append(key)
+        super().put_bytes(key, data)
+
+
+def test_a_local_store_streams_each_checkpoint_into_its_file(tmp_path):
+    # Prepare: a federation whose store records what arrives as bytes
+    federation, init = _federation(tmp_path / "streamed", 3)
+    store = federation.store = _Writing(tmp_path / "streamed")
+
+    # Execute: train, checkpointing each round; then compact
+    federation.run(init)
+    checkpoint.compact(store, None)
+
+    # Assert: only the progress records came as bytes; the tensors' files were streamed, and
+    # they load as the same checkpoint
+    assert set(store.from_bytes) == {layout.PROGRESS_JSON}
+    resumed = checkpoint.resume(store, federation.fingerprint, torch.device("cpu"))
+    assert resumed["round"] == 3 and resumed[checkpoint.FINISHED] is True
