@@ -7,7 +7,6 @@ report and every seed's results into a folder of the run's own (``runs/<time>-<r
 calls. kfp itself is imported by `pflpipe.pipelines`, inside the handler.
 """
 
-import contextlib
 import errno
 import functools
 import os
@@ -110,6 +109,7 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
     one of `RUNNERS`; under "docker" a spec whose tasks would touch a path the containers do not
     share, or name an image the engine lacks, is refused before anything starts.
     """
+    from pflpipe.cli.parent_run import ENDS_AFTER, open_beside_kfp
     from pflpipe.disk import check_free_space
     from pflpipe.storage import check_store
     from pflpipe.tracking import record_failure
@@ -128,8 +128,14 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
         from pflpipe.pipelines.containers import prepare
 
         containers = prepare(spec, results_dir)
-    parent, finish = _open_parent_beside_kfp(spec, spec_yaml)
+    run_end = open_beside_kfp(spec, spec_yaml, _cores())
+    parent = run_end.parent
     from pflpipe.pipelines.local_runner import StageFailed, publish, run_local
+
+    def on_event(kind: str, task) -> None:
+        progress.event(kind, task)
+        if kind == "started" and task.stage == ENDS_AFTER:
+            run_end.prepare()   # mlflow imported beside the last stage, not before
 
     _header(console, spec, parent, resume,
             containers.describe() if containers else "SubprocessRunner")
@@ -139,7 +145,7 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
         with progress, component_tmpdir():
             local = run_local(spec, parent.pipeline_parameters() | {"resume": resume},
                               results_dir=results_dir, use_cache=resume == "all",
-                              on_event=progress.event,
+                              on_event=on_event,
                               runner=containers.runner if containers else None)
         run_dir, copies = publish(local, results_dir, parent.run_id)
         if spec.sweep:
@@ -154,102 +160,13 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
             record_failure(parent, task.title, task.stage, task.error(), task.path,
                            {"algorithm": task.label or "",
                             "seed": "" if task.seed is None else str(task.seed)})
-        finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
+        run_end.finish("KILLED" if isinstance(err, KeyboardInterrupt) else "FAILED")
         if (full := disk_full(err, results_dir)) is not None:
             raise full from err
         raise
-    finish("FINISHED")
+    run_end.finish("FINISHED")
     _summary(console, run_dir, copies, parent, results_dir, time.monotonic() - started)
     return Outcome(run_dir, copies, parent, local.tasks)
-
-
-def _open_parent_beside_kfp(spec, spec_yaml: str | None):
-    """Open the MLflow parent run in a forked child while this process imports kfp.
-
-    Returns the parent run and the function that ends it. The parent run's id is a parameter of
-    the pipeline, so it is opened before the pipeline starts: a child opens it (mlflow, its
-    store, a new store's migrations: ~2.5 CPU s) on another core while kfp is imported here
-    (~1 s), then waits, and ends the run when told; mlflow is imported here only to record a
-    failed stage or a sweep's report. Not forked on one core, nor while another thread runs
-    here (`pflpipe.run` in a notebook's or a server's process): then all of it happens here.
-    """
-    if not (spec.tracking.enabled and _cores() > 1 and threading.active_count() == 1):
-        parent = _open_parent(spec, spec_yaml, os.getpid())
-        return parent, parent.finish
-    import multiprocessing
-
-    context = multiprocessing.get_context("fork")
-    here, there = context.Pipe()
-    sys.stdout.flush()  # the child must not write this process's buffered output again
-    sys.stderr.flush()
-    child = context.Process(target=_parent_run_child, args=(spec, spec_yaml, os.getpid(), there),
-                            name="MLflow parent run", daemon=True)
-    child.start()
-    there.close()
-
-    def answer():
-        try:
-            outcome, value = here.recv()
-        except (EOFError, OSError):   # killed (the OOM killer): not this pipe's reader gone
-            from pflpipe.errors import TrackingError
-
-            child.join()
-            raise TrackingError(f"the process that holds the MLflow parent run ended (exit "
-                                f"{child.exitcode}) without an answer") from None
-        if outcome == "error":
-            here.close()
-            child.join()
-            raise value
-        return value
-
-    def finish(status: str) -> None:
-        try:
-            with contextlib.suppress(OSError):   # a child gone: `answer` says so
-                here.send(status)
-            answer()
-        finally:
-            here.close()
-            child.join()
-
-    import pflpipe.pipelines.local_runner  # noqa: F401 - kfp and the pipeline's graph, meanwhile
-
-    return answer(), finish
-
-
-def _parent_run_child(spec, spec_yaml: str | None, owner_pid: int, pipe) -> None:
-    """Open the parent run, send it, then end it with the status the CLI sends (forked child).
-
-    Ctrl-C reaches the whole process group; the CLI, not this child, says the run was KILLED.
-    Without a status (the CLI is gone) the run stays RUNNING, and the next run on this host
-    marks it KILLED (`close_abandoned_runs`).
-    """
-    import signal
-
-    from pflpipe.beside import picklable
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        parent = _open_parent(spec, spec_yaml, owner_pid)
-        pipe.send(("ok", parent))
-        status = pipe.recv()
-        parent.finish(status)
-        pipe.send(("ok", None))
-    except EOFError:
-        pass
-    except BaseException as err:  # every failure goes back to the CLI
-        pipe.send(("error", picklable(err)))
-    finally:
-        pipe.close()
-
-
-def _open_parent(spec, spec_yaml: str | None, owner_pid: int):
-    """Open the MLflow parent run (`open_parent_run`), mlflow's own INFO lines quieted."""
-    from pflpipe.tracking import open_parent_run
-    from pflpipe.tracking.runs import quiet_mlflow_logs
-
-    if spec.tracking.enabled:   # no MLflow run to open: mlflow is not imported (~1 CPU s)
-        quiet_mlflow_logs()
-    return open_parent_run(spec, spec_yaml=spec_yaml, owner_pid=owner_pid)
 
 
 @contextmanager

@@ -91,6 +91,12 @@ def quiet_mlflow_logs() -> None:
     logging.getLogger("mlflow").setLevel(logging.WARNING)
 
 
+def ready_to_finish(tracking_uri: str) -> None:
+    """Import mlflow and open the store at `tracking_uri`: ending a run then only writes."""
+    quiet_mlflow_logs()
+    _client(tracking_uri)
+
+
 def without_credentials(spec):
     """Return `spec` with ``user:password@`` taken out of `tracking.uri` (into MLflow's variables).
 

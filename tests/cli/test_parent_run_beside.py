@@ -1,10 +1,11 @@
 """`pflpipe run` opens the MLflow parent run in a forked child while it imports kfp.
 
 The run the child opens is the one `open_parent_run` opens in the process itself (its owner is
-the CLI's process, its spec and settings logged); the child ends it with the status the CLI
-sends, so the CLI itself never imports mlflow on a run that succeeds; a store error in the
-child reaches the CLI as the same error. Each case runs in a fresh Python process (one thread,
-as the CLI).
+the CLI's process, its spec and settings logged); the child exits once it has sent it, so no
+process holds mlflow while the stages run. A second child, spawned when the last stage starts
+(`RunEnd.prepare`), ends it with the status the CLI sends, so the CLI itself never imports
+mlflow on a run that succeeds; a store error in a child reaches the CLI as the same error.
+Each case runs in a fresh Python process (one thread, as the CLI).
 """
 
 import json
@@ -25,21 +26,28 @@ partition: {{strategy: iid, n_clients: 2}}
 tracking: {{uri: '{uri}'}}
 """
 OPEN = """
-import json, os, sys
+import json, multiprocessing, os, sys
 from pathlib import Path
-from pflpipe.cli.run_verb import _open_parent_beside_kfp
+from pflpipe.cli.parent_run import open_beside_kfp
 from pflpipe.spec import read_spec
 try:
-    parent, finish = _open_parent_beside_kfp(read_spec(Path("spec.yaml")),
-                                             Path("spec.yaml").read_text())
+    run_end = open_beside_kfp(read_spec(Path("spec.yaml")), Path("spec.yaml").read_text(), 2)
 except Exception as err:
     print(json.dumps({"error": type(err).__name__, "message": str(err)}))
     sys.exit()
-opened = {"run_id": parent.run_id, "pid": os.getpid(), "mlflow here": "mlflow" in sys.modules,
-          "kfp here": "kfp" in sys.modules}
+parent = run_end.parent
+opened = {"run_id": parent.run_id, "pid": os.getpid(), "kfp here": "kfp" in sys.modules,
+          "children while the stages run": len(multiprocessing.active_children())}
+import sqlite3
+with sqlite3.connect("mlflow.db") as db:   # not through mlflow: it stays out of this process
+    [(opened["status while open"],)] = db.execute("select status from runs where run_uuid = ?",
+                                                  (parent.run_id,)).fetchall()
+run_end.prepare()   # the last stage started
+opened["children then"] = len(multiprocessing.active_children())
+run_end.finish("FINISHED")
+opened["mlflow here"] = "mlflow" in sys.modules
 from mlflow import MlflowClient
-opened["status while open"] = MlflowClient(parent.tracking_uri).get_run(parent.run_id).info.status
-finish("FINISHED")
+opened["status"] = MlflowClient(parent.tracking_uri).get_run(parent.run_id).info.status
 print(json.dumps(opened))
 """
 FORKS = len(os.sched_getaffinity(0)) > 1 if hasattr(os, "sched_getaffinity") else False
@@ -55,15 +63,17 @@ def open_beside(tmp_path: Path, uri: str) -> dict:
 
 
 @pytest.mark.skipif(not FORKS, reason="one core: the parent run is opened in the process")
-def test_the_child_opens_the_cli_s_parent_run_with_the_spec_and_ends_it_when_told(tmp_path):
+def test_a_child_opens_the_cli_s_parent_run_with_the_spec_and_another_ends_it_when_told(
+        tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
     opened = open_beside(tmp_path, uri)
 
-    assert opened["kfp here"] and not opened["mlflow here"]   # mlflow only in the child
+    assert opened["kfp here"] and not opened["mlflow here"]   # mlflow only in the children
+    assert opened["children while the stages run"] == 0 and opened["children then"] == 1
     assert opened["status while open"] == "RUNNING"
+    assert opened["status"] == "FINISHED"   # ended by the second child, told by the CLI
     run = MlflowClient(uri).get_run(opened["run_id"])
-    assert run.info.status == "FINISHED"   # ended by the child, told by the CLI
     assert run.data.tags["pflpipe_pid"] == str(opened["pid"])
     assert run.data.params["partition.n_clients"] == "2"
     assert run.info.run_name == "beside · fedavg+persfl · seed 0"   # the default entry
@@ -83,8 +93,8 @@ def test_a_store_error_in_the_child_is_raised_in_the_cli(tmp_path):
 
 
 def test_ctrl_c_on_the_process_group_ends_the_parent_run_killed(tmp_path):
-    # A terminal's Ctrl-C reaches the CLI, its tasks and the child holding the parent run; the
-    # child waits for the CLI's word and ends the run KILLED.
+    # A terminal's Ctrl-C reaches the CLI and its tasks; the CLI ends the parent run KILLED
+    # through the child it spawns for that (the stage that spawns it never started).
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     (tmp_path / "spec.yaml").write_text(SPEC.format(uri=uri) + "federation: {rounds: 400}\n"
                                         "personalization: []\n")
@@ -109,13 +119,14 @@ def test_ctrl_c_on_the_process_group_ends_the_parent_run_killed(tmp_path):
 KILL = """
 import multiprocessing, os, signal
 from pathlib import Path
-from pflpipe.cli.run_verb import _open_parent_beside_kfp
+from pflpipe.cli.parent_run import open_beside_kfp
 from pflpipe.spec import read_spec
-parent, finish = _open_parent_beside_kfp(read_spec(Path("spec.yaml")), None)
+run_end = open_beside_kfp(read_spec(Path("spec.yaml")), None, 2)
+run_end.prepare()
 [child] = multiprocessing.active_children()
 os.kill(child.pid, signal.SIGKILL)   # as the OOM killer would
 try:
-    finish("FINISHED")
+    run_end.finish("FINISHED")
 except Exception as err:
     print(type(err).__name__, err)
 """
@@ -129,5 +140,13 @@ def test_a_killed_child_is_a_tracking_error_not_a_broken_pipe(tmp_path):
     done = subprocess.run([sys.executable, "-c", KILL], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
 
-    assert done.stdout.strip() == ("TrackingError the process that holds the MLflow parent run "
-                                   "ended (exit -9) without an answer"), done.stderr
+    assert done.stdout.strip() == ("TrackingError the process that ends the MLflow parent run "
+                                   "died (exit -9) without an answer"), done.stderr
+
+
+def test_the_stage_that_readies_the_run_s_end_is_the_report_every_run_runs():
+    from pflpipe.cli.parent_run import ENDS_AFTER
+    from pflpipe.components.evaluate_fairness import evaluate_fairness
+    from pflpipe.pipelines.tasklog import _stage
+
+    assert _stage(evaluate_fairness.name) == ENDS_AFTER
