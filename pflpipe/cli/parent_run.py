@@ -1,50 +1,62 @@
-"""The MLflow parent run of ``pflpipe run``: opened and ended by child processes.
+"""The MLflow parent run of ``pflpipe run``: opened and ended by forked children.
 
 The parent run's id is a parameter of the pipeline, so the run is opened before the pipeline
 starts: a forked child opens it (mlflow, its store, a new store's migrations: ~2.5 CPU s) on
 another core while the CLI imports kfp (~1 s), sends it and exits. Its mlflow (~220 MB) is gone
 before the first stage starts, so it never sits beside the training stages in memory.
 
-A second child ends the run: spawned when the pipeline's last stage starts (`ENDS_AFTER`, the
-report, which runs on every run, cached stages or not), it imports mlflow and opens the store
-while that stage runs, then waits for the status the CLI sends (FINISHED, FAILED, KILLED). A
-run that ends before that stage spawns it then. So the CLI itself never imports mlflow on a run
-that succeeds. Not forked on one core, nor while another thread runs here (`pflpipe.run` in a
-notebook's or a server's process): then the run is opened and ended here.
+A second child, forked beside it, ends the run: it waits without mlflow (a copy of the CLI
+before kfp, its pages shared with it) until the pipeline's last stage starts (`ENDS_AFTER`, the
+report, which runs on every run, cached stages or not), then imports mlflow and opens the store
+while that stage runs, and ends the run with the status the CLI sends (FINISHED, FAILED,
+KILLED). So the CLI itself never imports mlflow on a run that succeeds. Nothing forks on one
+core, nor while another thread runs here (`pflpipe.run` in a notebook's or a server's process):
+then the run is opened and ended here.
 """
 
 import os
 import sys
 import threading
 
-#: The stage whose start spawns the child that will end the parent run.
+#: The stage whose start readies the child that will end the parent run.
 ENDS_AFTER = "evaluate_fairness"
 
 
 def open_beside_kfp(spec, spec_yaml: str | None, cores: int):
     """Open the MLflow parent run in a forked child while this process imports kfp.
 
-    Returns the parent run and its `RunEnd` (this process's `InPlace` when nothing forks).
+    Returns the run's `RunEnd` (`InPlace` when nothing forks), its `parent` the run.
     """
     if not (spec.tracking.enabled and cores > 1 and threading.active_count() == 1):
         return InPlace(_open_parent(spec, spec_yaml, os.getpid()))
     import multiprocessing
 
     context = multiprocessing.get_context("fork")
-    here, there = context.Pipe()
-    sys.stdout.flush()  # the child must not write this process's buffered output again
+    sys.stdout.flush()  # the children must not write this process's buffered output again
     sys.stderr.flush()
-    child = context.Process(target=_open_in_child, args=(spec, spec_yaml, os.getpid(), there),
-                            name="MLflow parent run", daemon=True)
-    child.start()
-    there.close()
+    ender, ender_end = context.Pipe()
+    ends = context.Process(target=_end_in_child, args=(ender_end, ender), daemon=True,
+                           name="MLflow parent run end")
+    ends.start()   # first: a copy of this process as it is, without mlflow
+    ender_end.close()
+    opener, opener_end = context.Pipe()
+    opens = context.Process(target=_open_in_child, args=(spec, spec_yaml, os.getpid(),
+                                                         opener_end, (opener, ender)),
+                            daemon=True, name="MLflow parent run")
+    opens.start()
+    opener_end.close()
     import pflpipe.pipelines.local_runner  # noqa: F401 - kfp and the pipeline's graph, meanwhile
 
     try:
-        return RunEnd(_answer(here, child, "opens"))
+        parent = _answer(opener, opens, "opens")
+    except BaseException:
+        ender.close()   # no run to end: the second child exits
+        ends.join()
+        raise
     finally:
-        here.close()
-        child.join()
+        opener.close()
+        opens.join()
+    return RunEnd(parent, ender, ends)
 
 
 class InPlace:
@@ -54,7 +66,7 @@ class InPlace:
         self.parent = parent
 
     def prepare(self) -> None:
-        """Nothing to start: this process ends the run."""
+        """Nothing to ready: this process ends the run."""
 
     def finish(self, status: str) -> None:
         """End the parent run with `status`."""
@@ -62,37 +74,30 @@ class InPlace:
 
 
 class RunEnd:
-    """The child that ends the parent run: `prepare` spawns it, `finish` tells it the status."""
+    """The child that ends the parent run: `prepare` readies it, `finish` tells it the status."""
 
-    def __init__(self, parent):
-        self.parent = parent
-        self._child = self._pipe = None
+    def __init__(self, parent, pipe, child):
+        self.parent, self._pipe, self._child = parent, pipe, child
         self._lock = threading.Lock()   # `prepare` comes from the runner's threads
+        self._prepared = False
 
     def prepare(self) -> None:
-        """Spawn the child (once), which imports mlflow and opens the store meanwhile."""
-        import multiprocessing
+        """Have the child import mlflow and open the store now (once), while a stage runs."""
+        import contextlib
 
         with self._lock:
-            if self._child is not None or not self.parent.run_id:
-                return
-            context = multiprocessing.get_context("spawn")   # this process has threads now
-            self._pipe, there = context.Pipe()
-            self._child = context.Process(target=_end_in_child, args=(self.parent, there),
-                                          name="MLflow parent run end", daemon=True)
-            self._child.start()
-            there.close()
+            if not self._prepared:
+                self._prepared = True
+                with contextlib.suppress(OSError):   # a child gone: `finish` says so
+                    self._pipe.send(("prepare", self.parent.tracking_uri))
 
     def finish(self, status: str) -> None:
         """End the parent run with `status` (FINISHED, FAILED, KILLED) through the child."""
         import contextlib
 
-        self.prepare()
-        if self._child is None:   # tracking off: no run
-            return
         try:
-            with contextlib.suppress(OSError):   # a child gone: `_answer` says so
-                self._pipe.send(status)
+            with self._lock, contextlib.suppress(OSError):   # a child gone: `_answer` says so
+                self._pipe.send(("end", self.parent, status))
             _answer(self._pipe, self._child, "ends")
         finally:
             self._pipe.close()
@@ -114,22 +119,36 @@ def _answer(pipe, child, what: str):
     return value
 
 
-def _open_in_child(spec, spec_yaml: str | None, owner_pid: int, pipe) -> None:
-    """Open the parent run and send it (forked child); then exit."""
+def _open_in_child(spec, spec_yaml: str | None, owner_pid: int, pipe, theirs: tuple) -> None:
+    """Open the parent run and send it (forked child); then exit.
+
+    `theirs`: the CLI's ends of the pipes, which a fork copies; closed here, so that the
+    other child sees the CLI's end close when the CLI closes it.
+    """
+    for end in theirs:
+        end.close()
     _answering(pipe, lambda: _open_parent(spec, spec_yaml, owner_pid))
 
 
-def _end_in_child(parent, pipe) -> None:
-    """Ready mlflow and the store, then end the run with the status the CLI sends (spawned).
+def _end_in_child(pipe, theirs) -> None:
+    """Wait; ready mlflow and the store when told; end the run with the status sent (forked).
 
-    Without a status (the CLI is gone) the run stays RUNNING, and the next run on this host
-    marks it KILLED (`close_abandoned_runs`).
+    `theirs` is the CLI's end of the pipe (a fork's copy: closed here, so that a CLI gone is
+    the end of the pipe). Without a status (the CLI is gone, or opening the run failed) the run,
+    if any, stays RUNNING, and the next run on this host marks it KILLED
+    (`close_abandoned_runs`).
     """
-    from pflpipe.tracking.runs import ready_to_finish
+    theirs.close()
 
     def end():
-        ready_to_finish(parent.tracking_uri)
-        parent.finish(pipe.recv())
+        message = pipe.recv()
+        if message[0] == "prepare":
+            from pflpipe.tracking.runs import ready_to_finish
+
+            ready_to_finish(message[1])
+            message = pipe.recv()
+        _, parent, status = message
+        parent.finish(status)
 
     _answering(pipe, end)
 

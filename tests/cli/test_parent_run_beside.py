@@ -2,9 +2,10 @@
 
 The run the child opens is the one `open_parent_run` opens in the process itself (its owner is
 the CLI's process, its spec and settings logged); the child exits once it has sent it, so no
-process holds mlflow while the stages run. A second child, spawned when the last stage starts
-(`RunEnd.prepare`), ends it with the status the CLI sends, so the CLI itself never imports
-mlflow on a run that succeeds; a store error in a child reaches the CLI as the same error.
+process holds mlflow while the stages run. A second child, forked beside it, imports mlflow
+when the last stage starts (`RunEnd.prepare`) and ends the run with the status the CLI sends,
+so the CLI itself never imports mlflow on a run that succeeds; a store error in a child
+reaches the CLI as the same error.
 Each case runs in a fresh Python process (one thread, as the CLI).
 """
 
@@ -36,14 +37,22 @@ except Exception as err:
     print(json.dumps({"error": type(err).__name__, "message": str(err)}))
     sys.exit()
 parent = run_end.parent
+[waiter] = multiprocessing.active_children()
+def holds_mlflow():   # pandas's compiled modules, which mlflow imports, mapped
+    return any("/pandas/" in line for line in open(f"/proc/{waiter.pid}/maps"))
 opened = {"run_id": parent.run_id, "pid": os.getpid(), "kfp here": "kfp" in sys.modules,
-          "children while the stages run": len(multiprocessing.active_children())}
+          "waiter holds mlflow": holds_mlflow()}
 import sqlite3
 with sqlite3.connect("mlflow.db") as db:   # not through mlflow: it stays out of this process
     [(opened["status while open"],)] = db.execute("select status from runs where run_uuid = ?",
                                                   (parent.run_id,)).fetchall()
 run_end.prepare()   # the last stage started
-opened["children then"] = len(multiprocessing.active_children())
+import time
+for _ in range(600):
+    if holds_mlflow():
+        break
+    time.sleep(0.1)
+opened["waiter holds mlflow then"] = holds_mlflow()
 run_end.finish("FINISHED")
 opened["mlflow here"] = "mlflow" in sys.modules
 from mlflow import MlflowClient
@@ -70,7 +79,7 @@ def test_a_child_opens_the_cli_s_parent_run_with_the_spec_and_another_ends_it_wh
     opened = open_beside(tmp_path, uri)
 
     assert opened["kfp here"] and not opened["mlflow here"]   # mlflow only in the children
-    assert opened["children while the stages run"] == 0 and opened["children then"] == 1
+    assert not opened["waiter holds mlflow"] and opened["waiter holds mlflow then"]
     assert opened["status while open"] == "RUNNING"
     assert opened["status"] == "FINISHED"   # ended by the second child, told by the CLI
     run = MlflowClient(uri).get_run(opened["run_id"])
@@ -93,8 +102,9 @@ def test_a_store_error_in_the_child_is_raised_in_the_cli(tmp_path):
 
 
 def test_ctrl_c_on_the_process_group_ends_the_parent_run_killed(tmp_path):
-    # A terminal's Ctrl-C reaches the CLI and its tasks; the CLI ends the parent run KILLED
-    # through the child it spawns for that (the stage that spawns it never started).
+    # A terminal's Ctrl-C reaches the CLI, its tasks and the child that ends the parent run;
+    # the child waits for the CLI's word and ends the run KILLED (never readied beforehand:
+    # the last stage never started).
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     (tmp_path / "spec.yaml").write_text(SPEC.format(uri=uri) + "federation: {rounds: 400}\n"
                                         "personalization: []\n")
