@@ -134,8 +134,8 @@ def execute(spec, spec_yaml: str | None, console, *, resume: str = "all",
 
     def on_event(kind: str, task) -> None:
         progress.event(kind, task)
-        if kind == "started" and task.stage == ENDS_AFTER:
-            run_end.prepare()   # mlflow imported beside the last stage, not before
+        if kind == "cached" or kind == "started" and task.stage == ENDS_AFTER:
+            run_end.prepare()   # mlflow imported beside the report or cached stages
 
     _header(console, spec, parent, resume,
             containers.describe() if containers else "SubprocessRunner")
