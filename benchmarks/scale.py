@@ -8,10 +8,12 @@ store) on the synthetic dataset (FedProx's Synthetic(0.5, 0.5), natural clients)
 default MLP, FedAvg's warm start, local, FedPer and Ditto; ``client_fraction: 0.1`` and
 ``eval_clients: sampled`` (a cross-device setting: a round's cost grows with its sampled clients).
 A ``sitecustomize`` hook on PYTHONPATH makes every Python process of the run record its CPU
-seconds and its peak resident memory when it exits. Prints, per size: each stage's wall (from
-kfp.local's log; a stage run several times, e.g. personalize per entry, is summed) and CPU; the
-largest process's peak memory and the most held at once (the peaks of the processes alive together:
-the CLI throughout, two loop iterations together); the bytes written under the results folder (kfp's
+seconds and its peak resident memory when it exits, and the run's processes are sampled every
+50 ms for the memory they hold together. Prints, per size: each stage's wall (from kfp.local's
+log; a stage run several times, e.g. personalize per entry, is summed) and CPU; the largest
+process's peak memory and the most held at once (`held_at_once`: proportional set sizes summed,
+so a page shared by processes, torch's libraries or a forked child's, counts once); the bytes
+written under the results folder (kfp's
 pipeline root, the published runs/ counted once where they are links, the checkpoints) and by MLflow
 (its database, once sqlite has folded the write-ahead log the run left into it, and artifacts), next
 to the clients' model weights (the per-client model files) and the partition's size; MLflow's runs
@@ -42,29 +44,25 @@ from pathlib import Path
 HOOK = '''
 import os
 if os.environ.get("PFLPIPE_SCALE_LOG"):
-    import atexit, json, multiprocessing.process, resource, sys, time
+    import atexit, json, multiprocessing.process, resource, sys
 
-    _START = time.time()
-
-    def _record(name=None, start=None):
+    def _record(name=None):
         argv = sys.argv
         name = name or (argv[argv.index("--function_to_execute") + 1]
                         if "--function_to_execute" in argv else os.path.basename(argv[0]))
         usage = resource.getrusage(resource.RUSAGE_SELF)
         with open(os.environ["PFLPIPE_SCALE_LOG"], "a") as out:
             out.write(json.dumps({"name": name, "cpu": usage.ru_utime + usage.ru_stime,
-                                  "rss_kb": usage.ru_maxrss, "start": start or _START,
-                                  "end": time.time()}) + "\\n")
+                                  "rss_kb": usage.ru_maxrss}) + "\\n")
 
     atexit.register(_record)
     _bootstrap = multiprocessing.process.BaseProcess._bootstrap
 
     def _forked(self, *args, **kwargs):   # a forked child exits without atexit: record it here
-        start = time.time()
         try:
             return _bootstrap(self, *args, **kwargs)
         finally:
-            _record(os.path.basename(sys.argv[0]) + " (forked)", start)
+            _record(os.path.basename(sys.argv[0]) + " (forked)")
 
     multiprocessing.process.BaseProcess._bootstrap = _forked
 '''
@@ -158,10 +156,6 @@ def run_size(n: int, rounds: int, work: Path, tracking: bool, parallel_tasks: in
     for process in processes:
         cpu[process["name"]] = cpu.get(process["name"], 0.0) + process["cpu"]
     rss = sorted((p["rss_kb"] * 1e3 for p in processes), reverse=True)
-    # at once: the peaks of the processes alive at one moment, summed (the CLI throughout, two
-    # loop iterations together), the largest such sum over the run's process starts
-    at_once = max(sum(q["rss_kb"] * 1e3 for q in processes if q["start"] <= p["start"] < q["end"])
-                  for p in processes)
     results = work / "results"
     # the write-ahead log the last writer left: sqlite folds it into the database on the next
     # open (counting rows here), after which the store holds what it keeps
@@ -177,7 +171,7 @@ def run_size(n: int, rounds: int, work: Path, tracking: bool, parallel_tasks: in
     models = [p for p in (results / "latest").rglob("client_*.pt") if p.parent.name == "models"]
     return {"n": n, "wall": wall, "cpu": sum(cpu.values()), "load": (before, os.getloadavg()[0]),
             "stages": stage_walls(results / "logs" / "pipeline.log"), "stage_cpu": cpu,
-            "rss": rss[0], "at_once": at_once, "held": held, "written": written,
+            "rss": rss[0], "held": held, "written": written,
             "weights": sum(p.stat().st_size for p in models),
             "client_models": len(models), "partition": partition_bytes(results / "kfp"),
             "mlflow": counts, "wal": wal}
@@ -258,8 +252,7 @@ def report(m: dict) -> None:
         print(f"  {stage:22s} {wall:8.1f} {m['stage_cpu'].get(stage, float('nan')):8.1f}")
     print(f"  {'CLI (pflpipe)':22s} {'':8s} {m['stage_cpu'].get('pflpipe', float('nan')):8.1f}")
     held = m["held"]
-    print(f"  peak memory: largest process {m['rss'] / MB:.0f} MB; processes alive at once "
-          f"{m['at_once'] / MB:.0f} MB at most (their peaks summed, the CLI's included)")
+    print(f"  peak memory: largest process {m['rss'] / MB:.0f} MB (its peak RSS)")
     print(f"  held at once, sampled every 50 ms ({held['samples']} samples): at most "
           f"{held['pss'] / MB:.0f} MB (PSS summed: a shared page once; RSS summed then "
           f"{held['rss'] / MB:.0f} MB), in " + ", ".join(

@@ -113,16 +113,20 @@ def estimate(spec) -> DiskEstimate | None:
     if shape is None or n_classes is None or not clients:
         return None
     model = 4 * _parameters(spec.model, shape, n_classes)
+    head = _head_parameters(spec.model, shape, n_classes)
     seeds = len(spec.experiment.seeds)
     per_client_sets = int(spec.runs_local) + len(spec.personalization)
-    results = (per_client_sets * clients * (model + FILE_OVERHEAD) + 2 * model
+    # a client's saved model: its weights and what an entry keeps beside them (a spread, a copy)
+    saved = per_client_sets * model + 4 * sum(
+        entry.saved_beside(model // 4, head, math.prod(shape)) for entry in spec.personalization)
+    results = (clients * (saved + per_client_sets * FILE_OVERHEAD) + 2 * model
                + clients * REPORT_PER_CLIENT)
     local_store = getattr(spec.storage, "bucket", None) is None
     checkpoints = ((CHECKPOINT_COPIES * clients + spec.federation.rounds) * model
                    if local_store else 0)
     tracking = 0
     if spec.tracking.enabled and not str(spec.tracking.uri or "").startswith("http"):
-        logged = per_client_sets * clients * model if spec.tracking.log_models else 0
+        logged = clients * saved if spec.tracking.log_models else 0
         tracking = logged + per_client_sets * clients * _scored_rounds(spec) * TABLE_ROW
     samples = _samples(spec)
     partition = None if samples is None else (samples * (math.prod(shape) * 4 + SAMPLE_OVERHEAD)
@@ -195,6 +199,24 @@ def _builtin_parameters(model_spec, shape: tuple[int, ...], n_classes: int) -> i
         return conv([channels, 6, 16], 5) + dense([16 * side[0] * side[1], 120, 84, n_classes])
     return (conv([channels, 32, 64], 5)
             + dense([64 * side[0] * side[1], model_spec.hidden, n_classes]))
+
+
+def _head_parameters(model_spec, shape: tuple[int, ...], n_classes: int) -> int | None:
+    """A built-in model's head's parameters (its last linear layer, `head`), by arithmetic.
+
+    None where the spec names its own head (`model.head`) or the model is custom.
+    tests/unit/test_disk.py holds it equal to the zoo's head built on the meta device.
+    """
+    arch = model_spec.architecture
+    if getattr(model_spec, "head", None) is not None or arch == "custom":
+        return None
+    if arch == "mlp" and model_spec.hidden:
+        width = model_spec.hidden[-1]
+    elif arch in ("mlp", "logistic"):
+        width = math.prod(shape)
+    else:
+        width = {"cnn6": 100, "cnn_cifar": 84}.get(arch) or model_spec.hidden
+    return width * n_classes + n_classes
 
 
 def _scored_rounds(spec) -> float:

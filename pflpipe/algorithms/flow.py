@@ -27,7 +27,7 @@ from torch.func import functional_call
 
 from pflpipe.algorithms.algorithm import Algorithm, Phase, register
 from pflpipe.engine.tree import weighted_mean
-from pflpipe.spec.algorithms.flow_params import FlowParams
+from pflpipe.spec.algorithms.flow_params import FlowParams, default_widths
 
 EPS = 1e-6   # ε inside the regularizer's log (reference code)
 
@@ -91,16 +91,6 @@ class Router(nn.Module):
             logits.append(exit_(pre))
             h = torch.relu(pre)
         return torch.stack([*logits, self.last(h)], 1)
-
-
-def default_widths(in_features: int, n_model_params: int, k: int) -> list[int]:
-    """K − 1 hidden widths: the first sizes ψ to about 30 % of the model (8-512), then halving.
-
-    >>> default_widths(64, 7_510, 3)
-    [35, 17]
-    """
-    first = min(512, max(8, round(0.3 * n_model_params / in_features)))
-    return [max(4, first // 2 ** i) for i in range(k - 1)]
 
 
 @register

@@ -10,9 +10,10 @@ before kfp, its pages shared with it) until the pipeline's last stage starts (`E
 report, which runs on every run) or a stage is served from kfp's cache (a rerun: at once, so
 that nothing waits for mlflow at its end; a run that reuses some stages and trains others then
 holds mlflow beside them), then imports mlflow and opens the store while the pipeline runs, and
-ends the run with the status the CLI sends (FINISHED, FAILED, KILLED). So the CLI itself never imports mlflow on a run that succeeds. Nothing forks on one
-core, nor while another thread runs here (`pflpipe.run` in a notebook's or a server's process):
-then the run is opened and ended here.
+ends the run with the status the CLI sends (FINISHED, FAILED, KILLED). So the CLI itself
+never imports mlflow on a run that succeeds. Nothing forks on one core, nor while another
+thread runs here (`pflpipe.run` in a notebook's or a server's process): then the run is opened
+and ended here.
 """
 
 import os

@@ -41,6 +41,29 @@ def test_estimate_adds_partition_results_checkpoints_and_mlflow_per_seed():
                           + 5_000_000)   # the report, logs, MLflow's own tables
 
 
+def test_a_bayesian_or_routed_entry_s_client_files_count_what_they_keep_beside_the_model():
+    # pFedBayes saves every weight's spread, pFedVEM its head's (100 × 10 + 10 weights), Flow
+    # its local copy and the routing network ψ (60 → 12 → 2 exits, 12 → 2 last: 60·12 + 12 +
+    # 12·2 + 2 + 12·2 + 2 = 784 weights)
+    spec = parse_spec(SPEC.replace("  - {name: fedper}", "  - {name: pfedbayes}\n"
+                                   "  - {name: pfedvem}\n  - {name: flow, router_widths: [12]}"))
+    saved = MODEL + 2 * MODEL + (MODEL + 4 * 1_010) + (2 * MODEL + 4 * 784)  # local first
+    need = estimate(spec)
+    assert need.results == 2 * (10 * (saved + 4 * 2_400) + 2 * MODEL + 10 * 13_000)
+    assert need.tracking == 2 * (10 * saved + 4 * 10 * 6 * 300)
+
+
+def test_flow_counts_the_routing_network_it_builds():
+    from pflpipe.algorithms.flow import Router
+    from pflpipe.spec.algorithms.flow_params import FlowParams
+
+    for widths in ([12], [40, 7, 3]):
+        router = Router(60, widths)
+        model = 7_110
+        beside = FlowParams(name="flow", router_widths=widths).saved_beside(model, None, 60)
+        assert beside == model + sum(p.numel() for p in router.parameters())
+
+
 def test_estimate_counts_no_local_checkpoints_or_models_where_none_are_written():
     spec = parse_spec(SPEC.replace("federation:", "tracking: {log_models: false}\nfederation:")
                       + "storage: {kind: s3, bucket: pfl-bucket}\n")
@@ -101,6 +124,16 @@ def test_builtin_parameter_count_equals_the_zoo_model_built_on_the_meta_device(
         built = None
     # None: a CNN's image too small for its two pools, left to torch (and its SpecError)
     assert counted == built or (counted is None and architecture in ("cnn_cifar", "fedavg_cnn"))
+    if built is not None:   # the head: the layer a Bayesian head's spread covers
+        import torch
+
+        from pflpipe.disk import _head_parameters
+        from pflpipe.models import build_model
+
+        with torch.device("meta"):
+            head = build_model(model, shape, n_classes, 0).head
+        assert _head_parameters(model, shape, n_classes) == sum(p.numel()
+                                                                for p in head.parameters())
 
 
 def test_the_disk_check_of_a_built_in_model_imports_no_torch():

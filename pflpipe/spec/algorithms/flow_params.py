@@ -62,3 +62,25 @@ class FlowParams(FederatedParams):
         if value is not None and any(w < 1 for w in value):
             raise ValueError(f"every width must be at least 1 (got {value})")
         return value
+
+    def saved_beside(self, model: int, head: int | None, features: int) -> int:
+        """The local copy of every layer and the routing network ψ.
+
+        With `router_widths` omitted ψ's widths depend on its routed layers, which only the
+        built model knows: counted here for up to 9 of them, the halving widths' tail adding
+        little beyond.
+        """
+        widths = self.router_widths or default_widths(features, model, 9)
+        sizes = [features, *widths]
+        trunk = sum(a * b + b for a, b in zip(sizes, widths, strict=False))
+        return model + trunk + sum(2 * w + 2 for w in widths) + 2 * sizes[-1] + 2
+
+
+def default_widths(in_features: int, n_model_params: int, k: int) -> list[int]:
+    """K − 1 hidden widths: the first sizes ψ to about 30 % of the model (8-512), then halving.
+
+    >>> default_widths(64, 7_510, 3)
+    [35, 17]
+    """
+    first = min(512, max(8, round(0.3 * n_model_params / in_features)))
+    return [max(4, first // 2 ** i) for i in range(k - 1)]

@@ -78,6 +78,14 @@ class Params(Section):
         return self.label or self.name  # type: ignore[attr-defined]
 
 
+    def saved_beside(self, model: int, head: int | None, features: int) -> int:
+        """Parameters each client's saved model holds beside the model's own (none here).
+
+        `model` and `head` count the model's and its head's parameters (None: not known),
+        `features` the input's. The disk estimate adds them (`pflpipe.disk`).
+        """
+        return 0
+
 class FederatedParams(Params):
     """Fields of algorithms that run federated rounds."""
 

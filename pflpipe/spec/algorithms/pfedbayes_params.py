@@ -75,3 +75,7 @@ class PFedBayesParams(FederatedParams):
         """(personal, global) learning rates: their own, else the entry's lr, else PAPER_LR."""
         personal = self.personal_lr or self.lr or PAPER_LR
         return personal, self.global_lr or personal
+
+    def saved_beside(self, model: int, head: int | None, features: int) -> int:
+        """Every weight's spread (the posterior's scale)."""
+        return model

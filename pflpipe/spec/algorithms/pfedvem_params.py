@@ -74,3 +74,7 @@ class PFedVemParams(FederatedParams):
                 "Algorithm 1; the default) or client_fraction: <share> (a sampled share; "
                 "train_all_clients: false was client_fraction: <participation>, e.g. 0.1)")
         return data
+
+    def saved_beside(self, model: int, head: int | None, features: int) -> int:
+        """The head's spread (every weight's where the head is not known)."""
+        return model if head is None else head
