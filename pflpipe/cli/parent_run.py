@@ -143,12 +143,14 @@ def _end_in_child(pipe, theirs) -> None:
     theirs.close()
 
     def end():
+        from pflpipe.tracking.runs import ready_to_finish
+
         message = pipe.recv()
         if message[0] == "prepare":
-            from pflpipe.tracking.runs import ready_to_finish
-
             ready_to_finish(message[1])
             message = pipe.recv()
+        else:   # told to end the run before it was readied (a run that failed early)
+            ready_to_finish(message[1].tracking_uri)
         _, parent, status = message
         parent.finish(status)
 
