@@ -112,13 +112,14 @@ def estimate(spec) -> DiskEstimate | None:
     clients = spec.partition.n_clients
     if shape is None or n_classes is None or not clients:
         return None
-    model = 4 * _parameters(spec.model, shape, n_classes)
+    parameters = _parameters(spec.model, shape, n_classes)
     head = _head_parameters(spec.model, shape, n_classes)
+    model = 4 * parameters
     seeds = len(spec.experiment.seeds)
     per_client_sets = int(spec.runs_local) + len(spec.personalization)
     # a client's saved model: its weights and what an entry keeps beside them (a spread, a copy)
     saved = per_client_sets * model + 4 * sum(
-        entry.saved_beside(model // 4, head, math.prod(shape)) for entry in spec.personalization)
+        entry.saved_beside(parameters, head, math.prod(shape)) for entry in spec.personalization)
     results = (clients * (saved + per_client_sets * FILE_OVERHEAD) + 2 * model
                + clients * REPORT_PER_CLIENT)
     local_store = getattr(spec.storage, "bucket", None) is None

@@ -91,7 +91,7 @@ class RunEnd:
             if not self._prepared:
                 self._prepared = True
                 with contextlib.suppress(OSError):   # a child gone: `finish` says so
-                    self._pipe.send(("prepare", self.parent.tracking_uri))
+                    self._pipe.send(("prepare", self.parent))
 
     def finish(self, status: str) -> None:
         """End the parent run with `status` (FINISHED, FAILED, KILLED) through the child."""
@@ -145,12 +145,10 @@ def _end_in_child(pipe, theirs) -> None:
     def end():
         from pflpipe.tracking.runs import ready_to_finish
 
-        message = pipe.recv()
+        message = pipe.recv()   # ("prepare", parent), or at once ("end", parent, status)
+        ready_to_finish(message[1].tracking_uri)
         if message[0] == "prepare":
-            ready_to_finish(message[1])
             message = pipe.recv()
-        else:   # told to end the run before it was readied (a run that failed early)
-            ready_to_finish(message[1].tracking_uri)
         _, parent, status = message
         parent.finish(status)
 

@@ -77,7 +77,6 @@ class Params(Section):
         """The name this entry carries in result tables."""
         return self.label or self.name  # type: ignore[attr-defined]
 
-
     def saved_beside(self, model: int, head: int | None, features: int) -> int:
         """Parameters each client's saved model holds beside the model's own (none here).
 
@@ -85,6 +84,7 @@ class Params(Section):
         `features` the input's. The disk estimate adds them (`pflpipe.disk`).
         """
         return 0
+
 
 class FederatedParams(Params):
     """Fields of algorithms that run federated rounds."""
